@@ -1,0 +1,263 @@
+"""Config schema, loading and validation.
+
+Every config file in configs/ starts from `base()` and sets the fields of its shape; the
+CLI and the Python API load it through `load()`, which applies overrides, validates and
+locks it. A bad value is a `ConfigError` whose message names the field and the fix.
+"""
+
+import ast
+import importlib.util
+import os
+
+import ml_collections
+
+class ConfigError(ValueError):
+  """A config value that cannot work; the message names the field and the fix."""
+
+FAMILIES = ('decoder', 'encoder', 'encoder_decoder')
+BUILT_FAMILIES = ('decoder',)
+ACTIVATIONS = ('relu', 'gelu', 'gelu_tanh', 'swiglu', 'geglu')
+NORMS = ('layernorm', 'rmsnorm')
+NORM_POSITIONS = ('pre', 'post')
+BLOCKS = ('sequential', 'parallel')
+POSITIONS = ('learned', 'sinusoidal', 'rope', 'none')
+REMAT_POLICIES = ('none', 'full', 'dots', 'dots_no_batch')
+KERNELS = ('auto', 'xla')
+OBJECTIVES = ('causal_lm',)
+TOKENIZERS = ('bpe', 'unigram')
+SCHEDULES = ('cosine', 'linear', 'constant')
+DTYPES = ('float32', 'bfloat16', 'float16')
+MESH_AXES = ('data', 'fsdp', 'tensor', 'expert')
+
+DEFAULT_RULES = (
+    ('batch', ('data', 'fsdp')),
+    ('length', None),
+    ('embed', 'fsdp'),
+    ('heads', 'tensor'),
+    ('kv_heads', 'tensor'),
+    ('head_dim', None),
+    ('mlp', 'tensor'),
+    ('vocab', 'tensor'),
+    ('expert', 'expert'),
+    ('layers', None),
+)
+
+
+def base():
+  """Every field with its default; config files override what their shape needs."""
+  c = ml_collections.ConfigDict()
+  c.model = m = ml_collections.ConfigDict()
+  m.family = 'decoder'  # 'decoder' | 'encoder' | 'encoder_decoder'
+  m.vocab_size = 32000  # tokens; the tokenizer is trained to this size
+  m.d_model = 512
+  m.num_layers = 6
+  m.num_encoder_layers = 0  # encoder_decoder only
+  m.num_decoder_layers = 0  # encoder_decoder only
+  m.num_heads = 8
+  m.num_kv_heads = 0  # 0 = num_heads (MHA); 1 = MQA; between = GQA
+  m.head_dim = 0  # 0 = d_model // num_heads
+  m.mlp_dim = 2048
+  m.activation = 'swiglu'
+  m.norm = 'rmsnorm'
+  m.norm_position = 'pre'
+  m.norm_eps = 1e-6
+  m.block = 'sequential'  # 'parallel' = PaLM: x + attn(norm(x)) + mlp(norm(x))
+  m.position = 'rope'
+  m.max_length = 2048  # learned positions: table size; others: longest supported
+  m.rope_theta = 10_000.0
+  m.use_bias = False
+  m.tie_embeddings = False
+  m.embed_init_std = 1.0  # token embedding init; the untied head is fan-in scaled
+  m.dropout_rate = 0.0
+  m.dtype = 'float32'  # compute dtype ('bfloat16' on accelerators)
+  m.param_dtype = 'float32'
+  m.scan_layers = True  # nn.scan over layers keeps compile time flat in depth
+  m.remat = 'none'  # 'none' | 'full' | 'dots' | 'dots_no_batch'
+  m.attention = ml_collections.ConfigDict({'kernel': 'auto', 'window': 0})
+  m.moe = ml_collections.ConfigDict(
+      {'num_experts': 0, 'top_k': 2, 'every': 1, 'capacity_factor': 0.0})
+
+  c.data = d = ml_collections.ConfigDict()
+  d.path = ''  # '' = the embedded tiny Shakespeare; else a text file or a directory of them
+  d.document_separator = '\n\n'  # a file splits into documents at this string
+  d.seq_len = 256
+  d.objective = 'causal_lm'
+  d.eval_fraction = 0.05  # share of documents held out for eval, chosen by split_seed
+  d.split_seed = 0  # fixed apart from train.seed so the eval set never moves
+  d.tokenizer = ml_collections.ConfigDict({
+      'type': 'bpe',  # 'bpe' | 'unigram'
+      'vocab_size': m.get_ref('vocab_size'),
+      'path': '',  # '' = train on the corpus and cache in WORKDIR/tokenizer
+  })
+
+  c.train = t = ml_collections.ConfigDict()
+  t.steps = 1000
+  t.batch_size = 16  # global, in sequences
+  t.log_every = 10
+  t.eval_every = 100
+  t.eval_batches = 8  # 0 = the whole eval split
+  t.checkpoint_every = 200
+  t.keep_checkpoints = 3
+  t.seed = 0
+  t.z_loss = 0.0  # coefficient of log(Z)^2
+  t.max_nonfinite_steps = 5  # stop after this many skipped (NaN/Inf) updates in a row
+
+  c.optim = o = ml_collections.ConfigDict()
+  o.learning_rate = 1e-3  # peak
+  o.schedule = 'cosine'  # after linear warmup: 'cosine' | 'linear' | 'constant'
+  o.warmup_steps = 100
+  o.min_learning_rate_ratio = 0.1  # end of decay, as a share of the peak
+  o.weight_decay = 0.1
+  o.b1 = 0.9
+  o.b2 = 0.95
+  o.eps = 1e-8
+  o.clip_norm = 1.0  # 0 = no clipping
+
+  c.mesh = ml_collections.ConfigDict({'data': -1, 'fsdp': 1, 'tensor': 1, 'expert': 1})
+  c.sharding = ml_collections.ConfigDict({'rules': DEFAULT_RULES})
+  return c
+
+
+# ---------------------------------------------------------------------------- loading
+
+def load(spec, overrides=()):
+  """'configs/NAME.py[:arg]' (+ 'a.b=value' overrides) -> the validated, locked config."""
+  path, _, arg = spec.partition(':')
+  if not os.path.isfile(path):
+    raise ConfigError(f'--config={spec}: no such file {path!r}; pass a file in configs/')
+  module_spec = importlib.util.spec_from_file_location('zoo_config_file', path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  config = module.get_config(arg) if arg else module.get_config()
+  config.lock()
+  for override in overrides:
+    apply_override(config, override)
+  validate(config)
+  return config
+
+
+def apply_override(config, override):
+  """'train.steps=100' sets that field; the value is a Python literal or a bare string."""
+  key, sep, text = override.partition('=')
+  if not sep:
+    raise ConfigError(f'override {override!r}: write it as --config.{key}=VALUE')
+  try:
+    value = ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    value = text
+  *parents, leaf = key.split('.')
+  node = config
+  for i, name in enumerate(parents):
+    if not isinstance(node, ml_collections.ConfigDict) or name not in node:
+      raise ConfigError(f'unknown config key {".".join(parents[:i + 1])!r} in --config.{key}')
+    node = node[name]
+  if not isinstance(node, ml_collections.ConfigDict) or leaf not in node:
+    raise ConfigError(f'unknown config key {key!r}; check the spelling against the config file')
+  if isinstance(node[leaf], float) and isinstance(value, int):
+    value = float(value)
+  try:
+    node[leaf] = value
+  except TypeError as e:
+    raise ConfigError(f'--config.{key}={text}: wrong type ({e}); '
+                      f'expected a {type(node[leaf]).__name__}') from None
+
+
+# ------------------------------------------------------------------------- validation
+
+def _one_of(name, value, allowed):
+  if value not in allowed:
+    raise ConfigError(f'{name}={value!r} is not one of {", ".join(map(repr, allowed))}')
+
+
+def _positive(name, value):
+  if not value > 0:
+    raise ConfigError(f'{name}={value} must be positive')
+
+
+def head_dim(m):
+  return m.head_dim or m.d_model // m.num_heads
+
+
+def kv_heads(m):
+  return m.num_kv_heads or m.num_heads
+
+
+def validate(config):
+  """Raises ConfigError naming the first field that cannot work; returns the config."""
+  m, d, t, o = config.model, config.data, config.train, config.optim
+  _one_of('model.family', m.family, FAMILIES)
+  if m.family not in BUILT_FAMILIES:
+    raise ConfigError(f'model.family={m.family!r} is not built yet in this version; '
+                      f'use one of {BUILT_FAMILIES}')
+  for name in ('vocab_size', 'd_model', 'num_layers', 'num_heads', 'mlp_dim', 'max_length'):
+    _positive(f'model.{name}', m[name])
+  if m.head_dim == 0 and m.d_model % m.num_heads:
+    raise ConfigError(f'model.num_heads={m.num_heads} does not divide model.d_model={m.d_model}; '
+                      'change num_heads or set model.head_dim')
+  if m.num_kv_heads < 0 or m.num_heads % kv_heads(m):
+    raise ConfigError(f'model.num_kv_heads={m.num_kv_heads} does not divide '
+                      f'model.num_heads={m.num_heads}; use a divisor (1 = MQA)')
+  _one_of('model.activation', m.activation, ACTIVATIONS)
+  _one_of('model.norm', m.norm, NORMS)
+  _one_of('model.norm_position', m.norm_position, NORM_POSITIONS)
+  _one_of('model.block', m.block, BLOCKS)
+  _one_of('model.position', m.position, POSITIONS)
+  _one_of('model.remat', m.remat, REMAT_POLICIES)
+  _one_of('model.dtype', m.dtype, DTYPES)
+  _one_of('model.param_dtype', m.param_dtype, DTYPES)
+  _one_of('model.attention.kernel', m.attention.kernel, KERNELS)
+  if m.attention.window < 0:
+    raise ConfigError(f'model.attention.window={m.attention.window} must be >= 0 (0 = none)')
+  if m.block == 'parallel' and m.norm_position != 'pre':
+    raise ConfigError("model.block='parallel' needs model.norm_position='pre'")
+  if m.position == 'rope' and head_dim(m) % 2:
+    raise ConfigError(f'model.position=rope needs an even head_dim, got {head_dim(m)}')
+  if m.moe.num_experts:
+    raise ConfigError('model.moe.num_experts>0: mixture of experts is not built yet in this '
+                      'version; set model.moe.num_experts=0')
+  if not 0 <= m.dropout_rate < 1:
+    raise ConfigError(f'model.dropout_rate={m.dropout_rate} must be in [0, 1)')
+
+  _one_of('data.objective', d.objective, OBJECTIVES)
+  _one_of('data.tokenizer.type', d.tokenizer.type, TOKENIZERS)
+  _positive('data.seq_len', d.seq_len)
+  if m.position == 'learned' and d.seq_len > m.max_length:
+    raise ConfigError(f'data.seq_len={d.seq_len} exceeds model.max_length={m.max_length} '
+                      'of the learned position table; lower seq_len')
+  if not 0 < d.eval_fraction < 1:
+    raise ConfigError(f'data.eval_fraction={d.eval_fraction} must be in (0, 1)')
+  if d.tokenizer.vocab_size > m.vocab_size:
+    raise ConfigError(f'data.tokenizer.vocab_size={d.tokenizer.vocab_size} exceeds '
+                      f'model.vocab_size={m.vocab_size}')
+
+  for name in ('steps', 'batch_size', 'log_every', 'eval_every', 'checkpoint_every',
+               'keep_checkpoints', 'max_nonfinite_steps'):
+    _positive(f'train.{name}', t[name])
+  if t.eval_batches < 0 or t.z_loss < 0:
+    raise ConfigError('train.eval_batches and train.z_loss must be >= 0')
+
+  _positive('optim.learning_rate', o.learning_rate)
+  _one_of('optim.schedule', o.schedule, SCHEDULES)
+  if o.warmup_steps < 0 or o.warmup_steps >= t.steps:
+    raise ConfigError(f'optim.warmup_steps={o.warmup_steps} must be in [0, train.steps={t.steps})')
+  for name in ('weight_decay', 'clip_norm', 'eps', 'min_learning_rate_ratio'):
+    if o[name] < 0:
+      raise ConfigError(f'optim.{name}={o[name]} must be >= 0')
+  for name in ('b1', 'b2'):
+    if not 0 <= o[name] < 1:
+      raise ConfigError(f'optim.{name}={o[name]} must be in [0, 1)')
+
+  for axis in MESH_AXES:
+    if config.mesh[axis] == 0 or config.mesh[axis] < -1:
+      raise ConfigError(f'mesh.{axis}={config.mesh[axis]} must be positive or -1 (the rest)')
+  if [config.mesh[a] for a in MESH_AXES].count(-1) > 1:
+    raise ConfigError('mesh: at most one axis may be -1 (all remaining devices)')
+  for rule in config.sharding.rules:
+    if len(rule) != 2:
+      raise ConfigError(f'sharding.rules entry {rule!r}: write (logical_axis, mesh_axes)')
+    targets = rule[1] if isinstance(rule[1], (tuple, list)) else (rule[1],)
+    for target in targets:
+      if target is not None and target not in MESH_AXES:
+        raise ConfigError(f'sharding.rules: {rule[0]!r} -> unknown mesh axis {target!r}; '
+                          f'use {MESH_AXES}')
+  return config

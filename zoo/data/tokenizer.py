@@ -1,0 +1,57 @@
+"""SentencePiece tokenizer: trained on the corpus on first use, cached in the workdir."""
+
+import io
+import os
+
+import sentencepiece as spm
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+_MAX_TRAINING_DOCUMENTS = 200_000
+
+
+class Tokenizer:
+  """Thin wrapper: encode/decode plus the special ids the pipeline uses."""
+
+  def __init__(self, model_proto):
+    self.processor = spm.SentencePieceProcessor(model_proto=model_proto)
+    self.model_proto = model_proto
+    self.vocab_size = self.processor.vocab_size()
+    self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID
+
+  def encode(self, texts):
+    return self.processor.encode(list(texts))
+
+  def decode(self, ids):
+    return self.processor.decode([int(i) for i in ids])
+
+
+def train(documents, vocab_size, model_type):
+  """Trains a byte-fallback tokenizer that keeps newlines and spacing exactly."""
+  proto = io.BytesIO()
+  spm.SentencePieceTrainer.train(
+      sentence_iterator=iter(documents[:_MAX_TRAINING_DOCUMENTS]), model_writer=proto,
+      vocab_size=vocab_size, model_type=model_type, character_coverage=1.0,
+      byte_fallback=True, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+      user_defined_symbols=['\n'], remove_extra_whitespaces=False,
+      normalization_rule_name='identity', max_sentence_length=1 << 16,
+      hard_vocab_limit=False, num_threads=os.cpu_count() or 1, minloglevel=2)
+  return Tokenizer(proto.getvalue())
+
+
+def load_or_train(tokenizer_config, documents, workdir):
+  """The model at tokenizer.path, else the cached one in WORKDIR/tokenizer, else a new one."""
+  if tokenizer_config.path:
+    with open(tokenizer_config.path, 'rb') as f:
+      return Tokenizer(f.read())
+  cache = os.path.join(workdir, 'tokenizer',
+                       f'{tokenizer_config.type}_{tokenizer_config.vocab_size}.model')
+  if os.path.exists(cache):
+    with open(cache, 'rb') as f:
+      return Tokenizer(f.read())
+  tokenizer = train(documents, tokenizer_config.vocab_size, tokenizer_config.type)
+  os.makedirs(os.path.dirname(cache), exist_ok=True)
+  partial = f'{cache}.{os.getpid()}.tmp'
+  with open(partial, 'wb') as f:
+    f.write(tokenizer.model_proto)
+  os.replace(partial, cache)  # atomic: concurrent processes never read half a file
+  return tokenizer

@@ -1,0 +1,69 @@
+"""Entry point: python -m zoo.launch --config=configs/NAME.py[:arg] --workdir=DIR [--mode=...]
+
+Overrides follow the config: --config.train.steps=100 --config.model.dropout_rate=0.1.
+Bad input ends with one line naming the field and the fix, exit code 2, before any compile.
+"""
+
+import os
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string('config', None, 'configs/NAME.py[:arg]', required=True)
+flags.DEFINE_string('workdir', None, 'metrics.jsonl, TensorBoard events, checkpoints/',
+                    required=True)
+flags.DEFINE_enum('mode', 'train', ['train', 'eval'], 'what to run')
+flags.DEFINE_string('coordinator_address', None,
+                    'host:port of process 0, for multi-process runs off TPU VMs / SLURM')
+flags.DEFINE_integer('num_processes', None, 'processes in a multi-process run')
+flags.DEFINE_integer('process_id', None, 'this process, in a multi-process run')
+
+_OVERRIDE_PREFIX = '--config.'
+
+
+def split_overrides(argv):
+  """--config.a.b=v arguments (for zoo.config.load) apart from the absl flags."""
+  overrides = [a[len(_OVERRIDE_PREFIX):] for a in argv if a.startswith(_OVERRIDE_PREFIX)]
+  return overrides, [a for a in argv if not a.startswith(_OVERRIDE_PREFIX)]
+
+
+def _initialize_distributed():
+  import jax  # pylint: disable=g-import-not-at-top
+  if FLAGS.num_processes and FLAGS.num_processes > 1:
+    jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes,
+                               FLAGS.process_id, initialization_timeout=300)
+  elif any(v in os.environ for v in ('TPU_WORKER_HOSTNAMES', 'SLURM_JOB_ID')):
+    jax.distributed.initialize()
+
+
+def run(overrides):
+  """Loads the config, starts distributed, runs the mode; bad input -> exit 2."""
+  from zoo import config as config_lib  # pylint: disable=g-import-not-at-top
+  from zoo.train import loop  # pylint: disable=g-import-not-at-top
+  if not any(a.startswith(('-v', '--verbosity')) for a in sys.argv):
+    logging.set_verbosity(logging.WARNING)  # orbax and grain log every save at INFO
+  try:
+    config = config_lib.load(FLAGS.config, overrides)
+    _initialize_distributed()
+    if FLAGS.mode == 'train':
+      loop.train(config, FLAGS.workdir)
+    else:
+      loop.evaluate(config, FLAGS.workdir)
+  except config_lib.ConfigError as e:
+    print(f'error: {e}', file=sys.stderr, flush=True)
+    sys.exit(2)
+  except loop.TrainingError as e:
+    print(f'error: {e}', file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def main():
+  overrides, argv = split_overrides(sys.argv)
+  app.run(lambda _: run(overrides), argv=argv)
+
+
+if __name__ == '__main__':
+  main()

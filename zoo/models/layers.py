@@ -1,0 +1,150 @@
+"""Building blocks: dense layers with logical axes, embeddings, norms, MLPs, positions.
+
+Glossary: B batch, L length, D d_model, H heads, K head dim, F mlp width, V vocab.
+"""
+
+from typing import Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Initializer = Callable[..., jax.Array]
+
+
+def _as_tuple(x):
+  return tuple(x) if isinstance(x, Sequence) else (x,)
+
+
+class DenseGeneral(nn.Module):
+  """x @ kernel over the trailing `num_in` dims; the kernel carries logical axis names."""
+  features: int | tuple[int, ...]
+  kernel_axes: tuple[str, ...]
+  num_in: int = 1
+  use_bias: bool = False
+  dtype: jnp.dtype = jnp.float32
+  param_dtype: jnp.dtype = jnp.float32
+  init_scale: float = 1.0  # variance scale on fan-in
+
+  @nn.compact
+  def __call__(self, x):
+    features = _as_tuple(self.features)
+    in_shape = x.shape[-self.num_in:]
+    in_axes = tuple(range(self.num_in))
+    out_axes = tuple(range(self.num_in, self.num_in + len(features)))
+    init = nn.initializers.variance_scaling(
+        self.init_scale, 'fan_in', 'truncated_normal', in_axis=in_axes, out_axis=out_axes)
+    kernel = self.param('kernel', nn.with_logical_partitioning(init, self.kernel_axes),
+                        in_shape + features, self.param_dtype)
+    x_axes = tuple(range(x.ndim - self.num_in, x.ndim))
+    y = jax.lax.dot_general(x.astype(self.dtype), kernel.astype(self.dtype),
+                            ((x_axes, in_axes), ((), ())))
+    if self.use_bias:
+      bias = self.param('bias', nn.with_logical_partitioning(
+          nn.initializers.zeros, self.kernel_axes[self.num_in:]), features, self.param_dtype)
+      y = y + bias.astype(self.dtype)
+    return y
+
+
+class Embed(nn.Module):
+  """Token (or position) table [V, D]; `attend` gives logits against it for tied heads."""
+  num_embeddings: int
+  features: int
+  axes: tuple[str, str] = ('vocab', 'embed')
+  init_std: float = 1.0
+  dtype: jnp.dtype = jnp.float32
+  param_dtype: jnp.dtype = jnp.float32
+
+  def setup(self):
+    self.embedding = self.param(
+        'embedding',
+        nn.with_logical_partitioning(nn.initializers.normal(self.init_std), self.axes),
+        (self.num_embeddings, self.features), self.param_dtype)
+
+  def __call__(self, ids_BL):
+    return jnp.take(self.embedding, ids_BL, axis=0).astype(self.dtype)
+
+  def attend(self, x_BLD):
+    return jnp.einsum('BLD,VD->BLV', x_BLD.astype(self.dtype), self.embedding.astype(self.dtype))
+
+
+class Norm(nn.Module):
+  """LayerNorm or RMSNorm over the last axis, computed in float32."""
+  kind: str  # 'layernorm' | 'rmsnorm'
+  eps: float = 1e-6
+  use_bias: bool = True  # LayerNorm only; RMSNorm never has one
+  dtype: jnp.dtype = jnp.float32
+  param_dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BLD):
+    x = x_BLD.astype(jnp.float32)
+    if self.kind == 'layernorm':
+      x = x - jnp.mean(x, axis=-1, keepdims=True)
+    x = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + self.eps)
+    features = (x.shape[-1],)
+    scale = self.param('scale', nn.with_logical_partitioning(nn.initializers.ones, ('embed',)),
+                       features, self.param_dtype)
+    x = x * scale.astype(jnp.float32)
+    if self.kind == 'layernorm' and self.use_bias:
+      bias = self.param('bias', nn.with_logical_partitioning(nn.initializers.zeros, ('embed',)),
+                        features, self.param_dtype)
+      x = x + bias.astype(jnp.float32)
+    return x.astype(self.dtype)
+
+
+ACTIVATION_FNS = {
+    'relu': jax.nn.relu,
+    'gelu': lambda x: jax.nn.gelu(x, approximate=False),
+    'gelu_tanh': lambda x: jax.nn.gelu(x, approximate=True),
+    'swiglu': jax.nn.silu,  # gated: act(x W0) * (x W1)
+    'geglu': lambda x: jax.nn.gelu(x, approximate=True),
+}
+GATED = ('swiglu', 'geglu')
+
+
+class MLP(nn.Module):
+  """Feed-forward: wo(act(x wi)), or wo(act(x wi_0) * (x wi_1)) for the gated kinds."""
+  mlp_dim: int
+  activation: str
+  use_bias: bool = False
+  out_init_scale: float = 1.0
+  dtype: jnp.dtype = jnp.float32
+  param_dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BLD):
+    dense = lambda name, f, axes, scale=1.0: DenseGeneral(
+        f, axes, use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype,
+        init_scale=scale, name=name)
+    act = ACTIVATION_FNS[self.activation]
+    if self.activation in GATED:
+      h_BLF = act(dense('wi_0', self.mlp_dim, ('embed', 'mlp'))(x_BLD))
+      h_BLF = h_BLF * dense('wi_1', self.mlp_dim, ('embed', 'mlp'))(x_BLD)
+    else:
+      h_BLF = act(dense('wi', self.mlp_dim, ('embed', 'mlp'))(x_BLD))
+    h_BLF = nn.with_logical_constraint(h_BLF, ('batch', 'length', 'mlp'))
+    return dense('wo', x_BLD.shape[-1], ('mlp', 'embed'), self.out_init_scale)(h_BLF)
+
+
+# ------------------------------------------------------------------------- positions
+
+def sinusoidal(positions_BL, features, max_timescale=10_000.0):
+  """Transformer (Vaswani et al.) sin/cos position encodings [B, L, D], float32."""
+  half = features // 2
+  inv_freq = max_timescale ** (-np.arange(half, dtype=np.float32) / max(half - 1, 1))
+  angles_BLk = positions_BL[..., None].astype(jnp.float32) * inv_freq
+  return jnp.concatenate([jnp.sin(angles_BLk), jnp.cos(angles_BLk)], axis=-1)
+
+
+def apply_rope(x_BLHK, positions_BL, theta):
+  """Rotates channel pairs (i, i + K/2) by position * theta^(-2i/K), in float32."""
+  half = x_BLHK.shape[-1] // 2
+  inv_freq = theta ** (-np.arange(half, dtype=np.float32) * 2 / x_BLHK.shape[-1])
+  angles_BLk = positions_BL[..., None].astype(jnp.float32) * inv_freq
+  sin_BL1k, cos_BL1k = jnp.sin(angles_BLk)[:, :, None], jnp.cos(angles_BLk)[:, :, None]
+  x = x_BLHK.astype(jnp.float32)
+  x1, x2 = x[..., :half], x[..., half:]
+  rotated = jnp.concatenate([x1 * cos_BL1k - x2 * sin_BL1k, x2 * cos_BL1k + x1 * sin_BL1k], -1)
+  return rotated.astype(x_BLHK.dtype)

@@ -1,0 +1,127 @@
+"""Transformer blocks and stacks, composed from the model config.
+
+Glossary: B batch, L length, D d_model, V vocab.
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from zoo import config as config_lib
+from zoo.models import attention
+from zoo.models import layers
+
+REMAT_POLICIES = {
+    'full': None,  # save nothing, recompute the whole block
+    'dots': jax.checkpoint_policies.checkpoint_dots,
+    'dots_no_batch': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+def _dtypes(m):
+  return dict(dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype))
+
+
+class Block(nn.Module):
+  """One layer: attention and MLP, sequential (pre- or post-norm) or PaLM-parallel."""
+  config: Any  # frozen model config
+  train: bool = False
+
+  @nn.compact
+  def __call__(self, x_BLD, mask, positions_BL):
+    m = self.config
+    norm = lambda name: layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name=name,
+                                    **_dtypes(m))
+    attend = attention.MultiHeadAttention(
+        m.num_heads, config_lib.kv_heads(m), config_lib.head_dim(m), use_bias=m.use_bias,
+        rope_theta=m.rope_theta if m.position == 'rope' else None, name='attention',
+        **_dtypes(m))
+    mlp = layers.MLP(m.mlp_dim, m.activation, use_bias=m.use_bias, name='mlp', **_dtypes(m))
+    drop = lambda y: nn.Dropout(m.dropout_rate)(y, deterministic=not self.train)
+    self_attend = lambda h: attend(h, mask=mask, q_positions_BL=positions_BL,
+                                   kv_positions_BS=positions_BL)
+
+    if m.block == 'parallel':
+      h_BLD = norm('norm')(x_BLD)
+      x_BLD = x_BLD + drop(self_attend(h_BLD)) + drop(mlp(h_BLD))
+    elif m.norm_position == 'pre':
+      x_BLD = x_BLD + drop(self_attend(norm('attention_norm')(x_BLD)))
+      x_BLD = x_BLD + drop(mlp(norm('mlp_norm')(x_BLD)))
+    else:
+      x_BLD = norm('attention_norm')(x_BLD + drop(self_attend(x_BLD)))
+      x_BLD = norm('mlp_norm')(x_BLD + drop(mlp(x_BLD)))
+    return nn.with_logical_constraint(x_BLD, ('batch', 'length', 'embed')), None
+
+
+def stack(m, train, num_layers, name):
+  """`num_layers` Blocks, scanned (one compiled body) or unrolled, with the remat policy."""
+  block_cls = Block
+  if m.remat != 'none':
+    block_cls = nn.remat(Block, policy=REMAT_POLICIES[m.remat], prevent_cse=not m.scan_layers)
+  if m.scan_layers:
+    scanned = nn.scan(block_cls, variable_axes={'params': 0},
+                      split_rngs={'params': True, 'dropout': True},
+                      in_axes=(nn.broadcast, nn.broadcast), length=num_layers,
+                      metadata_params={nn.PARTITION_NAME: 'layers'})
+    return scanned(m, train, name=name)
+
+  blocks = [block_cls(m, train, name=f'{name}_{i}') for i in range(num_layers)]
+
+  def run(x_BLD, mask, positions_BL):
+    for block in blocks:
+      x_BLD, _ = block(x_BLD, mask, positions_BL)
+    return x_BLD, None
+  return run
+
+
+def default_positions(batch, inputs_key='inputs', positions_key='positions',
+                      segment_key='segment_ids'):
+  """The batch's (segment_ids, positions), defaulting to one segment and arange."""
+  ids_BL = batch[inputs_key]
+  segment_ids_BL = batch.get(segment_key)
+  if segment_ids_BL is None:
+    segment_ids_BL = jnp.ones_like(ids_BL)
+  positions_BL = batch.get(positions_key)
+  if positions_BL is None:
+    positions_BL = jnp.broadcast_to(jnp.arange(ids_BL.shape[1]), ids_BL.shape)
+  return segment_ids_BL, positions_BL
+
+
+class Decoder(nn.Module):
+  """Decoder-only LM: batch {inputs, segment_ids?, positions?} -> float32 logits [B, L, V]."""
+  config: Any  # frozen model config
+
+  @nn.compact
+  def __call__(self, batch, train=False):
+    m = self.config
+    ids_BL = batch['inputs']
+    segment_ids_BL, positions_BL = default_positions(batch)
+    embed = layers.Embed(m.vocab_size, m.d_model, init_std=m.embed_init_std, name='token_embed',
+                         **_dtypes(m))
+    x_BLD = embed(ids_BL)
+    if m.position == 'learned':
+      x_BLD += layers.Embed(m.max_length, m.d_model, axes=(None, 'embed'), init_std=0.02,
+                            name='position_embed', **_dtypes(m))(positions_BL)
+    elif m.position == 'sinusoidal':
+      x_BLD += layers.sinusoidal(positions_BL, m.d_model).astype(x_BLD.dtype)
+    x_BLD = nn.Dropout(m.dropout_rate)(x_BLD, deterministic=not train)
+    x_BLD = nn.with_logical_constraint(x_BLD, ('batch', 'length', 'embed'))
+
+    mask = attention.causal_mask(ids_BL.shape[1]) & attention.segment_mask(
+        segment_ids_BL, segment_ids_BL)
+    if m.attention.window:
+      mask &= attention.sliding_window_mask(ids_BL.shape[1], m.attention.window)
+    x_BLD, _ = stack(m, train, m.num_layers, 'layers')(x_BLD, mask, positions_BL)
+
+    if m.norm_position == 'pre':
+      x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',
+                          **_dtypes(m))(x_BLD)
+    if m.tie_embeddings:
+      logits_BLV = embed.attend(x_BLD)
+    else:
+      logits_BLV = layers.DenseGeneral(m.vocab_size, ('embed', 'vocab'), use_bias=m.use_bias,
+                                       name='logits', **_dtypes(m))(x_BLD)
+    return nn.with_logical_constraint(logits_BLV.astype(jnp.float32),
+                                      ('batch', 'length', 'vocab'))

@@ -1,0 +1,79 @@
+"""The device mesh from `config.mesh`, logical-axis rules, and shardings for state and batches."""
+
+import math
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from zoo.config import MESH_AXES, ConfigError
+
+BATCH_AXES = ('data', 'fsdp')
+
+
+def mesh_shape(mesh_config, num_devices):
+  """config.mesh with -1 resolved -> {axis: size}; the product must be the device count."""
+  sizes = {axis: mesh_config[axis] for axis in MESH_AXES}
+  known = math.prod(size for size in sizes.values() if size != -1)
+  for axis, size in sizes.items():
+    if size == -1:
+      if num_devices % known:
+        raise ConfigError(f'mesh: the fixed axes multiply to {known}, which does not divide '
+                          f'{num_devices} devices; {_suggest(num_devices)}')
+      sizes[axis] = num_devices // known
+  if math.prod(sizes.values()) != num_devices:
+    raise ConfigError(f'mesh {sizes} has {math.prod(sizes.values())} devices but '
+                      f'{num_devices} are present; {_suggest(num_devices)}')
+  return sizes
+
+
+def _suggest(num_devices):
+  divisors = [d for d in range(1, num_devices + 1) if num_devices % d == 0]
+  return (f'set one axis to -1 or use sizes whose product is {num_devices} '
+          f'(divisors: {divisors})')
+
+
+def make_mesh(mesh_config, devices=None):
+  devices = jax.devices() if devices is None else devices
+  sizes = mesh_shape(mesh_config, len(devices))
+  grid = np.asarray(devices).reshape([sizes[a] for a in MESH_AXES])
+  return Mesh(grid, MESH_AXES)
+
+
+def rules(config):
+  """The config's (logical axis, mesh axes) pairs, as flax wants them."""
+  return tuple((logical, tuple(mesh) if isinstance(mesh, (list, tuple)) else mesh)
+               for logical, mesh in config.sharding.rules)
+
+
+def logical_to_shardings(logical_specs, mesh, axis_rules):
+  """A tree of logical PartitionSpecs -> NamedShardings on `mesh`."""
+  return nn.logical_to_mesh_sharding(logical_specs, mesh, axis_rules)
+
+
+def batch_sharding(mesh):
+  """Leading (batch) dim split over data x fsdp, the rest replicated."""
+  return NamedSharding(mesh, P(BATCH_AXES))
+
+
+def replicated(mesh):
+  return NamedSharding(mesh, P())
+
+
+def batch_shards(mesh):
+  return math.prod(mesh.shape[a] for a in BATCH_AXES)
+
+
+def check_batch(batch_size, mesh):
+  shards = batch_shards(mesh)
+  if batch_size % shards or batch_size % jax.process_count():
+    raise ConfigError(f'train.batch_size={batch_size} does not split over data x fsdp = {shards} '
+                      f'shards and {jax.process_count()} processes; use a multiple of '
+                      f'{math.lcm(shards, jax.process_count())}')
+
+
+def to_global(local_batch, mesh):
+  """Each process's rows of the batch -> one global jax.Array per key, split over the mesh."""
+  sharding = batch_sharding(mesh)
+  return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}

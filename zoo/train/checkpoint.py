@@ -1,0 +1,61 @@
+"""Checkpoints in WORKDIR/checkpoints (orbax): train state plus the data iterator's state.
+
+Restores always go into an abstract target built from the current mesh, so a checkpoint
+moves between meshes. An unreadable newest step is moved aside (never deleted) and the
+previous good one is used.
+"""
+
+import os
+import time
+
+import jax
+import orbax.checkpoint as ocp
+from absl import logging
+from jax.experimental import multihost_utils
+
+
+class Checkpointer:
+
+  def __init__(self, directory, keep):
+    self.directory = os.path.abspath(directory)
+    self.keep = keep
+    self.manager = self._open()
+
+  def _open(self):
+    options = ocp.CheckpointManagerOptions(max_to_keep=self.keep, create=True)
+    return ocp.CheckpointManager(self.directory, options=options, item_names=('state', 'data'))
+
+  def save(self, step, state, data_state):
+    """Starts an async save; the previous one is finished first."""
+    start = time.time()
+    self.manager.wait_until_finished()
+    self.manager.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)), force=True)
+    logging.info('checkpoint %d started in %.2fs', step, time.time() - start)
+
+  def latest_step(self):
+    return self.manager.latest_step()
+
+  def restore(self, abstract_state):
+    """Newest readable checkpoint -> (step, state, data_state), or None if there is none."""
+    for step in sorted(self.manager.all_steps(), reverse=True):
+      try:
+        restored = self.manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
+        return step, restored['state'], restored['data']
+      except Exception as e:  # pylint: disable=broad-except
+        aside = os.path.join(self.directory, f'unreadable-{step}-{int(time.time())}')
+        logging.warning('checkpoint %d is unreadable (%s: %s); moved to %s, trying the '
+                        'previous one', step, type(e).__name__, str(e)[:200], aside)
+        print(f'warning: checkpoint {step} is unreadable ({type(e).__name__}); moved aside '
+              f'to {aside}, falling back to the previous one', flush=True)
+        self.manager.close()
+        if jax.process_index() == 0:
+          os.rename(os.path.join(self.directory, str(step)), aside)
+        multihost_utils.sync_global_devices(f'zoo_checkpoint_aside_{step}')
+        self.manager = self._open()
+    return None
+
+  def close(self):
+    self.manager.wait_until_finished()
+    self.manager.close()

@@ -1,0 +1,218 @@
+"""The training loop, top to bottom: setup, data, state, loop (log, eval, checkpoint)."""
+
+import os
+import signal
+import time
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+from zoo import models
+from zoo import sharding
+from zoo.config import ConfigError
+from zoo.data import pipeline
+from zoo.data import tokenizer as tokenizer_lib
+from zoo.train import checkpoint
+from zoo.train import metrics as metrics_lib
+from zoo.train import optim
+from zoo.train import state as state_lib
+from zoo.train import step as step_lib
+
+
+class TrainingError(RuntimeError):
+  """Training cannot go on (e.g. repeated NaN/Inf); the message says why."""
+
+
+class _Setup:
+  """Everything both train and eval need, built in one pass before anything compiles."""
+
+  def __init__(self, config, workdir):
+    self.config, self.workdir = config, workdir
+    # --- mesh: fails on a device-count or batch mismatch before any compile
+    self.mesh = sharding.make_mesh(config.mesh)
+    sharding.check_batch(config.train.batch_size, self.mesh)
+    self.rules = sharding.rules(config)
+    self.local_batch_size = config.train.batch_size // jax.process_count()
+
+    # --- data: documents -> tokenizer -> token arrays, split once and for all
+    documents = pipeline.read_documents(config.data)
+    train_docs, eval_docs = pipeline.split_documents(
+        documents, config.data.eval_fraction, config.data.split_seed)
+    self.tokenizer = tokenizer_lib.load_or_train(config.data.tokenizer, train_docs, workdir)
+    if self.tokenizer.vocab_size > config.model.vocab_size:
+      raise ConfigError(f'the tokenizer has {self.tokenizer.vocab_size} pieces but '
+                        f'model.vocab_size={config.model.vocab_size}; raise vocab_size')
+    self.train_tokens = pipeline.tokenize(train_docs, self.tokenizer)
+    self.eval_tokens = pipeline.tokenize(eval_docs, self.tokenizer)
+
+    # --- model, optimizer, and the abstract sharded state
+    self.model = models.build(config.model)
+    self.learning_rate_fn = optim.schedule(config.optim, config.train.steps)
+    self.optimizer = optim.make(config.optim, config.train.steps)
+    self.init_fn, self.abstract_state, self.state_shardings = state_lib.make(
+        self.model, self.optimizer, config, self.mesh)
+    self.checkpointer = checkpoint.Checkpointer(
+        os.path.join(workdir, 'checkpoints'), config.train.keep_checkpoints)
+
+  def dataset(self, train):
+    return pipeline.make_dataset(
+        self.train_tokens if train else self.eval_tokens, self.config.data,
+        self.local_batch_size, train=train, seed=self.config.train.seed,
+        process_index=jax.process_index(), process_count=jax.process_count())
+
+  def jit(self, fn, in_shardings, out_shardings, donate_argnums=()):
+    """jit with explicit shardings, traced under the mesh and the logical-axis rules."""
+    jitted = jax.jit(fn, in_shardings=in_shardings, out_shardings=out_shardings,
+                     donate_argnums=donate_argnums)
+
+    def call(*args):
+      with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
+        return jitted(*args)
+    return call
+
+  def evaluator(self):
+    """-> evaluate(params) -> mean eval loss over the first train.eval_batches batches."""
+    eval_step = self.jit(step_lib.make_eval_step(self.model, self.config),
+                         (self.state_shardings['params'], sharding.batch_sharding(self.mesh)),
+                         sharding.replicated(self.mesh))
+    limit = self.config.train.eval_batches
+
+    def evaluate(params):
+      loss_sum = weight_sum = 0.0
+      for i, batch in enumerate(self.dataset(train=False)):
+        if limit and i >= limit:
+          break
+        out = jax.device_get(eval_step(params, sharding.to_global(batch, self.mesh)))
+        loss_sum, weight_sum = loss_sum + out['loss_sum'], weight_sum + out['weight_sum']
+      return float(loss_sum / max(weight_sum, 1.0))
+    return evaluate
+
+
+def _describe(setup, params, start_step):
+  """The run header: what runs where, with the derived batch numbers (printed and logged)."""
+  config, mesh = setup.config, setup.mesh
+  header = {
+      'event': 'start', 'step': start_step, 'processes': jax.process_count(),
+      'devices': jax.device_count(), 'device_kind': jax.devices()[0].device_kind,
+      'mesh': dict(mesh.shape), 'params': state_lib.param_count(params),
+      'batch_global': config.train.batch_size, 'batch_per_process': setup.local_batch_size,
+      'batch_per_device': config.train.batch_size // sharding.batch_shards(mesh),
+      'seq_len': config.data.seq_len, 'vocab': setup.tokenizer.vocab_size,
+      'attention_kernel': 'xla', 'train_documents': len(setup.train_tokens),
+  }
+  print(' '.join(f'{k}={v}' for k, v in header.items()), flush=True)
+  return header
+
+
+def train(config, workdir):
+  """Trains (or resumes) per config; returns the last train metrics row."""
+  setup = _Setup(config, workdir)
+  t = config.train
+  is_main = jax.process_index() == 0
+
+  # --- state: resume from the newest readable checkpoint, else initialise sharded
+  data_iter = iter(setup.dataset(train=True))
+  restored = setup.checkpointer.restore(setup.abstract_state)
+  if restored:
+    start_step, state, data_state = restored
+    data_iter.set_state(data_state)
+  else:
+    start_step = 0
+    state = setup.jit(setup.init_fn, None, setup.state_shardings)(jax.random.PRNGKey(t.seed))
+  if start_step >= t.steps:
+    print(f'already trained: checkpoint at step {start_step} >= train.steps={t.steps}')
+    setup.checkpointer.close()
+    return None
+
+  train_step = setup.jit(
+      step_lib.make_train_step(setup.model, setup.optimizer, setup.learning_rate_fn, config),
+      (setup.state_shardings, sharding.batch_sharding(setup.mesh)),
+      (setup.state_shardings, sharding.replicated(setup.mesh)), donate_argnums=(0,))
+  evaluate = setup.evaluator()
+  writer = metrics_lib.Writer(workdir, enabled=is_main)
+  writer.write(_describe(setup, state['params'], start_step))
+  flops_per_token = metrics_lib.flops_per_token(config, state['params'])
+  tokens_per_step = t.batch_size * config.data.seq_len
+
+  preempted = []
+  previous_handler = signal.signal(signal.SIGTERM, lambda *_: preempted.append(True))
+
+  def save(step):
+    setup.checkpointer.save(step, state, data_iter.get_state())
+
+  # --- loop: dispatch step n, then read step n-1's metrics while n runs
+  last_row, pending = None, None
+  window_start, window_steps, run_start = time.time(), 0, time.time()
+
+  def finish(step, metrics):
+    nonlocal last_row, window_start, window_steps
+    metrics = jax.device_get(metrics)
+    window_steps += 1
+    if metrics['nonfinite_streak'] >= t.max_nonfinite_steps:
+      raise TrainingError(
+          f'{int(metrics["nonfinite_streak"])} updates in a row had a NaN/Inf loss or gradient '
+          f'(last at step {step}); weights are unchanged since; lower optim.learning_rate or '
+          'check the data')
+    if step % t.log_every and step != t.steps:
+      return
+    elapsed = time.time() - window_start
+    tokens_per_sec = window_steps * tokens_per_step / elapsed
+    row = {'step': step, **{k: metrics[k] for k in ('loss', 'learning_rate', 'grad_norm')},
+           'tokens_per_sec': tokens_per_sec,
+           'mfu': metrics_lib.mfu(tokens_per_sec * flops_per_token, jax.devices()),
+           'nonfinite_total': metrics['nonfinite_total']}
+    if t.z_loss:
+      row['z_loss'] = metrics['z_loss']
+    writer.write(row)
+    eta = (t.steps - step) * elapsed / window_steps
+    print(f'step {step}/{t.steps} loss {row["loss"]:.4f} lr {row["learning_rate"]:.2e} '
+          f'grad_norm {row["grad_norm"]:.3f} tokens/s {tokens_per_sec:,.0f} '
+          f'eta {eta:,.0f}s', flush=True)
+    last_row, window_start, window_steps = row, time.time(), 0
+
+  try:
+    for step in range(start_step + 1, t.steps + 1):
+      batch = sharding.to_global(next(data_iter), setup.mesh)
+      state, metrics = train_step(state, batch)
+      if pending:
+        finish(*pending)
+      pending = (step, metrics)
+
+      if step % t.eval_every == 0 or step == t.steps:
+        finish(*pending)
+        pending = None
+        eval_loss = evaluate(state['params'])
+        writer.write({'step': step, 'eval_loss': eval_loss})
+        print(f'step {step} eval_loss {eval_loss:.4f}', flush=True)
+      if step % t.checkpoint_every == 0 or step == t.steps or preempted:
+        save(step)
+      if preempted:
+        print(f'SIGTERM: saved a checkpoint at step {step}; exiting', flush=True)
+        break
+    if pending:
+      finish(*pending)
+  finally:
+    signal.signal(signal.SIGTERM, previous_handler)
+    setup.checkpointer.close()
+    writer.close()
+  print(f'done in {time.time() - run_start:.0f}s', flush=True)
+  return last_row
+
+
+def evaluate(config, workdir):
+  """--mode=eval: the newest checkpoint's eval loss, printed and logged."""
+  setup = _Setup(config, workdir)
+  restored = setup.checkpointer.restore(setup.abstract_state)
+  setup.checkpointer.close()
+  if not restored:
+    raise ConfigError(f'--mode=eval: no checkpoint in {workdir}/checkpoints; train first '
+                      'or pass the workdir of a trained run')
+  step, state, _ = restored
+  eval_loss = setup.evaluator()(state['params'])
+  if jax.process_index() == 0:
+    writer = metrics_lib.Writer(workdir)
+    writer.write({'step': step, 'eval_loss': eval_loss, 'mode': 'eval'})
+    writer.close()
+  print(f'step {step} eval_loss {eval_loss:.4f}', flush=True)
+  return eval_loss

@@ -1,0 +1,97 @@
+"""FLOPs and MFU by one written convention, and the metrics writers (JSONL + TensorBoard).
+
+FLOPs convention (training, per token): 6 * N_matmul + 6 * layers * seq_len * H * K, where
+N_matmul is every parameter but the input embedding tables (a gather, not a matmul; a tied
+table counts once, as the output head) and the attention term counts causal attention as
+half of the full 12 * layers * seq_len * H * K. Remat recompute is not counted (MFU, not HFU).
+"""
+
+import json
+import os
+
+import jax
+import numpy as np
+from tensorboardX import SummaryWriter
+
+from zoo import config as config_lib
+
+# Dense bf16 peak FLOP/s per device, by jax device_kind prefix (vendor data sheets).
+PEAK_FLOPS = (
+    ('TPU v4', 275e12),
+    ('TPU v5 lite', 197e12), ('TPU v5e', 197e12),
+    ('TPU v5p', 459e12), ('TPU v5', 459e12),
+    ('TPU v6 lite', 918e12), ('TPU v6e', 918e12), ('TPU7x', 2307e12),
+    ('NVIDIA A100', 312e12),
+    ('NVIDIA H100', 989e12), ('NVIDIA H200', 989e12), ('NVIDIA GH200', 989e12),
+    ('NVIDIA B200', 2250e12),
+)
+
+
+def peak_flops(device):
+  """Peak FLOP/s of one device, or None where unknown (CPUs)."""
+  for prefix, flops in PEAK_FLOPS:
+    if device.device_kind.startswith(prefix):
+      return flops
+  return None
+
+
+def flops_per_token(config, params):
+  """Training FLOPs per token by the convention in this module's docstring."""
+  m = config.model
+  n = sum(x.size for x in jax.tree.leaves(params))
+  if not m.tie_embeddings:
+    n -= m.vocab_size * m.d_model
+  if m.position == 'learned':
+    n -= m.max_length * m.d_model
+  attention = 6 * m.num_layers * config.data.seq_len * m.num_heads * config_lib.head_dim(m)
+  return 6 * n + attention
+
+
+def mfu(flops_per_sec, devices):
+  peaks = [peak_flops(d) for d in devices]
+  if any(p is None for p in peaks):
+    return None
+  return flops_per_sec / sum(peaks)
+
+
+class Writer:
+  """Appends rows to WORKDIR/metrics.jsonl and scalars to TensorBoard; process 0 only."""
+
+  def __init__(self, workdir, enabled=True):
+    self.enabled = enabled
+    if not enabled:
+      return
+    os.makedirs(workdir, exist_ok=True)
+    self.jsonl = open(os.path.join(workdir, 'metrics.jsonl'), 'a', encoding='utf-8')
+    self.tensorboard = SummaryWriter(workdir)
+
+  def write(self, row):
+    if not self.enabled:
+      return
+    row = {k: _plain(v) for k, v in row.items()}
+    self.jsonl.write(json.dumps(row) + '\n')
+    self.jsonl.flush()
+    for key, value in row.items():
+      if key != 'step' and isinstance(value, (int, float)) and not isinstance(value, bool):
+        self.tensorboard.add_scalar(key, value, row['step'])
+    self.tensorboard.flush()
+
+  def close(self):
+    if self.enabled:
+      self.jsonl.close()
+      self.tensorboard.close()
+
+
+def _plain(value):
+  """numpy scalars -> Python numbers; NaN/Inf -> None so every row stays valid JSON."""
+  if isinstance(value, (np.generic, np.ndarray)):
+    value = value.item()
+  if isinstance(value, float) and not np.isfinite(value):
+    return None
+  return value
+
+
+def read(workdir):
+  """All rows of WORKDIR/metrics.jsonl."""
+  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
+    return [json.loads(line) for line in f if line.strip()]

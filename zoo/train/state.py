@@ -1,0 +1,41 @@
+"""The train state, created sharded: eval_shape -> logical specs -> jit(init, out_shardings)."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import PartitionSpec as P
+
+from zoo import models
+from zoo import sharding
+
+
+def param_count(params):
+  return sum(x.size for x in jax.tree.leaves(params))
+
+
+def make(model, optimizer, config, mesh):
+  """-> (init_fn(rng) -> state, abstract state with shardings attached, shardings)."""
+  batch = models.example_batch(config.model, 1, config.data.seq_len)
+
+  def init_fn(rng):
+    params_rng, state_rng = jax.random.split(rng)
+    params = nn.unbox(model.init(params_rng, batch)['params'])
+    return {'step': jnp.zeros((), jnp.int32), 'params': params,
+            'opt_state': optimizer.init(params), 'rng': state_rng,
+            'nonfinite_streak': jnp.zeros((), jnp.int32),
+            'nonfinite_total': jnp.zeros((), jnp.int32)}
+
+  rng = jax.random.PRNGKey(0)
+  abstract = jax.eval_shape(init_fn, rng)
+  param_specs = nn.get_partition_spec(jax.eval_shape(model.init, rng, batch)['params'])
+  is_spec = lambda x: isinstance(x, P)
+  opt_specs = optax.tree_utils.tree_map_params(
+      optimizer, lambda _, spec: spec, abstract['opt_state'], param_specs,
+      transform_non_params=lambda _: P(), is_leaf=is_spec)
+  specs = {key: P() for key in abstract}
+  specs.update(params=param_specs, opt_state=opt_specs)
+  shardings = sharding.logical_to_shardings(specs, mesh, sharding.rules(config))
+  abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                          abstract, shardings)
+  return init_fn, abstract, shardings

@@ -1,0 +1,77 @@
+"""Loss, train_step and eval_step: pure functions of (state, batch), jitted by the loop.
+
+State is a dict: step, params, opt_state, rng, nonfinite_streak, nonfinite_total.
+Glossary: B batch, L length, V vocab.
+"""
+
+import jax
+import jax.numpy as jnp
+import optax
+
+# Which batch keys hold the targets and weights of each family's loss.
+LOSS_KEYS = {
+    'decoder': ('targets', 'loss_weights'),
+    'encoder': ('targets', 'loss_weights'),
+    'encoder_decoder': ('decoder_targets', 'decoder_loss_weights'),
+}
+
+
+def cross_entropy(logits_BLV, targets_BL, weights_BL, z_loss=0.0):
+  """Weighted sums in float32: (negative log-likelihood, z-loss, weight)."""
+  logits_BLV = logits_BLV.astype(jnp.float32)
+  log_z_BL = jax.nn.logsumexp(logits_BLV, axis=-1)
+  target_logit_BL = jnp.take_along_axis(logits_BLV, targets_BL[..., None], axis=-1)[..., 0]
+  weights_BL = weights_BL.astype(jnp.float32)
+  return (jnp.sum((log_z_BL - target_logit_BL) * weights_BL),
+          jnp.sum(z_loss * jnp.square(log_z_BL) * weights_BL),
+          jnp.sum(weights_BL))
+
+
+def _batch_loss(model, params, batch, family, z_loss, rng=None):
+  targets_key, weights_key = LOSS_KEYS[family]
+  train = rng is not None
+  logits_BLV = model.apply({'params': params}, batch, train=train,
+                           rngs={'dropout': rng} if train else None)
+  return cross_entropy(logits_BLV, batch[targets_key], batch[weights_key], z_loss)
+
+
+def make_train_step(model, optimizer, learning_rate_fn, config):
+  """(state, batch) -> (state, metrics); a NaN/Inf loss or gradient leaves state unchanged."""
+  family, z_loss = config.model.family, config.train.z_loss
+
+  def loss_fn(params, batch, rng):
+    nll, z, weight = _batch_loss(model, params, batch, family, z_loss, rng)
+    weight = jnp.maximum(weight, 1.0)
+    return (nll + z) / weight, (nll / weight, z / weight)
+
+  def train_step(state, batch):
+    rng = jax.random.fold_in(state['rng'], state['step'])
+    (total, (loss, z)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state['params'], batch, rng)
+    grad_norm = optax.global_norm(grads)
+    updates, opt_state = optimizer.update(grads, state['opt_state'], state['params'])
+    params = optax.apply_updates(state['params'], updates)
+
+    finite = jnp.isfinite(total) & jnp.isfinite(grad_norm)
+    keep_if_finite = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+    streak = jnp.where(finite, 0, state['nonfinite_streak'] + 1)
+    new_state = dict(
+        state, step=state['step'] + 1,
+        params=keep_if_finite(params, state['params']),
+        opt_state=keep_if_finite(opt_state, state['opt_state']),
+        nonfinite_streak=streak,
+        nonfinite_total=state['nonfinite_total'] + (~finite).astype(jnp.int32))
+    metrics = {'loss': loss, 'z_loss': z, 'grad_norm': grad_norm,
+               'learning_rate': learning_rate_fn(state['step']),
+               'nonfinite_streak': streak, 'nonfinite_total': new_state['nonfinite_total']}
+    return new_state, metrics
+
+  return train_step
+
+
+def make_eval_step(model, config):
+  """(params, batch) -> summed loss and weight, so batches combine exactly."""
+  def eval_step(params, batch):
+    nll, _, weight = _batch_loss(model, params, batch, config.model.family, 0.0)
+    return {'loss_sum': nll, 'weight_sum': weight}
+  return eval_step
