@@ -5,6 +5,8 @@ import os
 
 import sentencepiece as spm
 
+from zoo.config import ConfigError
+
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 _MAX_TRAINING_DOCUMENTS = 200_000
 
@@ -28,13 +30,20 @@ class Tokenizer:
 def train(documents, vocab_size, model_type):
   """Trains a byte-fallback tokenizer that keeps newlines and spacing exactly."""
   proto = io.BytesIO()
-  spm.SentencePieceTrainer.train(
-      sentence_iterator=iter(documents[:_MAX_TRAINING_DOCUMENTS]), model_writer=proto,
-      vocab_size=vocab_size, model_type=model_type, character_coverage=1.0,
-      byte_fallback=True, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-      user_defined_symbols=['\n'], remove_extra_whitespaces=False,
-      normalization_rule_name='identity', max_sentence_length=1 << 16,
-      hard_vocab_limit=False, num_threads=os.cpu_count() or 1, minloglevel=2)
+  try:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(documents[:_MAX_TRAINING_DOCUMENTS]), model_writer=proto,
+        vocab_size=vocab_size, model_type=model_type, character_coverage=1.0,
+        byte_fallback=True, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+        user_defined_symbols=['\n'], remove_extra_whitespaces=False,
+        normalization_rule_name='identity', max_sentence_length=1 << 16,
+        hard_vocab_limit=False, num_threads=os.cpu_count() or 1, minloglevel=2)
+  except RuntimeError as e:
+    if 'Vocabulary size is smaller than required_chars' not in str(e):
+      raise
+    raise ConfigError(f'data.tokenizer.vocab_size={vocab_size} is too small for the 256 byte '
+                      'pieces plus the characters of this corpus; raise model.vocab_size '
+                      '(e.g. 512)') from None
   return Tokenizer(proto.getvalue())
 
 

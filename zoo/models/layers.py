@@ -37,13 +37,15 @@ class DenseGeneral(nn.Module):
         self.init_scale, 'fan_in', 'truncated_normal', in_axis=in_axes, out_axis=out_axes)
     kernel = self.param('kernel', nn.with_logical_partitioning(init, self.kernel_axes),
                         in_shape + features, self.param_dtype)
-    x_axes = tuple(range(x.ndim - self.num_in, x.ndim))
-    y = jax.lax.dot_general(x.astype(self.dtype), kernel.astype(self.dtype),
-                            ((x_axes, in_axes), ((), ())))
+    # One 2-D matmul: XLA:CPU runs it about twice as fast as the N-D dot_general.
+    fan_in, fan_out = int(np.prod(in_shape)), int(np.prod(features))
+    y = (x.astype(self.dtype).reshape(-1, fan_in) @
+         kernel.astype(self.dtype).reshape(fan_in, fan_out))
+    y = y.reshape(x.shape[:-self.num_in] + features)
     if self.use_bias:
       bias = self.param('bias', nn.with_logical_partitioning(
           nn.initializers.zeros, self.kernel_axes[self.num_in:]), features, self.param_dtype)
-      y = y + bias.astype(self.dtype)
+      y = y + bias.astype(self.dtype).reshape((1,) * (y.ndim - len(features)) + features)
     return y
 
 
@@ -84,13 +86,14 @@ class Norm(nn.Module):
       x = x - jnp.mean(x, axis=-1, keepdims=True)
     x = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + self.eps)
     features = (x.shape[-1],)
+    as_x = lambda p: p.astype(jnp.float32).reshape((1,) * (x.ndim - 1) + features)
     scale = self.param('scale', nn.with_logical_partitioning(nn.initializers.ones, ('embed',)),
                        features, self.param_dtype)
-    x = x * scale.astype(jnp.float32)
+    x = x * as_x(scale)
     if self.kind == 'layernorm' and self.use_bias:
       bias = self.param('bias', nn.with_logical_partitioning(nn.initializers.zeros, ('embed',)),
                         features, self.param_dtype)
-      x = x + bias.astype(jnp.float32)
+      x = x + as_x(bias)
     return x.astype(self.dtype)
 
 
@@ -134,7 +137,7 @@ def sinusoidal(positions_BL, features, max_timescale=10_000.0):
   """Transformer (Vaswani et al.) sin/cos position encodings [B, L, D], float32."""
   half = features // 2
   inv_freq = max_timescale ** (-np.arange(half, dtype=np.float32) / max(half - 1, 1))
-  angles_BLk = positions_BL[..., None].astype(jnp.float32) * inv_freq
+  angles_BLk = positions_BL[..., None].astype(jnp.float32) * inv_freq[None, None]
   return jnp.concatenate([jnp.sin(angles_BLk), jnp.cos(angles_BLk)], axis=-1)
 
 
@@ -142,7 +145,7 @@ def apply_rope(x_BLHK, positions_BL, theta):
   """Rotates channel pairs (i, i + K/2) by position * theta^(-2i/K), in float32."""
   half = x_BLHK.shape[-1] // 2
   inv_freq = theta ** (-np.arange(half, dtype=np.float32) * 2 / x_BLHK.shape[-1])
-  angles_BLk = positions_BL[..., None].astype(jnp.float32) * inv_freq
+  angles_BLk = positions_BL[..., None].astype(jnp.float32) * inv_freq[None, None]
   sin_BL1k, cos_BL1k = jnp.sin(angles_BLk)[:, :, None], jnp.cos(angles_BLk)[:, :, None]
   x = x_BLHK.astype(jnp.float32)
   x1, x2 = x[..., :half], x[..., half:]

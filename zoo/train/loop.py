@@ -154,7 +154,7 @@ def train(config, workdir):
           f'{int(metrics["nonfinite_streak"])} updates in a row had a NaN/Inf loss or gradient '
           f'(last at step {step}); weights are unchanged since; lower optim.learning_rate or '
           'check the data')
-    if step % t.log_every and step != t.steps:
+    if step % t.log_every and step not in (1, t.steps):  # step 1 shows the initial loss
       return
     elapsed = time.time() - window_start
     tokens_per_sec = window_steps * tokens_per_step / elapsed

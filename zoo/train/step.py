@@ -48,7 +48,7 @@ def make_train_step(model, optimizer, learning_rate_fn, config):
     rng = jax.random.fold_in(state['rng'], state['step'])
     (total, (loss, z)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         state['params'], batch, rng)
-    grad_norm = optax.global_norm(grads)
+    grad_norm = optax.tree.norm(grads)
     updates, opt_state = optimizer.update(grads, state['opt_state'], state['params'])
     params = optax.apply_updates(state['params'], updates)
 

@@ -1,0 +1,68 @@
+import glob
+import os
+
+import pytest
+
+from tests import helpers
+from zoo import config as config_lib
+
+CONFIG = os.path.join(helpers.__file__.rsplit('/tests/', 1)[0], 'configs', 'gpt_shakespeare.py')
+
+
+def test_load_applies_typed_overrides_and_locks():
+  c = config_lib.load(CONFIG + ':smoke', ['train.steps=7', 'optim.learning_rate=1',
+                                          "model.activation=gelu", 'model.use_bias=True'])
+  assert c.train.steps == 7 and c.optim.learning_rate == 1.0
+  assert c.model.activation == 'gelu' and c.model.use_bias is True
+  with pytest.raises(AttributeError):
+    c.train.stepz = 3
+
+
+def test_tokenizer_vocab_follows_model_vocab():
+  c = config_lib.load(CONFIG + ':smoke', ['model.vocab_size=1000'])
+  assert c.data.tokenizer.vocab_size == 1000
+
+
+@pytest.mark.parametrize('override,message', [
+    ('train.stepz=3', "unknown config key 'train.stepz'"),
+    ('trian.steps=3', "unknown config key 'trian'"),
+    ('train.steps=abc', 'train.steps=abc: wrong type'),
+    ('noequals', 'write it as --config.noequals=VALUE'),
+])
+def test_bad_overrides_name_the_key(override, message):
+  with pytest.raises(config_lib.ConfigError, match=message):
+    config_lib.load(CONFIG + ':smoke', [override])
+
+
+@pytest.mark.parametrize('overrides,message', [
+    ({'model.num_heads': 3}, 'model.num_heads=3 does not divide model.d_model=32'),
+    ({'model.num_kv_heads': 3}, 'model.num_kv_heads=3 does not divide model.num_heads=4'),
+    ({'model.activation': 'swish'}, "model.activation='swish' is not one of"),
+    ({'model.family': 'rnn'}, "model.family='rnn' is not one of"),
+    ({'optim.learning_rate': 0.0}, 'optim.learning_rate=0.0 must be positive'),
+    ({'optim.learning_rate': -1e-3}, 'optim.learning_rate=-0.001 must be positive'),
+    ({'train.steps': 0}, 'train.steps=0 must be positive'),
+    ({'model.position': 'learned', 'data.seq_len': 128},
+     'data.seq_len=128 exceeds model.max_length=64'),
+    ({'mesh.data': 0}, 'mesh.data=0 must be positive or -1'),
+    ({'sharding.rules': (('batch', 'pod'),)}, "unknown mesh axis 'pod'"),
+])
+def test_validate_names_the_field(overrides, message):
+  c = helpers.tiny_config()
+  for key, value in overrides.items():
+    config_lib.apply_override(c, f'{key}={value!r}')
+  with pytest.raises(config_lib.ConfigError, match=message.replace('(', r'\(')):
+    config_lib.validate(c)
+
+
+def test_explicit_head_dim_lifts_the_divisibility_requirement():
+  c = helpers.tiny_config(num_heads=3, num_kv_heads=1, head_dim=8)
+  assert config_lib.head_dim(c.model) == 8
+
+
+def test_every_config_file_has_a_smoke_variant():
+  files = glob.glob(os.path.join(os.path.dirname(CONFIG), '*.py'))
+  assert files
+  for path in files:
+    c = config_lib.load(path + ':smoke')
+    assert c.train.steps <= 20, path

@@ -1,0 +1,132 @@
+import os
+
+import ml_collections
+import numpy as np
+import pytest
+
+from zoo import config as config_lib
+from zoo.data import pipeline
+from zoo.data import tokenizer as tokenizer_lib
+
+
+def _data_config(path='', seq_len=8):
+  c = config_lib.base().data
+  c.path, c.seq_len = path, seq_len
+  return c
+
+
+def _docs(lengths, start=10):
+  """Documents of distinct, recognisable tokens: [BOS, start.., EOS]."""
+  docs, next_token = [], start
+  for n in lengths:
+    docs.append(np.asarray([2, *range(next_token, next_token + n), 3], np.int32))
+    next_token += n
+  return docs
+
+
+def test_reads_the_embedded_corpus_a_file_and_a_directory(tmp_path):
+  assert len(pipeline.read_documents(_data_config())) > 5000
+  (tmp_path / 'a.txt').write_text('one\n\ntwo\n\n\n')
+  (tmp_path / 'sub').mkdir()
+  (tmp_path / 'sub' / 'b.txt').write_text('three')
+  assert pipeline.read_documents(_data_config(str(tmp_path / 'a.txt'))) == ['one', 'two']
+  assert pipeline.read_documents(_data_config(str(tmp_path))) == ['one', 'two', 'three']
+
+
+def test_missing_or_empty_corpus_is_a_config_error(tmp_path):
+  with pytest.raises(config_lib.ConfigError, match='data.path=.*does not exist'):
+    pipeline.read_documents(_data_config(str(tmp_path / 'nope.txt')))
+  (tmp_path / 'empty.txt').write_text('\n\n  \n')
+  with pytest.raises(config_lib.ConfigError, match='holds no text'):
+    pipeline.read_documents(_data_config(str(tmp_path / 'empty.txt')))
+
+
+def test_split_is_deterministic_disjoint_and_complete():
+  docs = [f'doc {i}' for i in range(1000)]
+  train, held_out = pipeline.split_documents(docs, 0.1, seed=0)
+  assert (train, held_out) == pipeline.split_documents(docs, 0.1, seed=0)
+  assert sorted(train + held_out) == sorted(docs) and not set(train) & set(held_out)
+  assert 50 < len(held_out) < 150
+
+
+def test_packed_rows_keep_documents_apart():
+  docs = _docs([3, 5, 2, 9, 4, 1, 6])
+  ds = pipeline.make_dataset(docs, _data_config(seq_len=8), 2, train=True, seed=0)
+  for batch in list(ds[:6]) if hasattr(ds, '__getitem__') else [b for _, b in zip(range(6), ds)]:
+    assert batch['inputs'].shape == (2, 8) and batch['inputs'].dtype == np.int32
+    np.testing.assert_array_equal(batch['loss_weights'], batch['segment_ids'] > 0)
+    for row in range(2):
+      seg, pos = batch['segment_ids'][row], batch['positions'][row]
+      for s in set(seg[seg > 0]):
+        where = np.flatnonzero(seg == s)
+        assert np.all(np.diff(where) == 1)  # a segment is contiguous
+        assert np.all(np.diff(pos[where]) == 1)  # positions count up inside it
+        # targets are the next token of the same document: consecutive ids here, or EOS
+        inputs, targets = batch['inputs'][row][where], batch['targets'][row][where]
+        ok = (targets == inputs + 1) | (targets == 3) | (inputs == 2)
+        assert ok.all()
+      starts = np.flatnonzero(np.diff(np.concatenate([[0], seg])) != 0)
+      assert all(pos[i] == 0 for i in starts if seg[i] > 0)
+
+
+def test_train_stream_covers_every_token_each_epoch():
+  docs = _docs([3, 5, 2, 9, 4, 1, 6])
+  n_tokens = sum(len(d) - 1 for d in docs)
+  ds = iter(pipeline.make_dataset(docs, _data_config(seq_len=8), 1, train=True, seed=0))
+  seen = []
+  while len(seen) < n_tokens:
+    batch = next(ds)
+    seen.extend(batch['inputs'][0][batch['segment_ids'][0] > 0])
+  assert sorted(seen[:n_tokens]) == sorted(t for d in docs for t in d[:-1])
+
+
+def test_iterator_state_resumes_the_exact_stream():
+  docs = _docs([3, 5, 2, 9, 4, 1, 6, 7, 2])
+  ds = pipeline.make_dataset(docs, _data_config(seq_len=8), 2, train=True, seed=3)
+  it = iter(ds)
+  for _ in range(5):
+    next(it)
+  state = it.get_state()
+  expected = [next(it) for _ in range(6)]
+  resumed = iter(ds)
+  resumed.set_state(state)
+  for want in expected:
+    got = next(resumed)
+    for key in want:
+      np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_seeds_change_the_order_and_processes_see_different_documents():
+  docs = _docs([4] * 40)
+  first = lambda **kw: next(iter(pipeline.make_dataset(docs, _data_config(), 2, train=True,
+                                                       **kw)))['inputs']
+  assert not np.array_equal(first(seed=0), first(seed=1))
+  p0, p1 = first(process_index=0, process_count=2), first(process_index=1, process_count=2)
+  assert not set(p0.ravel()) - {2} & set(p1.ravel()) - {2}
+
+
+def test_eval_stream_is_one_padded_pass():
+  docs = _docs([3, 5, 2])
+  batches = list(pipeline.make_dataset(docs, _data_config(seq_len=8), 4, train=False))
+  real = sum(int(np.sum(b['loss_weights'])) for b in batches)
+  assert real == sum(len(d) - 1 for d in docs)
+  assert all(b['inputs'].shape == (4, 8) for b in batches)
+
+
+def test_tokenizer_is_trained_once_cached_and_round_trips(tmp_path):
+  docs = pipeline.read_documents(_data_config())[:2000]
+  cfg = ml_collections.ConfigDict({'type': 'bpe', 'vocab_size': 600, 'path': ''})
+  tok = tokenizer_lib.load_or_train(cfg, docs, str(tmp_path))
+  cached = tmp_path / 'tokenizer' / 'bpe_600.model'
+  assert cached.exists() and tok.vocab_size == 600
+  mtime = os.path.getmtime(cached)
+  again = tokenizer_lib.load_or_train(cfg, [], str(tmp_path))  # no documents: must read cache
+  assert os.path.getmtime(cached) == mtime
+  text = 'ROMEO:\nBut, soft!  what light through yonder window breaks?'
+  ids = again.encode([text])[0]
+  assert again.decode(ids) == text and max(ids) < 600
+
+
+def test_a_vocabulary_too_small_for_the_byte_pieces_is_a_config_error():
+  with pytest.raises(config_lib.ConfigError, match='data.tokenizer.vocab_size=200'):
+    tokenizer_lib.train(['some text', 'more text'], 200, 'bpe')

@@ -1,0 +1,21 @@
+"""Tiny configs and batches shared by the tests (kept small so compiled steps are cheap)."""
+
+import numpy as np
+
+from zoo import config as config_lib
+
+
+def tiny_config(**model_overrides):
+  c = config_lib.base()
+  m = c.model
+  m.vocab_size, m.d_model, m.num_layers, m.num_heads, m.num_kv_heads = 64, 32, 2, 4, 2
+  m.mlp_dim, m.max_length = 64, 64
+  for key, value in model_overrides.items():
+    m[key] = value
+  c.data.seq_len = 16
+  c.train.steps, c.train.batch_size, c.optim.warmup_steps = 10, 4, 1
+  return config_lib.validate(c)
+
+
+def random_ids(shape, vocab=64, seed=0):
+  return np.random.default_rng(seed).integers(4, vocab, shape).astype(np.int32)

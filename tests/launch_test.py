@@ -1,0 +1,162 @@
+"""The CLI end to end, in subprocesses: bad input, train/eval, exact resume, preemption,
+a corrupt checkpoint and a diverging run."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from zoo.train import metrics as metrics_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMOKE = os.path.join(REPO, 'configs', 'gpt_shakespeare.py') + ':smoke'
+
+
+def _env(devices=1):
+  env = dict(os.environ, JAX_PLATFORMS='cpu',
+             XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}')
+  env['PYTHONPATH'] = REPO + os.pathsep + env.get('PYTHONPATH', '')
+  return env
+
+
+def _command(workdir, *overrides, mode='train'):
+  return [sys.executable, '-m', 'zoo.launch', f'--config={SMOKE}', f'--workdir={workdir}',
+          f'--mode={mode}', *[f'--config.{o}' for o in overrides]]
+
+
+def launch(workdir, *overrides, mode='train', devices=1):
+  return subprocess.run(_command(workdir, *overrides, mode=mode), env=_env(devices),
+                        capture_output=True, text=True, timeout=300, check=False)
+
+
+def _losses(rows):
+  return {r['step']: r['loss'] for r in rows if 'loss' in r}
+
+
+def _after_last_start(workdir):
+  rows = metrics_lib.read(workdir)
+  start = max(i for i, r in enumerate(rows) if r.get('event') == 'start')
+  return rows[start], rows[start + 1:]
+
+
+@pytest.mark.parametrize('overrides,devices,message', [
+    (['train.stepz=3'], 1, "unknown config key 'train.stepz'"),
+    (['model.num_heads=3'], 1, 'model.num_heads=3 does not divide model.d_model=64'),
+    (['model.num_kv_heads=3'], 1, 'model.num_kv_heads=3 does not divide model.num_heads=4'),
+    (['optim.learning_rate=0'], 1, 'optim.learning_rate=0.0 must be positive'),
+    (['train.steps=-5'], 1, 'train.steps=-5 must be positive'),
+    (['model.position=learned', 'model.max_length=32'], 1,
+     'data.seq_len=64 exceeds model.max_length=32'),
+    (['mesh.data=3'], 1, 'mesh {.*} has 3 devices but 1 are present'),
+    (['train.batch_size=12'], 8, 'train.batch_size=12 does not split over data x fsdp = 8'),
+    (['data.path=/nonexistent/corpus.txt'], 1, "data.path='/nonexistent/corpus.txt' does not"),
+    (['data.path=EMPTY'], 1, 'holds no text'),
+], ids=['misspelt', 'heads', 'kv_heads', 'lr', 'steps', 'max_length', 'mesh', 'batch',
+        'no_corpus', 'empty_corpus'])
+def test_bad_input_is_one_line_naming_the_field(tmp_path, overrides, devices, message):
+  empty = tmp_path / 'empty.txt'
+  empty.write_text('\n')
+  overrides = [o.replace('EMPTY', str(empty)) for o in overrides]
+  result = launch(tmp_path / 'run', *overrides, devices=devices)
+  assert result.returncode == 2, result.stderr[-2000:]
+  lines = result.stderr.strip().splitlines()
+  assert 'Traceback' not in result.stderr and len(lines) == 1, result.stderr[-2000:]
+  assert lines[0].startswith('error: ')
+  import re  # pylint: disable=g-import-not-at-top
+  assert re.search(message, lines[0]), lines[0]
+  assert not (tmp_path / 'run' / 'metrics.jsonl').exists()
+
+
+@pytest.fixture(scope='module')
+def reference(tmp_path_factory):
+  """An uninterrupted 120-step run every resume test compares against."""
+  workdir = tmp_path_factory.mktemp('reference')
+  result = launch(workdir, 'train.steps=120', 'train.checkpoint_every=20',
+                  'train.eval_every=1000')
+  assert result.returncode == 0, result.stderr[-3000:]
+  return workdir
+
+
+def test_train_logs_metrics_events_and_checkpoints_then_eval_reads_them(reference):
+  rows = metrics_lib.read(reference)
+  train_rows = [r for r in rows if 'loss' in r]
+  assert [r['step'] for r in train_rows] == list(range(1, 121))
+  for key in ('loss', 'learning_rate', 'grad_norm', 'tokens_per_sec', 'mfu'):
+    assert key in train_rows[-1]
+  assert train_rows[-1]['mfu'] is None  # CPU: unknown peak
+  assert train_rows[-1]['loss'] < train_rows[0]['loss'] - 0.5
+  assert [r['step'] for r in rows if 'eval_loss' in r] == [120]
+  assert any(name.startswith('events.out.tfevents') for name in os.listdir(reference))
+  assert sorted(os.listdir(reference / 'checkpoints')) == ['100', '120', '80']
+
+  result = launch(reference, mode='eval')
+  assert result.returncode == 0, result.stderr[-3000:]
+  last = metrics_lib.read(reference)[-1]
+  assert last['mode'] == 'eval' and last['step'] == 120
+  assert last['eval_loss'] == pytest.approx([r for r in rows if 'eval_loss' in r][-1]['eval_loss'])
+
+
+def test_resume_after_sigkill_repeats_the_uninterrupted_losses(reference, tmp_path):
+  tokenizer = reference / 'tokenizer' / 'bpe_512.model'
+  args = ('train.steps=120', 'train.checkpoint_every=20', 'train.eval_every=1000',
+          f'data.tokenizer.path={tokenizer}')
+  process = subprocess.Popen(_command(tmp_path, *args), env=_env(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+  deadline = time.time() + 120
+  while not (tmp_path / 'checkpoints' / '20').exists() and time.time() < deadline:
+    time.sleep(0.01)
+  process.send_signal(signal.SIGKILL)
+  process.wait()
+
+  result = launch(tmp_path, *args)
+  assert result.returncode == 0, result.stderr[-3000:]
+  header, rows = _after_last_start(tmp_path)
+  assert 20 <= header['step'] < 120
+  resumed, want = _losses(rows), _losses(metrics_lib.read(reference))
+  assert sorted(resumed) == list(range(header['step'] + 1, 121))
+  assert {s: resumed[s] for s in resumed} == {s: want[s] for s in resumed}
+
+
+def test_sigterm_saves_the_current_step_and_exits_cleanly(tmp_path):
+  process = subprocess.Popen(_command(tmp_path, 'train.steps=100000', 'train.checkpoint_every=50',
+                                      'train.eval_every=100000'),
+                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  deadline = time.time() + 120
+  while not (tmp_path / 'checkpoints' / '50').exists() and time.time() < deadline:
+    time.sleep(0.05)
+  process.send_signal(signal.SIGTERM)
+  stdout, stderr = process.communicate(timeout=120)
+  assert process.returncode == 0, stderr[-3000:]
+  assert 'SIGTERM: saved a checkpoint at step' in stdout
+  saved = max(int(n) for n in os.listdir(tmp_path / 'checkpoints') if n.isdigit())
+  assert saved == max(_losses(metrics_lib.read(tmp_path))) and saved > 50
+
+
+def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_one(reference, tmp_path):
+  import shutil  # pylint: disable=g-import-not-at-top
+  shutil.copytree(reference, tmp_path, dirs_exist_ok=True)
+  state_dir = tmp_path / 'checkpoints' / '120' / 'state'
+  for root, _, files in os.walk(state_dir):
+    for name in files:
+      if name not in ('_METADATA', '_CHECKPOINT_METADATA', '_sharding'):
+        with open(os.path.join(root, name), 'wb') as f:
+          f.write(b'garbage')
+  result = launch(tmp_path, 'train.steps=130', 'train.checkpoint_every=20', 'train.eval_every=1000')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'warning: checkpoint 120 is unreadable' in result.stdout
+  header, _ = _after_last_start(tmp_path)
+  assert header['step'] == 100
+  aside = [n for n in os.listdir(tmp_path / 'checkpoints') if n.startswith('unreadable-120')]
+  assert len(aside) == 1  # kept, not deleted
+
+
+def test_repeated_nonfinite_updates_stop_with_a_clear_message(tmp_path):
+  result = launch(tmp_path, 'optim.learning_rate=1e30', 'optim.warmup_steps=0',
+                  'train.steps=50', 'optim.clip_norm=0.0')
+  assert result.returncode == 1, result.stderr[-3000:]
+  assert 'updates in a row had a NaN/Inf loss or gradient' in result.stderr.strip().splitlines()[-1]
+  rows = [r for r in metrics_lib.read(tmp_path) if 'loss' in r]
+  assert rows[-1]['nonfinite_total'] >= 4

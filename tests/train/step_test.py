@@ -1,0 +1,73 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tests import helpers
+from zoo import models
+from zoo import sharding
+from zoo.train import optim
+from zoo.train import state as state_lib
+from zoo.train import step as step_lib
+
+
+def test_cross_entropy_matches_float64_reference():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(2, 3, 5)).astype(np.float32) * 3
+  targets = rng.integers(0, 5, (2, 3))
+  weights = np.array([[1, 1, 0], [1, 0, 1]], np.float32)
+  nll, z, weight = step_lib.cross_entropy(logits, targets, weights, z_loss=1e-2)
+  l64 = logits.astype(np.float64)
+  log_z = np.log(np.exp(l64).sum(-1))
+  want = log_z - np.take_along_axis(l64, targets[..., None], -1)[..., 0]
+  np.testing.assert_allclose(nll, np.sum(want * weights), rtol=1e-5)
+  np.testing.assert_allclose(z, np.sum(1e-2 * log_z ** 2 * weights), rtol=1e-5)
+  assert weight == 4
+
+
+def _setup(**optim_overrides):
+  config = helpers.tiny_config()
+  config.train.steps = 300
+  config.optim.update(warmup_steps=10, learning_rate=3e-3, weight_decay=0.0, **optim_overrides)
+  mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
+  model = models.build(config.model)
+  tx = optim.make(config.optim, config.train.steps)
+  init_fn, _, shardings = state_lib.make(model, tx, config, mesh)
+  state = jax.jit(init_fn, out_shardings=shardings)(jax.random.PRNGKey(0))
+  train_step = jax.jit(step_lib.make_train_step(
+      model, tx, optim.schedule(config.optim, config.train.steps), config))
+  return config, state, train_step
+
+
+def _batch(seed=0):
+  ids = helpers.random_ids((4, 17), seed=seed)
+  return {'inputs': ids[:, :-1], 'targets': ids[:, 1:],
+          'segment_ids': np.ones((4, 16), np.int32),
+          'positions': np.broadcast_to(np.arange(16), (4, 16)).astype(np.int32),
+          'loss_weights': np.ones((4, 16), np.float32)}
+
+
+def test_overfitting_one_batch_drives_the_loss_near_zero():
+  config, state, train_step = _setup()
+  batch = _batch()
+  losses = []
+  for _ in range(config.train.steps):
+    state, metrics = train_step(state, batch)
+    losses.append(float(metrics['loss']))
+  assert losses[0] > 3.5  # ~ln(64) at init
+  assert losses[-1] < 0.05, losses[::30]
+
+
+def test_a_nonfinite_loss_skips_the_update_and_is_counted():
+  _, state, train_step = _setup()
+  state, _ = train_step(state, _batch())
+  before = jax.device_get(state)
+  bad = dict(_batch(1), loss_weights=np.full((4, 16), np.nan, np.float32))
+  for streak in (1, 2):
+    state, metrics = train_step(state, bad)
+    assert int(metrics['nonfinite_streak']) == streak
+  after = jax.device_get(state)
+  jax.tree.map(np.testing.assert_array_equal, after['params'], before['params'])
+  jax.tree.map(np.testing.assert_array_equal, after['opt_state'], before['opt_state'])
+  assert int(after['step']) == int(before['step']) + 2 and int(after['nonfinite_total']) == 2
+  state, metrics = train_step(state, _batch(2))
+  assert int(metrics['nonfinite_streak']) == 0 and int(metrics['nonfinite_total']) == 2
