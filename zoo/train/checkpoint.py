@@ -1,13 +1,16 @@
-"""Checkpoints in WORKDIR/checkpoints (orbax): train state plus the data iterator's state.
+"""Checkpoints in WORKDIR/checkpoints (orbax): train state plus the data iterator's state
+(one file per process, through grain's handler, so every host resumes its own stream).
 
 Restores always go into an abstract target built from the current mesh, so a checkpoint
 moves between meshes. An unreadable newest step is moved aside (never deleted) and the
 previous good one is used.
 """
 
+import json
 import os
 import time
 
+import grain
 import jax
 import orbax.checkpoint as ocp
 from absl import logging
@@ -25,24 +28,30 @@ class Checkpointer:
     options = ocp.CheckpointManagerOptions(max_to_keep=self.keep, create=True)
     return ocp.CheckpointManager(self.directory, options=options, item_names=('state', 'data'))
 
-  def save(self, step, state, data_state):
+  def save(self, step, state, data_iter):
     """Starts an async save; the previous one is finished first."""
     start = time.time()
     self.manager.wait_until_finished()
+    data = grain.checkpoint.CheckpointSave(_IteratorSnapshot(data_iter.get_state()))
     self.manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)), force=True)
+        state=ocp.args.StandardSave(state), data=data), force=True)
     logging.info('checkpoint %d started in %.2fs', step, time.time() - start)
 
   def latest_step(self):
     return self.manager.latest_step()
 
-  def restore(self, abstract_state):
-    """Newest readable checkpoint -> (step, state, data_state), or None if there is none."""
+  def restore(self, abstract_state, data_iter=None):
+    """Newest readable checkpoint -> (step, state), or None if there is none.
+
+    `data_iter`, if given, is moved to where that step left the stream.
+    """
     for step in sorted(self.manager.all_steps(), reverse=True):
       try:
-        restored = self.manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
-        return step, restored['state'], restored['data']
+        items = {'state': ocp.args.StandardRestore(abstract_state)}
+        if data_iter is not None:
+          items['data'] = grain.checkpoint.CheckpointRestore(data_iter)
+        restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+        return step, restored['state']
       except Exception as e:  # pylint: disable=broad-except
         aside = os.path.join(self.directory, f'unreadable-{step}-{int(time.time())}')
         logging.warning('checkpoint %d is unreadable (%s: %s); moved to %s, trying the '
@@ -59,3 +68,13 @@ class Checkpointer:
   def close(self):
     self.manager.wait_until_finished()
     self.manager.close()
+
+
+class _IteratorSnapshot:
+  """The iterator's position at save time, frozen: the async save writes it later."""
+
+  def __init__(self, state):
+    self._state = json.dumps(state).encode()
+
+  def get_state(self):
+    return self._state

@@ -113,10 +113,9 @@ def train(config, workdir):
 
   # --- state: resume from the newest readable checkpoint, else initialise sharded
   data_iter = iter(setup.dataset(train=True))
-  restored = setup.checkpointer.restore(setup.abstract_state)
+  restored = setup.checkpointer.restore(setup.abstract_state, data_iter)
   if restored:
-    start_step, state, data_state = restored
-    data_iter.set_state(data_state)
+    start_step, state = restored
   else:
     start_step = 0
     state = setup.jit(setup.init_fn, None, setup.state_shardings)(jax.random.PRNGKey(t.seed))
@@ -137,9 +136,6 @@ def train(config, workdir):
 
   preempted = []
   previous_handler = signal.signal(signal.SIGTERM, lambda *_: preempted.append(True))
-
-  def save(step):
-    setup.checkpointer.save(step, state, data_iter.get_state())
 
   # --- loop: dispatch step n, then read step n-1's metrics while n runs
   last_row, pending = None, None
@@ -182,11 +178,13 @@ def train(config, workdir):
       if step % t.eval_every == 0 or step == t.steps:
         finish(*pending)
         pending = None
+        eval_start = time.time()
         eval_loss = evaluate(state['params'])
         writer.write({'step': step, 'eval_loss': eval_loss})
         print(f'step {step} eval_loss {eval_loss:.4f}', flush=True)
+        window_start += time.time() - eval_start  # tokens/s counts training time only
       if step % t.checkpoint_every == 0 or step == t.steps or preempted:
-        save(step)
+        setup.checkpointer.save(step, state, data_iter)
       if preempted:
         print(f'SIGTERM: saved a checkpoint at step {step}; exiting', flush=True)
         break
@@ -208,7 +206,7 @@ def evaluate(config, workdir):
   if not restored:
     raise ConfigError(f'--mode=eval: no checkpoint in {workdir}/checkpoints; train first '
                       'or pass the workdir of a trained run')
-  step, state, _ = restored
+  step, state = restored
   eval_loss = setup.evaluator()(state['params'])
   if jax.process_index() == 0:
     writer = metrics_lib.Writer(workdir)
