@@ -67,7 +67,9 @@ def base():
   m.rope_theta = 10_000.0
   m.use_bias = False
   m.tie_embeddings = False
-  m.embed_init_std = 1.0  # token embedding init; the untied head is fan-in scaled
+  m.embed_init_std = 1.0  # token embedding init
+  m.kernel_init_std = 0.0  # dense kernels: 0 = fan-in scaled truncated normal; > 0 = N(0, std)
+  m.scale_residual_init = False  # GPT-2: output projections' init std / sqrt(2 layers)
   m.dropout_rate = 0.0
   m.dtype = 'float32'  # compute dtype ('bfloat16' on accelerators)
   m.param_dtype = 'float32'

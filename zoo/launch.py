@@ -13,9 +13,10 @@ from absl import logging
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('config', None, 'configs/NAME.py[:arg]', required=True)
-flags.DEFINE_string('workdir', None, 'metrics.jsonl, TensorBoard events, checkpoints/',
-                    required=True)
-flags.DEFINE_enum('mode', 'train', ['train', 'eval'], 'what to run')
+flags.DEFINE_string('workdir', None, 'metrics.jsonl, TensorBoard events, checkpoints/ '
+                    '(not needed for --mode=plan)')
+flags.DEFINE_enum('mode', 'train', ['train', 'eval', 'plan'], 'what to run')
+flags.DEFINE_string('plan_json', None, '--mode=plan: also write the plan as JSON here')
 flags.DEFINE_string('coordinator_address', None,
                     'host:port of process 0, for multi-process runs off TPU VMs / SLURM')
 flags.DEFINE_integer('num_processes', None, 'processes in a multi-process run')
@@ -40,13 +41,19 @@ def _initialize_distributed():
 
 
 def run(overrides):
-  """Loads the config, starts distributed, runs the mode; bad input -> exit 2."""
+  """Loads the config, runs the mode; bad input -> one line on stderr and exit 2."""
   from zoo import config as config_lib  # pylint: disable=g-import-not-at-top
+  from zoo import plan  # pylint: disable=g-import-not-at-top
   from zoo.train import loop  # pylint: disable=g-import-not-at-top
   if not any(a.startswith(('-v', '--verbosity')) for a in sys.argv):
     logging.set_verbosity(logging.WARNING)  # orbax and grain log every save at INFO
   try:
     config = config_lib.load(FLAGS.config, overrides)
+    if FLAGS.mode == 'plan':
+      plan.run(config, FLAGS.plan_json)
+      return
+    if not FLAGS.workdir:
+      raise config_lib.ConfigError(f'--workdir is required for --mode={FLAGS.mode}')
     _initialize_distributed()
     if FLAGS.mode == 'train':
       loop.train(config, FLAGS.workdir)

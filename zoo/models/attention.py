@@ -72,6 +72,7 @@ class MultiHeadAttention(nn.Module):
   head_dim: int
   use_bias: bool = False
   rope_theta: float | None = None  # None = no rotary embedding
+  init_std: float = 0.0
   out_init_scale: float = 1.0
   dtype: jnp.dtype = jnp.float32
   param_dtype: jnp.dtype = jnp.float32
@@ -81,7 +82,7 @@ class MultiHeadAttention(nn.Module):
     kv_BSD = x_BLD if kv_BSD is None else kv_BSD
     dense = lambda name, f, axes, num_in=1, scale=1.0: layers.DenseGeneral(
         f, axes, num_in=num_in, use_bias=self.use_bias, dtype=self.dtype,
-        param_dtype=self.param_dtype, init_scale=scale, name=name)
+        param_dtype=self.param_dtype, init_std=self.init_std, init_scale=scale, name=name)
     H, G, K = self.num_heads, self.num_kv_heads, self.head_dim
     q_BLHK = dense('query', (H, K), ('embed', 'heads', 'head_dim'))(x_BLD)
     k_BSGK = dense('key', (G, K), ('embed', 'kv_heads', 'head_dim'))(kv_BSD)

@@ -24,6 +24,11 @@ def _dtypes(m):
   return dict(dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype))
 
 
+def _out_init_scale(m):
+  """GPT-2: residual output projections start 1/sqrt(2 layers) smaller."""
+  return 1.0 / (2 * m.num_layers) if m.scale_residual_init else 1.0
+
+
 class Block(nn.Module):
   """One layer: attention and MLP, sequential (pre- or post-norm) or PaLM-parallel."""
   config: Any  # frozen model config
@@ -36,9 +41,10 @@ class Block(nn.Module):
                                     **_dtypes(m))
     attend = attention.MultiHeadAttention(
         m.num_heads, config_lib.kv_heads(m), config_lib.head_dim(m), use_bias=m.use_bias,
-        rope_theta=m.rope_theta if m.position == 'rope' else None, name='attention',
-        **_dtypes(m))
-    mlp = layers.MLP(m.mlp_dim, m.activation, use_bias=m.use_bias, name='mlp', **_dtypes(m))
+        rope_theta=m.rope_theta if m.position == 'rope' else None, init_std=m.kernel_init_std,
+        out_init_scale=_out_init_scale(m), name='attention', **_dtypes(m))
+    mlp = layers.MLP(m.mlp_dim, m.activation, use_bias=m.use_bias, init_std=m.kernel_init_std,
+                     out_init_scale=_out_init_scale(m), name='mlp', **_dtypes(m))
     drop = lambda y: nn.Dropout(m.dropout_rate)(y, deterministic=not self.train)
     self_attend = lambda h: attend(h, mask=mask, q_positions_BL=positions_BL,
                                    kv_positions_BS=positions_BL)
@@ -102,7 +108,8 @@ class Decoder(nn.Module):
                          **_dtypes(m))
     x_BLD = embed(ids_BL)
     if m.position == 'learned':
-      x_BLD += layers.Embed(m.max_length, m.d_model, axes=(None, 'embed'), init_std=0.02,
+      x_BLD += layers.Embed(m.max_length, m.d_model, axes=(None, 'embed'),
+                            init_std=m.kernel_init_std or 0.02,
                             name='position_embed', **_dtypes(m))(positions_BL)
     elif m.position == 'sinusoidal':
       x_BLD += layers.sinusoidal(positions_BL, m.d_model).astype(x_BLD.dtype)
@@ -122,6 +129,7 @@ class Decoder(nn.Module):
       logits_BLV = embed.attend(x_BLD)
     else:
       logits_BLV = layers.DenseGeneral(m.vocab_size, ('embed', 'vocab'), use_bias=m.use_bias,
-                                       name='logits', **_dtypes(m))(x_BLD)
+                                       init_std=m.kernel_init_std, name='logits',
+                                       **_dtypes(m))(x_BLD)
     return nn.with_logical_constraint(logits_BLV.astype(jnp.float32),
                                       ('batch', 'length', 'vocab'))

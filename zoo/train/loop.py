@@ -131,7 +131,7 @@ def train(config, workdir):
   evaluate = setup.evaluator()
   writer = metrics_lib.Writer(workdir, enabled=is_main)
   writer.write(_describe(setup, state['params'], start_step))
-  flops_per_token = metrics_lib.flops_per_token(config, state['params'])
+  flops_per_token = metrics_lib.flops_per_token(config, state_lib.param_count(state['params']))
   tokens_per_step = t.batch_size * config.data.seq_len
 
   preempted = []

@@ -1,0 +1,31 @@
+"""GPT-3 2.7B: 32 layers, d_model 2560, 32 heads of 80, 2048-token context.
+
+    python -m zoo.launch --config=configs/gpt3_2_7b.py --mode=plan
+    python -m zoo.launch --config=configs/gpt3_2_7b.py:smoke --workdir=/tmp/zoo/gpt3_2_7b
+
+Source: Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1. GPT-3
+alternates dense and locally banded sparse attention layers; the zoo uses dense attention
+in every layer (the parameter count is the same).
+"""
+
+from zoo import config as config_lib
+from zoo import presets
+
+
+def get_config(arg=None):
+  c = config_lib.base()
+  m = c.model
+  m.num_layers = 32
+  m.d_model = 2560
+  m.num_heads = 32  # head_dim 80
+  m.mlp_dim = 10240  # 4 * d_model
+  presets.gpt2(c, max_length=2048)
+  c.train.batch_size = 512  # 1.0M tokens (Table 2.1)
+  c.optim.learning_rate = 0.00016  # Table 2.1
+  c.optim.b1, c.optim.b2, c.optim.eps = 0.9, 0.95, 1e-8  # Appendix B
+
+  if arg == 'smoke':
+    return presets.smoke(c)
+  if arg:
+    raise ValueError(f'unknown variant {arg!r}; use :smoke or nothing')
+  return c

@@ -1,0 +1,73 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import helpers
+from zoo import config as config_lib
+from zoo import plan
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Published parameter counts (each config file names its source). GPT-3's paper prints
+# rounded sizes; the exact counts follow from Table 2.1's shapes (see the config files).
+PUBLISHED = {
+    'gpt2_small': 124_439_808, 'gpt2_medium': 354_823_168, 'gpt2_large': 774_030_080,
+    'gpt2_xl': 1_557_611_200,
+    'gpt3_125m': 125_226_240, 'gpt3_350m': 355_871_744, 'gpt3_760m': 760_300_032,
+    'gpt3_1_3b': 1_315_723_264, 'gpt3_2_7b': 2_651_553_280, 'gpt3_6_7b': 6_658_404_352,
+    'gpt3_13b': 12_853_386_240, 'gpt3_175b': 174_604_259_328,
+    'llama3_8b': 8_030_261_248, 'llama3_70b': 70_553_706_496, 'llama3_405b': 405_853_388_800,
+    'mistral_7b': 7_241_732_096,
+    'palm_8b': 8_632_012_800, 'palm_62b': 62_495_662_080, 'palm_540b': 540_356_474_880,
+}
+
+
+@pytest.mark.parametrize('name', sorted(PUBLISHED))
+def test_plan_counts_equal_the_published_architecture(name):
+  result = plan.plan(config_lib.load(os.path.join(REPO, 'configs', f'{name}.py')), 1)
+  assert result['params_total'] == PUBLISHED[name]
+  assert result['params_active'] == PUBLISHED[name]
+
+
+def test_kv_cache_and_flops_for_llama3_8b_by_hand():
+  config = config_lib.load(os.path.join(REPO, 'configs', 'llama3_8b.py'))
+  result = plan.plan(config, 1)
+  assert result['kv_cache_bytes_per_token'] == 2 * 32 * 8 * 128 * 2  # bf16: 128 KiB
+  n_matmul = PUBLISHED['llama3_8b'] - 128_256 * 4096  # input embedding table is a gather
+  assert result['flops_per_token'] == 6 * n_matmul + 6 * 32 * 4096 * 32 * 128
+
+
+def test_per_device_bytes_follow_the_sharding_rules():
+  config = helpers.tiny_config(vocab_size=64, d_model=32, mlp_dim=64, num_layers=2,
+                               num_heads=4, num_kv_heads=4)
+  replicated = plan.plan(config, 8)  # mesh data=-1 -> data=8: nothing is split
+  params = replicated['params_total']
+  assert replicated['per_device_bytes']['params'] == 4 * params
+  assert replicated['per_device_bytes']['optimizer_state'] == 8 * params
+  assert replicated['per_device_bytes']['total'] == 16 * params
+  config.mesh.data, config.mesh.fsdp = 1, 8
+  split = plan.plan(config, 8)
+  # every kernel, embedding and norm scale has an 'embed' dim (32, divisible by fsdp=8)
+  assert split['per_device_bytes']['params'] == 4 * params // 8
+  assert split['mesh'] == {'data': 1, 'fsdp': 8, 'tensor': 1, 'expert': 1}
+  config.mesh.fsdp, config.mesh.tensor = 1, 3
+  uneven = plan.plan(config, 3)
+  assert any('over tensor=3' in line for line in uneven['not_divisible'])
+
+
+def test_plan_mode_cli_writes_json_without_a_workdir(tmp_path):
+  out = tmp_path / 'plan.json'
+  result = subprocess.run(
+      [sys.executable, '-m', 'zoo.launch', f'--config={REPO}/configs/palm_540b.py',
+       '--mode=plan', f'--plan_json={out}', '--config.mesh.fsdp=256', '--config.mesh.tensor=8',
+       '--config.mesh.data=1'],
+      env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO), capture_output=True,
+      text=True, timeout=120, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert '540,356,474,880 parameters' in result.stdout
+  written = json.loads(out.read_text())
+  assert written['mesh']['fsdp'] == 256 and written['per_device_bytes']['total'] > 0
+  assert written['per_device_bytes']['params'] < 4 * written['params_total'] / 1000

@@ -1,0 +1,121 @@
+"""--mode=plan: parameter counts, FLOPs, KV-cache and per-device bytes, with nothing built.
+
+Shapes come from `jax.eval_shape`, so a 540B-parameter config plans on a laptop in seconds.
+Conventions:
+- flops_per_token: training (forward + backward), the MFU convention of zoo/train/metrics.py:
+  6 x (parameters except input embedding tables) + 6 x layers x seq_len x heads x head_dim
+  (causal attention counted as half of the full 12 x ...).
+- kv_cache_bytes_per_token: keys and values of every layer at the compute dtype (decoders).
+- per_device_bytes: params, optimizer state (AdamW: two moments) and gradients, each leaf
+  split over the mesh axes its logical axes map to; a dimension that does not divide its
+  mesh axes stays replicated (and is listed in `not_divisible`).
+- mesh: config.mesh with -1 resolved against this machine's device count; the product need
+  not match the devices here, so a pod's mesh plans on a laptop.
+"""
+
+import json
+import math
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+from zoo import config as config_lib
+from zoo import models
+from zoo import sharding
+from zoo.train import metrics as metrics_lib
+
+
+def mesh_sizes(mesh_config, num_devices):
+  sizes = {axis: mesh_config[axis] for axis in config_lib.MESH_AXES}
+  known = math.prod(s for s in sizes.values() if s != -1)
+  return {axis: (max(num_devices // known, 1) if s == -1 else s) for axis, s in sizes.items()}
+
+
+def abstract_params(config):
+  """Boxed abstract params (shapes, dtypes and logical axis names; no memory)."""
+  model = models.build(config.model)
+  batch = models.example_batch(config.model, 1, config.data.seq_len)
+  return jax.eval_shape(model.init, jax.random.PRNGKey(0), batch)['params']
+
+
+def _shard_factor(shape, logical_axes, rules, sizes, not_divisible, name):
+  mesh_axes = nn.logical_to_mesh_axes(logical_axes, rules)
+  factor = 1
+  for dim, axes in zip(shape, mesh_axes):
+    axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+    split = math.prod(sizes[a] for a in axes)
+    if dim % split:
+      not_divisible.append(f'{name}: dim {dim} over {"x".join(axes)}={split}')
+    else:
+      factor *= split
+  return factor
+
+
+def plan(config, num_devices=None):
+  """The plan as a dict (see the module docstring for each field's convention)."""
+  m = config.model
+  num_devices = jax.device_count() if num_devices is None else num_devices
+  sizes = mesh_sizes(config.mesh, num_devices)
+  rules = sharding.rules(config)
+  boxed = abstract_params(config)
+  specs = nn.get_partition_spec(boxed)
+  leaves = jax.tree_util.tree_flatten_with_path(nn.unbox(boxed))[0]
+  spec_leaves = jax.tree.leaves(specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+
+  total, param_bytes, not_divisible = 0, 0.0, []
+  for (path, leaf), spec in zip(leaves, spec_leaves):
+    name = '/'.join(str(getattr(k, 'key', k)) for k in path)
+    size = int(np.prod(leaf.shape))
+    total += size
+    factor = _shard_factor(leaf.shape, tuple(spec), rules, sizes, not_divisible, name)
+    param_bytes += size * np.dtype(leaf.dtype).itemsize / factor
+
+  head_dim, kv_heads = config_lib.head_dim(m), config_lib.kv_heads(m)
+  result = {
+      'config': {'family': m.family, 'd_model': m.d_model, 'num_layers': m.num_layers,
+                 'vocab_size': m.vocab_size, 'seq_len': config.data.seq_len},
+      'params_total': total,
+      'params_active': total,
+      'flops_per_token': metrics_lib.flops_per_token(config, total),
+      'flops_convention': '6*N_matmul + 6*layers*seq_len*heads*head_dim (causal half)',
+      'mesh': sizes,
+      'per_device_bytes': {
+          'params': int(param_bytes),
+          'optimizer_state': int(2 * param_bytes * 4 / np.dtype(m.param_dtype).itemsize),
+          'gradients': int(param_bytes),
+      },
+      'not_divisible': not_divisible,
+  }
+  result['per_device_bytes']['total'] = sum(result['per_device_bytes'].values())
+  if m.family == 'decoder':
+    result['kv_cache_bytes_per_token'] = (2 * m.num_layers * kv_heads * head_dim *
+                                          np.dtype(m.dtype).itemsize)
+  return result
+
+
+def report(result):
+  """A human-readable summary of `plan()`'s dict."""
+  gib = lambda b: f'{b / 2**30:,.2f} GiB'
+  lines = [
+      f"{result['config']['family']}: {result['params_total']:,} parameters "
+      f"({result['params_active']:,} active per token)",
+      f"training FLOPs/token: {result['flops_per_token']:.4g} ({result['flops_convention']})",
+      f"mesh: {result['mesh']}",
+      'per device: ' + ', '.join(f'{k} {gib(v)}' for k, v in result['per_device_bytes'].items()),
+  ]
+  if 'kv_cache_bytes_per_token' in result:
+    lines.append(f"KV cache: {result['kv_cache_bytes_per_token']:,} bytes/token")
+  if result['not_divisible']:
+    lines.append('replicated because a dim does not divide its mesh axes: ' +
+                 '; '.join(result['not_divisible']))
+  return '\n'.join(lines)
+
+
+def run(config, json_path=None):
+  result = plan(config)
+  print(report(result), flush=True)
+  if json_path:
+    with open(json_path, 'w', encoding='utf-8') as f:
+      json.dump(result, f, indent=2)
+  return result

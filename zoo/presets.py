@@ -1,0 +1,67 @@
+"""Architecture switches shared by the published families, and the smoke shrink.
+
+Presets set how a family computes (norms, activations, positions, biases, tying), never
+its shape: d_model, layers, heads and widths stay in the config files, beside their source.
+"""
+
+
+def gpt2(c, max_length=1024):
+  """GPT-2 / GPT-3 (Radford et al. 2019; Brown et al. 2020): pre-LayerNorm, GELU (tanh),
+  learned positions, biases everywhere, tied 50257-token embeddings, N(0, 0.02) init with
+  residual projections scaled by 1/sqrt(2 layers)."""
+  m = c.model
+  m.family, m.vocab_size, m.max_length = 'decoder', 50257, max_length
+  m.activation, m.norm, m.norm_eps, m.norm_position = 'gelu_tanh', 'layernorm', 1e-5, 'pre'
+  m.position, m.use_bias, m.tie_embeddings = 'learned', True, True
+  m.embed_init_std, m.kernel_init_std, m.scale_residual_init = 0.02, 0.02, True
+  m.num_kv_heads = 0
+  m.dtype = 'bfloat16'  # compute; params stay float32
+  c.data.seq_len = max_length
+  return c
+
+
+def llama(c, rope_theta, max_length, norm_eps=1e-5):
+  """Llama / Mistral: pre-RMSNorm, SwiGLU, RoPE, GQA, no biases, untied head."""
+  m = c.model
+  m.family, m.max_length, m.rope_theta = 'decoder', max_length, rope_theta
+  m.activation, m.norm, m.norm_eps, m.norm_position = 'swiglu', 'rmsnorm', norm_eps, 'pre'
+  m.position, m.use_bias, m.tie_embeddings = 'rope', False, False
+  m.embed_init_std, m.kernel_init_std = 0.02, 0.02
+  m.dtype = 'bfloat16'  # compute; params stay float32
+  c.data.seq_len = min(max_length, 4096)
+  return c
+
+
+def palm(c):
+  """PaLM (Chowdhery et al. 2022, sec. 2): parallel blocks with one bias-free LayerNorm,
+  multi-query attention with head_dim 256, SwiGLU with d_ff = 4 d_model, RoPE, no biases,
+  shared input/output embeddings, a 256k SentencePiece vocabulary, 2048-token context."""
+  m = c.model
+  m.family, m.vocab_size, m.max_length = 'decoder', 256_000, 2048
+  m.block, m.norm, m.norm_eps, m.norm_position = 'parallel', 'layernorm', 1e-6, 'pre'
+  m.activation, m.position, m.use_bias, m.tie_embeddings = 'swiglu', 'rope', False, True
+  m.num_kv_heads, m.head_dim = 1, 256
+  m.mlp_dim = 4 * m.d_model
+  m.embed_init_std = 1.0
+  m.dtype = 'bfloat16'  # compute; params stay float32
+  c.data.seq_len = 2048
+  return c
+
+
+def smoke(c):
+  """Shrinks every dimension so a few steps train on a CPU in seconds; keeps the switches."""
+  m = c.model
+  kv_ratio = (m.num_kv_heads or m.num_heads) / m.num_heads
+  m.vocab_size, m.d_model, m.num_layers, m.num_heads, m.mlp_dim = 512, 64, 2, 4, 128
+  m.num_kv_heads = 0 if kv_ratio == 1 else max(1, int(4 * kv_ratio))
+  m.head_dim = 0 if not m.head_dim else 16
+  m.max_length = 64
+  m.dtype = 'float32'  # CPUs run float32 fastest, and the smoke numbers stay exact
+  if m.attention.window:
+    m.attention.window = 16
+  c.data.seq_len = 64
+  t = c.train
+  t.steps, t.batch_size, t.log_every, t.eval_every, t.eval_batches = 6, 8, 1, 3, 2
+  t.checkpoint_every = 3
+  c.optim.learning_rate, c.optim.warmup_steps = 3e-3, 2
+  return c
