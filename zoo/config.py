@@ -15,7 +15,7 @@ class ConfigError(ValueError):
   """A config value that cannot work; the message names the field and the fix."""
 
 FAMILIES = ('decoder', 'encoder', 'encoder_decoder')
-BUILT_FAMILIES = ('decoder',)
+BUILT_FAMILIES = ('decoder', 'encoder')
 ACTIVATIONS = ('relu', 'gelu', 'gelu_tanh', 'swiglu', 'geglu')
 NORMS = ('layernorm', 'rmsnorm')
 NORM_POSITIONS = ('pre', 'post')
@@ -23,7 +23,8 @@ BLOCKS = ('sequential', 'parallel')
 POSITIONS = ('learned', 'sinusoidal', 'rope', 'none')
 REMAT_POLICIES = ('none', 'full', 'dots', 'dots_no_batch')
 KERNELS = ('auto', 'xla')
-OBJECTIVES = ('causal_lm',)
+OBJECTIVES = ('causal_lm', 'mlm')
+FAMILY_OBJECTIVES = {'decoder': ('causal_lm',), 'encoder': ('mlm',)}
 TOKENIZERS = ('bpe', 'unigram')
 SCHEDULES = ('cosine', 'linear', 'constant')
 DTYPES = ('float32', 'bfloat16', 'float16')
@@ -70,6 +71,9 @@ def base():
   m.embed_init_std = 1.0  # token embedding init
   m.kernel_init_std = 0.0  # dense kernels: 0 = fan-in scaled truncated normal; > 0 = N(0, std)
   m.scale_residual_init = False  # GPT-2: output projections' init std / sqrt(2 layers)
+  m.type_vocab_size = 0  # encoder: token-type (sentence A/B) embeddings; 0 = none
+  m.embedding_norm = False  # encoder (BERT): a norm right after the embeddings
+  m.nsp_head = False  # encoder (BERT): pooler + next-sentence-prediction head
   m.dropout_rate = 0.0
   m.dtype = 'float32'  # compute dtype ('bfloat16' on accelerators)
   m.param_dtype = 'float32'
@@ -84,6 +88,7 @@ def base():
   d.document_separator = '\n\n'  # a file splits into documents at this string
   d.seq_len = 256
   d.objective = 'causal_lm'
+  d.mask_rate = 0.15  # mlm: share of tokens chosen (80% [MASK], 10% random, 10% kept)
   d.eval_fraction = 0.05  # share of documents held out for eval, chosen by split_seed
   d.split_seed = 0  # fixed apart from train.seed so the eval set never moves
   d.tokenizer = ml_collections.ConfigDict({
@@ -221,6 +226,11 @@ def validate(config):
     raise ConfigError(f'model.dropout_rate={m.dropout_rate} must be in [0, 1)')
 
   _one_of('data.objective', d.objective, OBJECTIVES)
+  if d.objective not in FAMILY_OBJECTIVES[m.family]:
+    raise ConfigError(f'data.objective={d.objective!r} does not train model.family='
+                      f'{m.family!r}; use one of {FAMILY_OBJECTIVES[m.family]}')
+  if not 0 < d.mask_rate < 1:
+    raise ConfigError(f'data.mask_rate={d.mask_rate} must be in (0, 1)')
   _one_of('data.tokenizer.type', d.tokenizer.type, TOKENIZERS)
   _positive('data.seq_len', d.seq_len)
   if m.position == 'learned' and d.seq_len > m.max_length:

@@ -48,6 +48,21 @@ def palm(c):
   return c
 
 
+def bert(c):
+  """BERT (Devlin et al. 2019): post-LayerNorm (eps 1e-12), exact-erf GELU, 512 learned
+  positions, 2 token types, embedding LayerNorm, MLM head tied to the word embeddings plus a
+  bias, pooler and next-sentence head; WordPiece vocabulary of 30522."""
+  m = c.model
+  m.family, m.vocab_size, m.max_length, m.type_vocab_size = 'encoder', 30522, 512, 2
+  m.activation, m.norm, m.norm_eps, m.norm_position = 'gelu', 'layernorm', 1e-12, 'post'
+  m.position, m.use_bias, m.tie_embeddings = 'learned', True, True
+  m.embedding_norm, m.nsp_head = True, True
+  m.embed_init_std, m.kernel_init_std = 0.02, 0.02
+  m.dtype = 'bfloat16'  # compute; params stay float32
+  c.data.objective, c.data.seq_len = 'mlm', 512
+  return c
+
+
 def smoke(c):
   """Shrinks every dimension so a few steps train on a CPU in seconds; keeps the switches."""
   m = c.model

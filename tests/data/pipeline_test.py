@@ -130,3 +130,54 @@ def test_tokenizer_is_trained_once_cached_and_round_trips(tmp_path):
 def test_a_vocabulary_too_small_for_the_byte_pieces_is_a_config_error():
   with pytest.raises(config_lib.ConfigError, match='data.tokenizer.vocab_size=200'):
     tokenizer_lib.train(['some text', 'more text'], 200, 'bpe')
+
+
+def _mlm_dataset(docs, seq_len=32, batch=64, seed=0):
+  docs_text = pipeline.read_documents(_data_config())[:400]
+  tok = tokenizer_lib.train(docs_text, 600, 'bpe')
+  tokens = pipeline.tokenize(docs or docs_text, tok)
+  data = _data_config(seq_len=seq_len)
+  data.objective = 'mlm'
+  return tok, tokens, iter(pipeline.make_dataset(tokens, data, batch, train=True, seed=seed,
+                                                 tokenizer=tok))
+
+
+def test_mlm_masks_15_percent_80_10_10_and_pairs_half_random_next():
+  tok, _, it = _mlm_dataset(None)
+  chosen = masked = kept = candidates = 0
+  labels = []
+  for _ in range(10):
+    b = next(it)
+    real = b['segment_ids'] > 0
+    targets, inputs, weights = b['targets'], b['inputs'], b['loss_weights'] > 0
+    assert np.all(targets[:, 0] == tok.bos_id)  # [CLS]
+    assert np.all(np.sum((targets == tok.eos_id) & real, axis=1) == 2)  # two [SEP]
+    assert not np.any(weights & (targets < tok.first_piece_id))  # specials never chosen
+    assert np.all(inputs[~weights] == targets[~weights])  # only chosen tokens change
+    candidates += np.sum(real & (targets >= tok.first_piece_id))
+    chosen += weights.sum()
+    masked += np.sum(weights & (inputs == tok.mask_id))
+    kept += np.sum(weights & (inputs == targets))
+    labels.extend(b['next_sentence_labels'])
+    first_sep = np.argmax(targets == tok.eos_id, axis=1)
+    for row, sep in enumerate(first_sep):  # sentence A (with [CLS], [SEP]) is type 0
+      assert np.all(b['token_type_ids'][row, :sep + 1] == 0)
+      assert np.all(b['token_type_ids'][row, sep + 1:real[row].sum()] == 1)
+  assert abs(chosen / candidates - 0.15) < 0.02
+  assert abs(masked / chosen - 0.8) < 0.05 and abs(kept / chosen - 0.1) < 0.04
+  assert abs(np.mean(labels) - 0.5) < 0.1
+
+
+def test_mlm_next_segment_continues_the_document_when_labelled_so():
+  docs = [f'{letter} ' * 20 for letter in 'abcdefghij']  # pieces unique to each document
+  tok, tokens, it = _mlm_dataset(docs, seq_len=24, batch=32)
+  b = next(it)
+  for row in range(32):
+    first_sep, second_sep = np.flatnonzero(b['targets'][row] == tok.eos_id)[:2]
+    sentence_a = set(b['targets'][row, 1:first_sep])
+    sentence_b = set(b['targets'][row, first_sep + 1:second_sep])
+    source = [set(d) for d in tokens if sentence_a <= set(d)]
+    assert len(source) == 1  # sentence A comes from one document
+    if b['next_sentence_labels'][row] == 0:
+      assert sentence_b <= source[0]
+  assert 0 < b['next_sentence_labels'].sum() < 32

@@ -5,6 +5,7 @@ Every batch follows the contract in DESIGN.md: int32 [batch, seq_len] arrays `in
 (restarting at 0 in every document) and float32 `loss_weights`.
 """
 
+import functools
 import importlib.resources
 import os
 
@@ -71,6 +72,51 @@ def causal_lm(tokens):
   return {'inputs': tokens[:-1], 'targets': tokens[1:]}
 
 
+def mlm_example(tokens, rng, *, documents, seq_len, tokenizer, mask_rate):
+  """BERT pretraining example from one document (Devlin et al. 2019, sec. 3.1).
+
+  [CLS] A [SEP] B [SEP] with B the rest of the document half the time (label 0) and a span
+  of another document otherwise (label 1); `mask_rate` of the non-special tokens are chosen,
+  of which 80% become [MASK], 10% a random piece and 10% stay; the loss reads only those.
+  Rows are not packed (the next-sentence head reads the first token); padding is segment 0.
+  """
+  body = tokens[1:-1]  # without BOS/EOS
+  room = seq_len - 3
+  if len(body) > room:
+    start = rng.integers(0, len(body) - room + 1)
+    body = body[start:start + room]
+  split = int(rng.integers(1, len(body))) if len(body) > 1 else len(body)
+  first, second = body[:split], body[split:]
+  is_random_next = len(second) == 0 or rng.random() < 0.5
+  if is_random_next:
+    other = documents[int(rng.integers(len(documents)))][1:-1]
+    length = max(1, min(room - len(first), len(other)))
+    offset = int(rng.integers(0, len(other) - length + 1)) if len(other) >= length else 0
+    second = other[offset:offset + length]
+  cls, sep = tokenizer.bos_id, tokenizer.eos_id
+  ids = np.concatenate([[cls], first, [sep], second, [sep]]).astype(np.int32)
+  token_type_ids = np.concatenate([np.zeros(len(first) + 2), np.ones(len(second) + 1)])
+  candidates = np.flatnonzero(ids >= tokenizer.first_piece_id)
+  chosen = rng.choice(candidates, max(1, round(mask_rate * len(candidates))), replace=False) \
+      if len(candidates) else np.zeros(0, np.int64)
+  inputs, roll = ids.copy(), rng.random(len(chosen))
+  inputs[chosen[roll < 0.8]] = tokenizer.mask_id
+  random_slots = chosen[(roll >= 0.8) & (roll < 0.9)]
+  inputs[random_slots] = rng.integers(tokenizer.first_piece_id, tokenizer.vocab_size,
+                                      len(random_slots))
+  loss_weights = np.zeros(len(ids), np.float32)
+  loss_weights[chosen] = 1.0
+  pad = lambda x, dtype: np.pad(x, (0, seq_len - len(ids))).astype(dtype)
+  return {
+      'inputs': pad(inputs, np.int32), 'targets': pad(ids, np.int32),
+      'token_type_ids': pad(token_type_ids, np.int32),
+      'segment_ids': pad(np.ones(len(ids)), np.int32),
+      'positions': pad(np.arange(len(ids)), np.int32),
+      'loss_weights': pad(loss_weights, np.float32),
+      'next_sentence_labels': np.int32(is_random_next),
+  }
+
+
 OBJECTIVES = {'causal_lm': causal_lm}
 
 
@@ -94,11 +140,12 @@ def _pad_rows(batch, rows):
 
 
 def make_dataset(tokens, data_config, local_batch_size, *, train, seed=0,
-                 process_index=0, process_count=1):
-  """Packed batches of this process's share of the documents, as a grain IterDataset.
+                 process_index=0, process_count=1, tokenizer=None):
+  """Batches of this process's share of the documents, as a grain IterDataset.
 
   Train: shuffled with `seed`, reshuffled every epoch, endless. Eval: in order, one pass,
-  the last batch padded. Each process reads a disjoint slice of the documents.
+  the last batch padded. Each process reads a disjoint slice of the documents. causal_lm
+  rows are packed; mlm rows hold one sentence pair each (and need the tokenizer).
   """
   ds = grain.MapDataset.source(tokens)[process_index::process_count]
   if not len(ds):
@@ -106,10 +153,15 @@ def make_dataset(tokens, data_config, local_batch_size, *, train, seed=0,
                       'use a larger corpus or fewer processes')
   if train:
     ds = ds.shuffle(seed=seed).repeat(None)
-  ds = ds.map(OBJECTIVES[data_config.objective]).to_iter_dataset(_READ_OPTIONS)
-  lengths = {'inputs': data_config.seq_len, 'targets': data_config.seq_len}
-  ds = grain.experimental.ConcatThenSplitIterDataset(ds, length_struct=lengths)
-  ds = ds.batch(local_batch_size, drop_remainder=train).map(_contract)
+  if data_config.objective == 'mlm':
+    example = functools.partial(mlm_example, documents=tokens, seq_len=data_config.seq_len,
+                                tokenizer=tokenizer, mask_rate=data_config.mask_rate)
+    ds = ds.random_map(lambda t, rng: example(t, rng), seed=seed).to_iter_dataset(_READ_OPTIONS)
+  else:
+    ds = ds.map(OBJECTIVES[data_config.objective]).to_iter_dataset(_READ_OPTIONS)
+    lengths = {'inputs': data_config.seq_len, 'targets': data_config.seq_len}
+    ds = grain.experimental.ConcatThenSplitIterDataset(ds, length_struct=lengths).map(_contract)
+  ds = ds.batch(local_batch_size, drop_remainder=train)
   if not train:
     ds = ds.map(lambda batch: _pad_rows(batch, local_batch_size))
   return ds

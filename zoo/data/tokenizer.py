@@ -8,6 +8,7 @@ import sentencepiece as spm
 from zoo.config import ConfigError
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+USER_SYMBOLS = ('\n', '<mask>')  # ids 4 and 5: newlines survive, MLM has a [MASK]
 _MAX_TRAINING_DOCUMENTS = 200_000
 
 
@@ -19,6 +20,8 @@ class Tokenizer:
     self.model_proto = model_proto
     self.vocab_size = self.processor.vocab_size()
     self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID
+    self.mask_id = self.processor.piece_to_id('<mask>')
+    self.first_piece_id = max(BOS_ID, EOS_ID, self.mask_id) + 1  # below: control symbols
 
   def encode(self, texts):
     return self.processor.encode(list(texts))
@@ -35,7 +38,7 @@ def train(documents, vocab_size, model_type):
         sentence_iterator=iter(documents[:_MAX_TRAINING_DOCUMENTS]), model_writer=proto,
         vocab_size=vocab_size, model_type=model_type, character_coverage=1.0,
         byte_fallback=True, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-        user_defined_symbols=['\n'], remove_extra_whitespaces=False,
+        user_defined_symbols=list(USER_SYMBOLS), remove_extra_whitespaces=False,
         normalization_rule_name='identity', max_sentence_length=1 << 16,
         hard_vocab_limit=False, num_threads=os.cpu_count() or 1, minloglevel=2)
   except RuntimeError as e:

@@ -5,11 +5,12 @@ import ml_collections
 
 from zoo.models import transformer
 
-FAMILY_MODULES = {'decoder': transformer.Decoder}
+FAMILY_MODULES = {'decoder': transformer.Decoder, 'encoder': transformer.Encoder}
 
 
 def build(model_config):
-  """model config -> flax.linen.Module taking the batch dict and returning float32 logits."""
+  """model config -> flax.linen.Module taking the batch dict and returning float32 logits
+  (the encoder: a dict with 'logits' and, with model.nsp_head, 'nsp_logits')."""
   return FAMILY_MODULES[model_config.family](ml_collections.FrozenConfigDict(model_config))
 
 

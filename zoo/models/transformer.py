@@ -95,6 +95,78 @@ def default_positions(batch, inputs_key='inputs', positions_key='positions',
   return segment_ids_BL, positions_BL
 
 
+class Embeddings(nn.Module):
+  """Adds position (and token-type) embeddings to the token embeddings, then the optional
+  embedding norm (BERT) and dropout."""
+  config: Any
+
+  @nn.compact
+  def __call__(self, x_BLD, positions_BL, token_type_ids_BL, train):
+    m = self.config
+    if m.position == 'learned':
+      x_BLD += layers.Embed(m.max_length, m.d_model, axes=(None, 'embed'),
+                            init_std=m.kernel_init_std or 0.02,
+                            name='position_embed', **_dtypes(m))(positions_BL)
+    elif m.position == 'sinusoidal':
+      x_BLD += layers.sinusoidal(positions_BL, m.d_model).astype(x_BLD.dtype)
+    if m.type_vocab_size:
+      x_BLD += layers.Embed(m.type_vocab_size, m.d_model, axes=(None, 'embed'),
+                            init_std=m.kernel_init_std or 0.02, name='type_embed',
+                            **_dtypes(m))(token_type_ids_BL)
+    if m.embedding_norm:
+      x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='norm',
+                          **_dtypes(m))(x_BLD)
+    x_BLD = nn.Dropout(m.dropout_rate)(x_BLD, deterministic=not train)
+    return nn.with_logical_constraint(x_BLD, ('batch', 'length', 'embed'))
+
+
+class Encoder(nn.Module):
+  """Encoder-only (BERT): bidirectional attention inside each segment, padding excluded.
+
+  batch {inputs, token_type_ids?, segment_ids?, positions?} -> {'logits': float32 MLM logits
+  [B, L, V], 'nsp_logits': [B, 2] when model.nsp_head}.
+  """
+  config: Any
+
+  @nn.compact
+  def __call__(self, batch, train=False):
+    m = self.config
+    ids_BL = batch['inputs']
+    segment_ids_BL, positions_BL = default_positions(batch)
+    token_type_ids_BL = batch.get('token_type_ids')
+    if token_type_ids_BL is None:
+      token_type_ids_BL = jnp.zeros_like(ids_BL)
+    embed = layers.Embed(m.vocab_size, m.d_model, init_std=m.embed_init_std, name='token_embed',
+                         **_dtypes(m))
+    x_BLD = Embeddings(m, name='embeddings')(embed(ids_BL), positions_BL, token_type_ids_BL,
+                                             train)
+    mask = attention.segment_mask(segment_ids_BL, segment_ids_BL)
+    x_BLD, _ = stack(m, train, m.num_layers, 'layers')(x_BLD, mask, positions_BL)
+    if m.norm_position == 'pre':
+      x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',
+                          **_dtypes(m))(x_BLD)
+
+    dense = lambda name, features, axes: layers.DenseGeneral(
+        features, axes, use_bias=True, init_std=m.kernel_init_std, name=name, **_dtypes(m))
+    # MLM head: transform, then logits against the (tied) word embeddings plus a bias.
+    h_BLD = layers.ACTIVATION_FNS[m.activation](dense('mlm_transform', m.d_model,
+                                                      ('embed', 'mlp'))(x_BLD))
+    h_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='mlm_norm',
+                        **_dtypes(m))(h_BLD)
+    if m.tie_embeddings:
+      logits_BLV = embed.attend(h_BLD) + self.param(
+          'mlm_bias', nn.with_logical_partitioning(nn.initializers.zeros, ('vocab',)),
+          (m.vocab_size,), jnp.dtype(m.param_dtype))[None, None]
+    else:
+      logits_BLV = dense('logits', m.vocab_size, ('embed', 'vocab'))(h_BLD)
+    outputs = {'logits': nn.with_logical_constraint(logits_BLV.astype(jnp.float32),
+                                                    ('batch', 'length', 'vocab'))}
+    if m.nsp_head:  # pooler (dense + tanh on the first token) and the next-sentence head
+      pooled_BD = jnp.tanh(dense('pooler', m.d_model, ('embed', 'mlp'))(x_BLD[:, 0]))
+      outputs['nsp_logits'] = dense('nsp', 2, ('embed', None))(pooled_BD).astype(jnp.float32)
+    return outputs
+
+
 class Decoder(nn.Module):
   """Decoder-only LM: batch {inputs, segment_ids?, positions?} -> float32 logits [B, L, V]."""
   config: Any  # frozen model config
@@ -106,15 +178,7 @@ class Decoder(nn.Module):
     segment_ids_BL, positions_BL = default_positions(batch)
     embed = layers.Embed(m.vocab_size, m.d_model, init_std=m.embed_init_std, name='token_embed',
                          **_dtypes(m))
-    x_BLD = embed(ids_BL)
-    if m.position == 'learned':
-      x_BLD += layers.Embed(m.max_length, m.d_model, axes=(None, 'embed'),
-                            init_std=m.kernel_init_std or 0.02,
-                            name='position_embed', **_dtypes(m))(positions_BL)
-    elif m.position == 'sinusoidal':
-      x_BLD += layers.sinusoidal(positions_BL, m.d_model).astype(x_BLD.dtype)
-    x_BLD = nn.Dropout(m.dropout_rate)(x_BLD, deterministic=not train)
-    x_BLD = nn.with_logical_constraint(x_BLD, ('batch', 'length', 'embed'))
+    x_BLD = Embeddings(m, name='embeddings')(embed(ids_BL), positions_BL, None, train)
 
     mask = attention.causal_mask(ids_BL.shape[1]) & attention.segment_mask(
         segment_ids_BL, segment_ids_BL)

@@ -59,7 +59,8 @@ class _Setup:
     return pipeline.make_dataset(
         self.train_tokens if train else self.eval_tokens, self.config.data,
         self.local_batch_size, train=train, seed=self.config.train.seed,
-        process_index=jax.process_index(), process_count=jax.process_count())
+        process_index=jax.process_index(), process_count=jax.process_count(),
+        tokenizer=self.tokenizer)
 
   def jit(self, fn, in_shardings, out_shardings, donate_argnums=()):
     """jit with explicit shardings, traced under the mesh and the logical-axis rules."""
@@ -160,6 +161,8 @@ def train(config, workdir):
            'nonfinite_total': metrics['nonfinite_total']}
     if t.z_loss:
       row['z_loss'] = metrics['z_loss']
+    if 'nsp_loss' in metrics:
+      row['nsp_loss'] = metrics['nsp_loss']
     writer.write(row)
     eta = (t.steps - step) * elapsed / window_steps
     print(f'step {step}/{t.steps} loss {row["loss"]:.4f} lr {row["learning_rate"]:.2e} '

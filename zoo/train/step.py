@@ -28,11 +28,21 @@ def cross_entropy(logits_BLV, targets_BL, weights_BL, z_loss=0.0):
 
 
 def _batch_loss(model, params, batch, family, z_loss, rng=None):
+  """Weighted sums of the token loss, plus the next-sentence loss where the model has one."""
   targets_key, weights_key = LOSS_KEYS[family]
   train = rng is not None
-  logits_BLV = model.apply({'params': params}, batch, train=train,
-                           rngs={'dropout': rng} if train else None)
-  return cross_entropy(logits_BLV, batch[targets_key], batch[weights_key], z_loss)
+  outputs = model.apply({'params': params}, batch, train=train,
+                        rngs={'dropout': rng} if train else None)
+  logits_BLV = outputs['logits'] if isinstance(outputs, dict) else outputs
+  sums = dict(zip(('nll', 'z', 'weight'), cross_entropy(
+      logits_BLV, batch[targets_key], batch[weights_key], z_loss)))
+  if isinstance(outputs, dict) and 'nsp_logits' in outputs:
+    real_B = (batch['segment_ids'][:, 0] > 0).astype(jnp.float32)  # padding rows: weight 0
+    nsp_nll, _, nsp_weight = cross_entropy(outputs['nsp_logits'][:, None],
+                                           batch['next_sentence_labels'][:, None],
+                                           real_B[:, None])
+    sums.update(nsp_nll=nsp_nll, nsp_weight=nsp_weight)
+  return sums
 
 
 def make_train_step(model, optimizer, learning_rate_fn, config):
@@ -40,13 +50,18 @@ def make_train_step(model, optimizer, learning_rate_fn, config):
   family, z_loss = config.model.family, config.train.z_loss
 
   def loss_fn(params, batch, rng):
-    nll, z, weight = _batch_loss(model, params, batch, family, z_loss, rng)
-    weight = jnp.maximum(weight, 1.0)
-    return (nll + z) / weight, (nll / weight, z / weight)
+    sums = _batch_loss(model, params, batch, family, z_loss, rng)
+    weight = jnp.maximum(sums['weight'], 1.0)
+    aux = {'loss': sums['nll'] / weight, 'z_loss': sums['z'] / weight}
+    total = (sums['nll'] + sums['z']) / weight
+    if 'nsp_nll' in sums:
+      aux['nsp_loss'] = sums['nsp_nll'] / jnp.maximum(sums['nsp_weight'], 1.0)
+      total = total + aux['nsp_loss']
+    return total, aux
 
   def train_step(state, batch):
     rng = jax.random.fold_in(state['rng'], state['step'])
-    (total, (loss, z)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+    (total, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         state['params'], batch, rng)
     grad_norm = optax.tree.norm(grads)
     updates, opt_state = optimizer.update(grads, state['opt_state'], state['params'])
@@ -61,7 +76,7 @@ def make_train_step(model, optimizer, learning_rate_fn, config):
         opt_state=keep_if_finite(opt_state, state['opt_state']),
         nonfinite_streak=streak,
         nonfinite_total=state['nonfinite_total'] + (~finite).astype(jnp.int32))
-    metrics = {'loss': loss, 'z_loss': z, 'grad_norm': grad_norm,
+    metrics = {**aux, 'grad_norm': grad_norm,
                'learning_rate': learning_rate_fn(state['step']),
                'nonfinite_streak': streak, 'nonfinite_total': new_state['nonfinite_total']}
     return new_state, metrics
@@ -72,6 +87,6 @@ def make_train_step(model, optimizer, learning_rate_fn, config):
 def make_eval_step(model, config):
   """(params, batch) -> summed loss and weight, so batches combine exactly."""
   def eval_step(params, batch):
-    nll, _, weight = _batch_loss(model, params, batch, config.model.family, 0.0)
-    return {'loss_sum': nll, 'weight_sum': weight}
+    sums = _batch_loss(model, params, batch, config.model.family, 0.0)
+    return {'loss_sum': sums['nll'], 'weight_sum': sums['weight']}
   return eval_step
