@@ -45,6 +45,10 @@ def test_bad_overrides_name_the_key(override, message):
     ({'model.position': 'learned', 'data.seq_len': 128},
      'data.seq_len=128 exceeds model.max_length=64'),
     ({'mesh.data': 0}, 'mesh.data=0 must be positive or -1'),
+    ({'model.family': 'encoder_decoder', 'data.objective': 'span_corruption'},
+     'needs model.num_encoder_layers and model.num_decoder_layers'),
+    ({'data.objective': 'mlm'}, "data.objective='mlm' does not train model.family='decoder'"),
+    ({'model.position': 't5_bias'}, "model.position='t5_bias' is built for encoder_decoder only"),
     ({'sharding.rules': (('batch', 'pod'),)}, "unknown mesh axis 'pod'"),
 ])
 def test_validate_names_the_field(overrides, message):

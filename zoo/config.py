@@ -15,16 +15,16 @@ class ConfigError(ValueError):
   """A config value that cannot work; the message names the field and the fix."""
 
 FAMILIES = ('decoder', 'encoder', 'encoder_decoder')
-BUILT_FAMILIES = ('decoder', 'encoder')
 ACTIVATIONS = ('relu', 'gelu', 'gelu_tanh', 'swiglu', 'geglu')
 NORMS = ('layernorm', 'rmsnorm')
 NORM_POSITIONS = ('pre', 'post')
 BLOCKS = ('sequential', 'parallel')
-POSITIONS = ('learned', 'sinusoidal', 'rope', 'none')
+POSITIONS = ('learned', 'sinusoidal', 'rope', 't5_bias', 'none')
 REMAT_POLICIES = ('none', 'full', 'dots', 'dots_no_batch')
 KERNELS = ('auto', 'xla')
-OBJECTIVES = ('causal_lm', 'mlm')
-FAMILY_OBJECTIVES = {'decoder': ('causal_lm',), 'encoder': ('mlm',)}
+OBJECTIVES = ('causal_lm', 'mlm', 'span_corruption')
+FAMILY_OBJECTIVES = {'decoder': ('causal_lm',), 'encoder': ('mlm',),
+                     'encoder_decoder': ('span_corruption',)}
 TOKENIZERS = ('bpe', 'unigram')
 SCHEDULES = ('cosine', 'linear', 'constant')
 DTYPES = ('float32', 'bfloat16', 'float16')
@@ -66,6 +66,8 @@ def base():
   m.position = 'rope'
   m.max_length = 2048  # learned positions: table size; others: longest supported
   m.rope_theta = 10_000.0
+  m.relative_buckets = 32  # t5_bias: buckets per stack's table
+  m.relative_max_distance = 128  # t5_bias: offsets beyond share the last bucket
   m.use_bias = False
   m.tie_embeddings = False
   m.embed_init_std = 1.0  # token embedding init
@@ -88,12 +90,18 @@ def base():
   d.document_separator = '\n\n'  # a file splits into documents at this string
   d.seq_len = 256
   d.objective = 'causal_lm'
+  d.vocab_size = m.get_ref('vocab_size')  # span_corruption: sentinels count down from here
+  d.target_seq_len = 114  # span_corruption: decoder length (T5: 114 for 512 inputs)
+  d.noise_density = 0.15  # span_corruption: share of tokens in noise spans
+  d.mean_noise_span_length = 3.0  # span_corruption
+  d.num_sentinels = 100  # span_corruption: at most this many spans per example
   d.mask_rate = 0.15  # mlm: share of tokens chosen (80% [MASK], 10% random, 10% kept)
   d.eval_fraction = 0.05  # share of documents held out for eval, chosen by split_seed
   d.split_seed = 0  # fixed apart from train.seed so the eval set never moves
+  d.reserved_ids = 0  # ids at the top of the vocabulary kept out of the tokenizer (sentinels)
   d.tokenizer = ml_collections.ConfigDict({
       'type': 'bpe',  # 'bpe' | 'unigram'
-      'vocab_size': m.get_ref('vocab_size'),
+      'vocab_size': m.get_ref('vocab_size') - d.get_ref('reserved_ids'),  # derived
       'path': '',  # '' = train on the corpus and cache in WORKDIR/tokenizer
   })
 
@@ -181,6 +189,13 @@ def _positive(name, value):
     raise ConfigError(f'{name}={value} must be positive')
 
 
+def total_layers(m):
+  """Blocks in the model (encoder + decoder for encoder_decoder)."""
+  if m.family == 'encoder_decoder':
+    return m.num_encoder_layers + m.num_decoder_layers
+  return m.num_layers
+
+
 def head_dim(m):
   return m.head_dim or m.d_model // m.num_heads
 
@@ -193,11 +208,20 @@ def validate(config):
   """Raises ConfigError naming the first field that cannot work; returns the config."""
   m, d, t, o = config.model, config.data, config.train, config.optim
   _one_of('model.family', m.family, FAMILIES)
-  if m.family not in BUILT_FAMILIES:
-    raise ConfigError(f'model.family={m.family!r} is not built yet in this version; '
-                      f'use one of {BUILT_FAMILIES}')
-  for name in ('vocab_size', 'd_model', 'num_layers', 'num_heads', 'mlp_dim', 'max_length'):
+  for name in ('vocab_size', 'd_model', 'num_heads', 'mlp_dim', 'max_length'):
     _positive(f'model.{name}', m[name])
+  if m.family != 'encoder_decoder':
+    _positive('model.num_layers', m.num_layers)
+  if m.family == 'encoder_decoder' and not (m.num_encoder_layers > 0 and
+                                            m.num_decoder_layers > 0):
+    raise ConfigError('model.family=encoder_decoder needs model.num_encoder_layers and '
+                      'model.num_decoder_layers (num_layers alone does not say the split)')
+  if m.position == 't5_bias' and m.family != 'encoder_decoder':
+    raise ConfigError(f"model.position='t5_bias' is built for encoder_decoder only; use "
+                      f"'rope' or 'learned' for model.family={m.family!r}")
+  if m.position == 'learned' and m.family == 'encoder_decoder':
+    raise ConfigError("model.position='learned' is not built for encoder_decoder; use "
+                      "'t5_bias' or 'sinusoidal'")
   if m.head_dim == 0 and m.d_model % m.num_heads:
     raise ConfigError(f'model.num_heads={m.num_heads} does not divide model.d_model={m.d_model}; '
                       'change num_heads or set model.head_dim')
@@ -229,6 +253,15 @@ def validate(config):
   if d.objective not in FAMILY_OBJECTIVES[m.family]:
     raise ConfigError(f'data.objective={d.objective!r} does not train model.family='
                       f'{m.family!r}; use one of {FAMILY_OBJECTIVES[m.family]}')
+  if d.objective == 'span_corruption':
+    _positive('data.target_seq_len', d.target_seq_len)
+    if not 0 < d.noise_density < 1 or d.mean_noise_span_length < 1:
+      raise ConfigError('data.noise_density must be in (0, 1) and data.mean_noise_span_length '
+                        '>= 1')
+    if d.tokenizer.vocab_size + d.num_sentinels > m.vocab_size:
+      raise ConfigError(f'data.tokenizer.vocab_size={d.tokenizer.vocab_size} + '
+                        f'data.num_sentinels={d.num_sentinels} exceed model.vocab_size='
+                        f'{m.vocab_size}; sentinels need the top of the vocabulary')
   if not 0 < d.mask_rate < 1:
     raise ConfigError(f'data.mask_rate={d.mask_rate} must be in (0, 1)')
   _one_of('data.tokenizer.type', d.tokenizer.type, TOKENIZERS)

@@ -73,7 +73,8 @@ def plan(config, num_devices=None):
 
   head_dim, kv_heads = config_lib.head_dim(m), config_lib.kv_heads(m)
   result = {
-      'config': {'family': m.family, 'd_model': m.d_model, 'num_layers': m.num_layers,
+      'config': {'family': m.family, 'd_model': m.d_model,
+                 'num_layers': config_lib.total_layers(m),
                  'vocab_size': m.vocab_size, 'seq_len': config.data.seq_len},
       'params_total': total,
       'params_active': total,

@@ -63,11 +63,39 @@ def bert(c):
   return c
 
 
+def t5(c, version):
+  """T5 (Raffel et al. 2020): pre-RMSNorm without mean or bias (eps 1e-6), no biases,
+  relative position bias (32 buckets, max distance 128, one table per stack), logits not
+  scaled by head_dim^-0.5 (folded into the query init), 32128-entry vocabulary whose top 100
+  ids are span-corruption sentinels. v1.0: ReLU, tied embeddings (decoder output scaled by
+  d_model^-0.5), dropout 0.1; v1.1: GEGLU (gelu_tanh), untied head, no pretraining dropout.
+
+  The unscaled logits make AdamW's per-parameter step large next to the folded query init;
+  the configs pair it with a small learning rate (T5 itself trained with Adafactor).
+  """
+  m = c.model
+  m.family, m.vocab_size, m.num_layers = 'encoder_decoder', 32128, 0
+  m.norm, m.norm_eps, m.norm_position, m.use_bias = 'rmsnorm', 1e-6, 'pre', False
+  m.position, m.relative_buckets, m.relative_max_distance = 't5_bias', 32, 128
+  m.activation, m.tie_embeddings = ('relu', True) if version == '1.0' else ('geglu', False)
+  m.dropout_rate = 0.1 if version == '1.0' else 0.0
+  m.embed_init_std = 1.0
+  m.dtype = 'bfloat16'  # compute; params stay float32
+  c.data.reserved_ids = 128  # 100 sentinels + 28 unused ids above the 32000 pieces
+  c.data.objective, c.data.seq_len, c.data.target_seq_len = 'span_corruption', 512, 114
+  c.optim.learning_rate = 1e-4
+  return c
+
+
 def smoke(c):
   """Shrinks every dimension so a few steps train on a CPU in seconds; keeps the switches."""
   m = c.model
   kv_ratio = (m.num_kv_heads or m.num_heads) / m.num_heads
   m.vocab_size, m.d_model, m.num_layers, m.num_heads, m.mlp_dim = 512, 64, 2, 4, 128
+  if m.family == 'encoder_decoder':
+    m.num_layers, m.num_encoder_layers, m.num_decoder_layers = 0, 2, 2
+    c.data.target_seq_len = 24
+  m.dropout_rate = 0.0
   m.num_kv_heads = 0 if kv_ratio == 1 else max(1, int(4 * kv_ratio))
   m.head_dim = 0 if not m.head_dim else 16
   m.max_length = 64

@@ -181,3 +181,58 @@ def test_mlm_next_segment_continues_the_document_when_labelled_so():
     if b['next_sentence_labels'][row] == 0:
       assert sentence_b <= source[0]
   assert 0 < b['next_sentence_labels'].sum() < 32
+
+
+def _span_config(seq_len=64, target_seq_len=24):
+  c = config_lib.base()
+  c.model.vocab_size = 1000
+  c.data.objective, c.data.seq_len, c.data.target_seq_len = 'span_corruption', seq_len, target_seq_len
+  return c.data
+
+
+def test_span_corruption_reconstructs_the_text_with_sentinels_from_the_top():
+  data = _span_config()
+  rng = np.random.default_rng(0)
+  noise = total = spans = 0
+  for doc in _docs([40, 10, 55, 3, 1], start=10):
+    ex = pipeline.span_corruption_example(doc, rng, data_config=data, eos_id=3)
+    inputs, targets = list(ex['encoder_inputs']), list(ex['decoder_targets'])
+    assert inputs[-1] == 3 and targets[-1] == 3
+    assert list(ex['decoder_inputs']) == [0] + targets[:-1]
+    sentinels = [t for t in targets if t >= 900]
+    assert sentinels == list(range(999, 999 - len(sentinels), -1))
+    assert [t for t in inputs if t >= 900] == sentinels
+    # put the spans back: the original (cropped) text reappears in order
+    span_of, current = {}, None
+    for t in targets[:-1]:
+      if t >= 900:
+        current = t
+        span_of[t] = []
+      else:
+        span_of[current].append(t)
+    restored = [t for s in inputs[:-1] for t in (span_of[s] if s >= 900 else [s])]
+    body = list(doc[1:-1])
+    assert restored == body[body.index(restored[0]):][:len(restored)]
+    noise += sum(len(v) for v in span_of.values())
+    total += len(restored)
+    spans += len(sentinels)
+    assert len(inputs) <= 64 and len(targets) <= 24
+  assert 0.12 < noise / total < 0.2 and 2 < noise / spans < 4
+
+
+def test_span_corruption_batches_follow_the_encoder_decoder_contract():
+  tok = tokenizer_lib.train(pipeline.read_documents(_data_config())[:400], 600, 'bpe')
+  c = config_lib.base()
+  c.model.vocab_size = 728
+  c.data.objective, c.data.seq_len, c.data.target_seq_len = 'span_corruption', 64, 24
+  c.data.reserved_ids = 128
+  tokens = pipeline.tokenize(pipeline.read_documents(_data_config())[:400], tok)
+  batch = next(iter(pipeline.make_dataset(tokens, c.data, 4, train=True, tokenizer=tok)))
+  assert set(batch) == {'encoder_inputs', 'encoder_segment_ids', 'encoder_positions',
+                        'decoder_inputs', 'decoder_targets', 'decoder_segment_ids',
+                        'decoder_positions', 'decoder_loss_weights'}
+  assert batch['encoder_inputs'].shape == (4, 64) and batch['decoder_targets'].shape == (4, 24)
+  np.testing.assert_array_equal(batch['decoder_loss_weights'], batch['decoder_segment_ids'] > 0)
+  # packed examples line up: segment k of the decoder belongs to segment k of the encoder
+  assert set(batch['decoder_segment_ids'].ravel()) == set(batch['encoder_segment_ids'].ravel())
+  assert np.max(batch['encoder_segment_ids']) > 1  # more than one example per row

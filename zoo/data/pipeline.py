@@ -16,6 +16,7 @@ from zoo.config import ConfigError
 
 EMBEDDED_CORPUS = 'tinyshakespeare.txt'
 _READ_OPTIONS = grain.ReadOptions(num_threads=1, prefetch_buffer_size=16)
+_PACKING_BINS = 16  # first-fit packing for span corruption: more bins, less padding
 
 
 def read_documents(data_config):
@@ -117,6 +118,71 @@ def mlm_example(tokens, rng, *, documents, seq_len, tokenizer, mask_rate):
   }
 
 
+def _partition(total, parts, rng):
+  """`total` split into `parts` random positive lengths (zeros only if total < parts)."""
+  if total < parts:
+    return np.array([total] + [0] * (parts - 1))
+  cuts = np.sort(rng.choice(np.arange(1, total), parts - 1, replace=False))
+  return np.diff(np.concatenate([[0], cuts, [total]]))
+
+
+def _span_lengths(n, data_config):
+  """(noise tokens, spans) for an n-token text, as in T5's random_spans_noise_mask."""
+  noise = min(max(1, round(n * data_config.noise_density)), n)
+  spans = max(1, min(round(noise / data_config.mean_noise_span_length), noise,
+                     max(n - noise, 1), data_config.num_sentinels))
+  return noise, spans
+
+
+def span_corruption_example(tokens, rng, *, data_config, eos_id):
+  """T5 span corruption (Raffel et al. 2020, sec. 3.1.4): noise spans of one document
+  become sentinels in the inputs; targets are each sentinel followed by its span, then EOS.
+  Sentinels count down from the top of the vocabulary (data.vocab_size - 1, - 2, ...).
+  The document is cropped (at a random offset) so inputs fit data.seq_len and targets
+  data.target_seq_len.
+  """
+  body = tokens[1:-1]
+
+  def fits(n):
+    noise, spans = _span_lengths(n, data_config)
+    return (n - noise + spans + 1 <= data_config.seq_len and
+            noise + spans + 1 <= data_config.target_seq_len)
+
+  n = min(len(body), data_config.seq_len)
+  while n > 1 and not fits(n):
+    n -= 1
+  start = int(rng.integers(0, len(body) - n + 1))
+  body = body[start:start + n]
+  inputs, targets = [], []
+  if n:
+    noise, spans = _span_lengths(n, data_config)
+    noise_lengths = _partition(noise, spans, rng)
+    keep_lengths = _partition(n - noise, spans, rng)
+    offset = 0
+    for i, (keep, drop) in enumerate(zip(keep_lengths, noise_lengths)):
+      sentinel = data_config.vocab_size - 1 - i
+      inputs += [*body[offset:offset + keep], sentinel]
+      targets += [sentinel, *body[offset + keep:offset + keep + drop]]
+      offset += keep + drop
+  inputs, targets = np.asarray(inputs + [eos_id], np.int32), np.asarray(targets + [eos_id],
+                                                                        np.int32)
+  decoder_inputs = np.concatenate([[0], targets[:-1]]).astype(np.int32)  # 0 starts decoding
+  return {'encoder_inputs': inputs, 'decoder_inputs': decoder_inputs, 'decoder_targets': targets}
+
+
+def _span_corruption_contract(packed):
+  return {
+      'encoder_inputs': packed['encoder_inputs'],
+      'encoder_segment_ids': packed['encoder_inputs_segment_ids'],
+      'encoder_positions': packed['encoder_inputs_positions'],
+      'decoder_inputs': packed['decoder_inputs'],
+      'decoder_targets': packed['decoder_targets'],
+      'decoder_segment_ids': packed['decoder_inputs_segment_ids'],
+      'decoder_positions': packed['decoder_inputs_positions'],
+      'decoder_loss_weights': (packed['decoder_targets_segment_ids'] > 0).astype(np.float32),
+  }
+
+
 OBJECTIVES = {'causal_lm': causal_lm}
 
 
@@ -134,7 +200,7 @@ def _contract(packed):
 
 def _pad_rows(batch, rows):
   """The last eval batch, padded with all-padding rows (segment 0, weight 0)."""
-  missing = rows - len(batch['inputs'])
+  missing = rows - len(next(iter(batch.values())))
   return {k: np.concatenate([v, np.zeros((missing,) + v.shape[1:], v.dtype)])
           for k, v in batch.items()}
 
@@ -145,7 +211,9 @@ def make_dataset(tokens, data_config, local_batch_size, *, train, seed=0,
 
   Train: shuffled with `seed`, reshuffled every epoch, endless. Eval: in order, one pass,
   the last batch padded. Each process reads a disjoint slice of the documents. causal_lm
-  rows are packed; mlm rows hold one sentence pair each (and need the tokenizer).
+  rows are packed (concat-then-split); span_corruption examples are packed whole
+  (first-fit); mlm rows hold one sentence pair each. mlm and span_corruption need the
+  tokenizer.
   """
   ds = grain.MapDataset.source(tokens)[process_index::process_count]
   if not len(ds):
@@ -157,6 +225,15 @@ def make_dataset(tokens, data_config, local_batch_size, *, train, seed=0,
     example = functools.partial(mlm_example, documents=tokens, seq_len=data_config.seq_len,
                                 tokenizer=tokenizer, mask_rate=data_config.mask_rate)
     ds = ds.random_map(lambda t, rng: example(t, rng), seed=seed).to_iter_dataset(_READ_OPTIONS)
+  elif data_config.objective == 'span_corruption':
+    example = functools.partial(span_corruption_example, data_config=data_config,
+                                eos_id=tokenizer.eos_id)
+    ds = ds.random_map(lambda t, rng: example(t, rng), seed=seed).to_iter_dataset(_READ_OPTIONS)
+    lengths = {'encoder_inputs': data_config.seq_len, 'decoder_inputs': data_config.target_seq_len,
+               'decoder_targets': data_config.target_seq_len}
+    ds = grain.experimental.FirstFitPackIterDataset(
+        ds, length_struct=lengths, num_packing_bins=_PACKING_BINS, shuffle_bins=False
+    ).map(_span_corruption_contract)
   else:
     ds = ds.map(OBJECTIVES[data_config.objective]).to_iter_dataset(_READ_OPTIONS)
     lengths = {'inputs': data_config.seq_len, 'targets': data_config.seq_len}

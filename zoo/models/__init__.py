@@ -3,9 +3,11 @@
 import jax.numpy as jnp
 import ml_collections
 
+from zoo.models import encoder_decoder
 from zoo.models import transformer
 
-FAMILY_MODULES = {'decoder': transformer.Decoder, 'encoder': transformer.Encoder}
+FAMILY_MODULES = {'decoder': transformer.Decoder, 'encoder': transformer.Encoder,
+                  'encoder_decoder': encoder_decoder.EncoderDecoder}
 
 
 def build(model_config):

@@ -20,7 +20,7 @@ REMAT_POLICIES = {
 }
 
 
-def _dtypes(m):
+def dtypes(m):
   return dict(dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype))
 
 
@@ -30,54 +30,68 @@ def _out_init_scale(m):
 
 
 class Block(nn.Module):
-  """One layer: attention and MLP, sequential (pre- or post-norm) or PaLM-parallel."""
+  """One layer: attention (+ cross-attention when given `encoded`) and MLP; sequential
+  (pre- or post-norm) or PaLM-parallel."""
   config: Any  # frozen model config
   train: bool = False
 
   @nn.compact
-  def __call__(self, x_BLD, mask, positions_BL):
+  def __call__(self, x_BLD, mask, positions_BL, bias_BHLS=None, encoded_BSD=None,
+               cross_mask=None):
     m = self.config
     norm = lambda name: layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name=name,
-                                    **_dtypes(m))
-    attend = attention.MultiHeadAttention(
+                                    **dtypes(m))
+    attention_module = lambda name, rope: attention.MultiHeadAttention(
         m.num_heads, config_lib.kv_heads(m), config_lib.head_dim(m), use_bias=m.use_bias,
-        rope_theta=m.rope_theta if m.position == 'rope' else None, init_std=m.kernel_init_std,
-        out_init_scale=_out_init_scale(m), name='attention', **_dtypes(m))
+        rope_theta=m.rope_theta if rope and m.position == 'rope' else None,
+        fold_scale=m.position == 't5_bias', init_std=m.kernel_init_std,
+        out_init_scale=_out_init_scale(m), name=name, **dtypes(m))
+    attend = attention_module('attention', rope=True)
     mlp = layers.MLP(m.mlp_dim, m.activation, use_bias=m.use_bias, init_std=m.kernel_init_std,
-                     out_init_scale=_out_init_scale(m), name='mlp', **_dtypes(m))
+                     out_init_scale=_out_init_scale(m), name='mlp', **dtypes(m))
     drop = lambda y: nn.Dropout(m.dropout_rate)(y, deterministic=not self.train)
     self_attend = lambda h: attend(h, mask=mask, q_positions_BL=positions_BL,
-                                   kv_positions_BS=positions_BL)
+                                   kv_positions_BS=positions_BL, bias_BHLS=bias_BHLS)
+    cross_attend = lambda h: attention_module('cross_attention', rope=False)(
+        h, encoded_BSD, mask=cross_mask)
 
     if m.block == 'parallel':
       h_BLD = norm('norm')(x_BLD)
       x_BLD = x_BLD + drop(self_attend(h_BLD)) + drop(mlp(h_BLD))
     elif m.norm_position == 'pre':
       x_BLD = x_BLD + drop(self_attend(norm('attention_norm')(x_BLD)))
+      if encoded_BSD is not None:
+        x_BLD = x_BLD + drop(cross_attend(norm('cross_attention_norm')(x_BLD)))
       x_BLD = x_BLD + drop(mlp(norm('mlp_norm')(x_BLD)))
     else:
       x_BLD = norm('attention_norm')(x_BLD + drop(self_attend(x_BLD)))
+      if encoded_BSD is not None:
+        x_BLD = norm('cross_attention_norm')(x_BLD + drop(cross_attend(x_BLD)))
       x_BLD = norm('mlp_norm')(x_BLD + drop(mlp(x_BLD)))
     return nn.with_logical_constraint(x_BLD, ('batch', 'length', 'embed')), None
 
 
 def stack(m, train, num_layers, name):
-  """`num_layers` Blocks, scanned (one compiled body) or unrolled, with the remat policy."""
+  """`num_layers` Blocks, scanned (one compiled body) or unrolled, with the remat policy.
+
+  -> fn(x, mask, positions, bias=None, encoded=None, cross_mask=None) -> (x, None).
+  """
   block_cls = Block
   if m.remat != 'none':
     block_cls = nn.remat(Block, policy=REMAT_POLICIES[m.remat], prevent_cse=not m.scan_layers)
   if m.scan_layers:
     scanned = nn.scan(block_cls, variable_axes={'params': 0},
                       split_rngs={'params': True, 'dropout': True},
-                      in_axes=(nn.broadcast, nn.broadcast), length=num_layers,
+                      in_axes=(nn.broadcast,) * 5, length=num_layers,
                       metadata_params={nn.PARTITION_NAME: 'layers'})
-    return scanned(m, train, name=name)
+    module = scanned(m, train, name=name)
+    return lambda x_BLD, *args: module(x_BLD, *args, *(None,) * (5 - len(args)))
 
   blocks = [block_cls(m, train, name=f'{name}_{i}') for i in range(num_layers)]
 
-  def run(x_BLD, mask, positions_BL):
+  def run(x_BLD, *args):
     for block in blocks:
-      x_BLD, _ = block(x_BLD, mask, positions_BL)
+      x_BLD, _ = block(x_BLD, *args)
     return x_BLD, None
   return run
 
@@ -106,16 +120,16 @@ class Embeddings(nn.Module):
     if m.position == 'learned':
       x_BLD += layers.Embed(m.max_length, m.d_model, axes=(None, 'embed'),
                             init_std=m.kernel_init_std or 0.02,
-                            name='position_embed', **_dtypes(m))(positions_BL)
+                            name='position_embed', **dtypes(m))(positions_BL)
     elif m.position == 'sinusoidal':
       x_BLD += layers.sinusoidal(positions_BL, m.d_model).astype(x_BLD.dtype)
     if m.type_vocab_size:
       x_BLD += layers.Embed(m.type_vocab_size, m.d_model, axes=(None, 'embed'),
                             init_std=m.kernel_init_std or 0.02, name='type_embed',
-                            **_dtypes(m))(token_type_ids_BL)
+                            **dtypes(m))(token_type_ids_BL)
     if m.embedding_norm:
       x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='norm',
-                          **_dtypes(m))(x_BLD)
+                          **dtypes(m))(x_BLD)
     x_BLD = nn.Dropout(m.dropout_rate)(x_BLD, deterministic=not train)
     return nn.with_logical_constraint(x_BLD, ('batch', 'length', 'embed'))
 
@@ -137,22 +151,22 @@ class Encoder(nn.Module):
     if token_type_ids_BL is None:
       token_type_ids_BL = jnp.zeros_like(ids_BL)
     embed = layers.Embed(m.vocab_size, m.d_model, init_std=m.embed_init_std, name='token_embed',
-                         **_dtypes(m))
+                         **dtypes(m))
     x_BLD = Embeddings(m, name='embeddings')(embed(ids_BL), positions_BL, token_type_ids_BL,
                                              train)
     mask = attention.segment_mask(segment_ids_BL, segment_ids_BL)
     x_BLD, _ = stack(m, train, m.num_layers, 'layers')(x_BLD, mask, positions_BL)
     if m.norm_position == 'pre':
       x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',
-                          **_dtypes(m))(x_BLD)
+                          **dtypes(m))(x_BLD)
 
     dense = lambda name, features, axes: layers.DenseGeneral(
-        features, axes, use_bias=True, init_std=m.kernel_init_std, name=name, **_dtypes(m))
+        features, axes, use_bias=True, init_std=m.kernel_init_std, name=name, **dtypes(m))
     # MLM head: transform, then logits against the (tied) word embeddings plus a bias.
     h_BLD = layers.ACTIVATION_FNS[m.activation](dense('mlm_transform', m.d_model,
                                                       ('embed', 'mlp'))(x_BLD))
     h_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='mlm_norm',
-                        **_dtypes(m))(h_BLD)
+                        **dtypes(m))(h_BLD)
     if m.tie_embeddings:
       logits_BLV = embed.attend(h_BLD) + self.param(
           'mlm_bias', nn.with_logical_partitioning(nn.initializers.zeros, ('vocab',)),
@@ -177,7 +191,7 @@ class Decoder(nn.Module):
     ids_BL = batch['inputs']
     segment_ids_BL, positions_BL = default_positions(batch)
     embed = layers.Embed(m.vocab_size, m.d_model, init_std=m.embed_init_std, name='token_embed',
-                         **_dtypes(m))
+                         **dtypes(m))
     x_BLD = Embeddings(m, name='embeddings')(embed(ids_BL), positions_BL, None, train)
 
     mask = attention.causal_mask(ids_BL.shape[1]) & attention.segment_mask(
@@ -188,12 +202,12 @@ class Decoder(nn.Module):
 
     if m.norm_position == 'pre':
       x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',
-                          **_dtypes(m))(x_BLD)
+                          **dtypes(m))(x_BLD)
     if m.tie_embeddings:
       logits_BLV = embed.attend(x_BLD)
     else:
       logits_BLV = layers.DenseGeneral(m.vocab_size, ('embed', 'vocab'), use_bias=m.use_bias,
                                        init_std=m.kernel_init_std, name='logits',
-                                       **_dtypes(m))(x_BLD)
+                                       **dtypes(m))(x_BLD)
     return nn.with_logical_constraint(logits_BLV.astype(jnp.float32),
                                       ('batch', 'length', 'vocab'))

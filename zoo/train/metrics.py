@@ -43,7 +43,8 @@ def flops_per_token(config, num_params):
     n -= m.vocab_size * m.d_model
   if m.position == 'learned':
     n -= m.max_length * m.d_model
-  attention = 6 * m.num_layers * config.data.seq_len * m.num_heads * config_lib.head_dim(m)
+  attention = (6 * config_lib.total_layers(m) * config.data.seq_len * m.num_heads *
+               config_lib.head_dim(m))
   return 6 * n + attention
 
 

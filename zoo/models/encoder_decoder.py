@@ -1,0 +1,91 @@
+"""Encoder-decoder (T5): `encode()`, `decode()`, and `__call__` = decode(encode()).
+
+Glossary: B batch, L decoder length, S encoder length, D d_model, H heads, V vocab.
+With tied embeddings (T5 v1.0) the decoder output is scaled by d_model^-0.5 before the
+shared table, as in T5; untied (v1.1) heads are a separate dense layer.
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from zoo.models import attention
+from zoo.models import layers
+from zoo.models import transformer
+
+
+class _Stack(nn.Module):
+  """Embedded tokens -> a stack of blocks with its own relative bias table -> final norm."""
+  config: Any
+  decoder: bool
+
+  @nn.compact
+  def __call__(self, x_BLD, segment_ids_BL, positions_BL, train, encoded_BSD=None,
+               encoder_segment_ids_BS=None):
+    m = self.config
+    mask = attention.segment_mask(segment_ids_BL, segment_ids_BL)
+    if self.decoder:
+      mask &= attention.causal_mask(x_BLD.shape[1])
+    bias_BHLS = None
+    if m.position == 't5_bias':
+      bias_BHLS = attention.RelativePositionBias(
+          m.num_heads, bidirectional=not self.decoder, num_buckets=m.relative_buckets,
+          max_distance=m.relative_max_distance, name='relative_bias')(positions_BL, positions_BL)
+    cross_mask = None
+    if encoded_BSD is not None:
+      cross_mask = attention.segment_mask(segment_ids_BL, encoder_segment_ids_BS)
+    x_BLD = nn.Dropout(m.dropout_rate)(x_BLD, deterministic=not train)
+    num_layers = m.num_decoder_layers if self.decoder else m.num_encoder_layers
+    x_BLD, _ = transformer.stack(m, train, num_layers, 'layers')(
+        x_BLD, mask, positions_BL, bias_BHLS, encoded_BSD, cross_mask)
+    if m.norm_position == 'pre':
+      x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',
+                          **transformer.dtypes(m))(x_BLD)
+    return nn.Dropout(m.dropout_rate)(x_BLD, deterministic=not train)
+
+
+class EncoderDecoder(nn.Module):
+  """batch {encoder_inputs, decoder_inputs, *_segment_ids?, *_positions?} -> logits [B,L,V]."""
+  config: Any
+
+  def setup(self):
+    m = self.config
+    self.token_embed = layers.Embed(m.vocab_size, m.d_model, init_std=m.embed_init_std,
+                                    **transformer.dtypes(m))
+    self.encoder = _Stack(m, decoder=False)
+    self.decoder = _Stack(m, decoder=True)
+    if not m.tie_embeddings:
+      self.logits = layers.DenseGeneral(m.vocab_size, ('embed', 'vocab'), use_bias=m.use_bias,
+                                        init_std=m.kernel_init_std, **transformer.dtypes(m))
+
+  def _embed(self, ids_BL, positions_BL):
+    x_BLD = self.token_embed(ids_BL)
+    if self.config.position == 'sinusoidal':
+      x_BLD += layers.sinusoidal(positions_BL, self.config.d_model).astype(x_BLD.dtype)
+    return x_BLD
+
+  def encode(self, batch, train=False):
+    """-> encoder output [B, S, D]."""
+    segment_ids_BS, positions_BS = transformer.default_positions(
+        batch, 'encoder_inputs', 'encoder_positions', 'encoder_segment_ids')
+    return self.encoder(self._embed(batch['encoder_inputs'], positions_BS), segment_ids_BS,
+                        positions_BS, train)
+
+  def decode(self, encoded_BSD, batch, train=False):
+    """Encoder output + decoder inputs -> float32 logits [B, L, V]."""
+    segment_ids_BL, positions_BL = transformer.default_positions(
+        batch, 'decoder_inputs', 'decoder_positions', 'decoder_segment_ids')
+    encoder_segment_ids_BS, _ = transformer.default_positions(
+        batch, 'encoder_inputs', 'encoder_positions', 'encoder_segment_ids')
+    x_BLD = self.decoder(self._embed(batch['decoder_inputs'], positions_BL), segment_ids_BL,
+                         positions_BL, train, encoded_BSD, encoder_segment_ids_BS)
+    if self.config.tie_embeddings:
+      logits_BLV = self.token_embed.attend(x_BLD * self.config.d_model ** -0.5)
+    else:
+      logits_BLV = self.logits(x_BLD)
+    return nn.with_logical_constraint(logits_BLV.astype(jnp.float32),
+                                      ('batch', 'length', 'vocab'))
+
+  def __call__(self, batch, train=False):
+    return self.decode(self.encode(batch, train), batch, train)
