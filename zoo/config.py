@@ -19,7 +19,7 @@ ACTIVATIONS = ('relu', 'gelu', 'gelu_tanh', 'swiglu', 'geglu')
 NORMS = ('layernorm', 'rmsnorm')
 NORM_POSITIONS = ('pre', 'post')
 BLOCKS = ('sequential', 'parallel')
-POSITIONS = ('learned', 'sinusoidal', 'rope', 't5_bias', 'none')
+POSITIONS = ('learned', 'sinusoidal', 'rope', 'alibi', 't5_bias', 'none')
 REMAT_POLICIES = ('none', 'full', 'dots', 'dots_no_batch')
 KERNELS = ('auto', 'xla')
 OBJECTIVES = ('causal_lm', 'mlm', 'span_corruption')
@@ -219,6 +219,9 @@ def validate(config):
   if m.position == 't5_bias' and m.family != 'encoder_decoder':
     raise ConfigError(f"model.position='t5_bias' is built for encoder_decoder only; use "
                       f"'rope' or 'learned' for model.family={m.family!r}")
+  if m.position == 'alibi' and m.family != 'decoder':
+    raise ConfigError(f"model.position='alibi' is built for the decoder only; use 'learned' or "
+                      f"'t5_bias' for model.family={m.family!r}")
   if m.position == 'learned' and m.family == 'encoder_decoder':
     raise ConfigError("model.position='learned' is not built for encoder_decoder; use "
                       "'t5_bias' or 'sinusoidal'")

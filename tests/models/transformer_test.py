@@ -65,7 +65,8 @@ def test_padding_never_changes_real_tokens(decoder):
      'tie_embeddings': True},
     {'position': 'sinusoidal', 'norm_position': 'post', 'activation': 'relu'},
     {'block': 'parallel', 'num_kv_heads': 1, 'attention': {'kernel': 'xla', 'window': 4}},
-], ids=['gpt2_style', 'post_norm', 'parallel_mqa_window'])
+    {'position': 'alibi'},
+], ids=['gpt2_style', 'post_norm', 'parallel_mqa_window', 'alibi'])
 def test_variants_stay_causal(overrides):
   config = helpers.tiny_config()
   for key, value in overrides.items():

@@ -143,3 +143,20 @@ class RelativePositionBias(nn.Module):
     buckets_BLS = relative_position_bucket(relative_BLS, self.bidirectional, self.num_buckets,
                                            self.max_distance)
     return jnp.take(table, buckets_BLS, axis=0).transpose(0, 3, 1, 2).astype(jnp.float32)
+
+
+# ---------------------------------------------------------------------------- ALiBi
+
+def alibi_slopes(num_heads):
+  """Per-head slopes of ALiBi (Press et al. 2022): 2^(-8/n), 2^(-16/n), ... for the largest
+  power of two n <= H, then every other slope of 2n for the remaining heads."""
+  def powers(n):
+    return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+  n = 2 ** int(np.floor(np.log2(num_heads)))
+  return np.asarray(powers(n) + powers(2 * n)[0::2][:num_heads - n], np.float32)
+
+
+def alibi_bias(q_positions_BL, kv_positions_BS, num_heads):
+  """[B, H, L, S]: -slope_h * (query position - key position), a linear distance penalty."""
+  distance_BLS = (q_positions_BL[:, :, None] - kv_positions_BS[:, None, :]).astype(jnp.float32)
+  return -alibi_slopes(num_heads)[None, :, None, None] * jnp.abs(distance_BLS)[:, None]

@@ -198,7 +198,10 @@ class Decoder(nn.Module):
         segment_ids_BL, segment_ids_BL)
     if m.attention.window:
       mask &= attention.sliding_window_mask(ids_BL.shape[1], m.attention.window)
-    x_BLD, _ = stack(m, train, m.num_layers, 'layers')(x_BLD, mask, positions_BL)
+    bias_BHLS = None
+    if m.position == 'alibi':
+      bias_BHLS = attention.alibi_bias(positions_BL, positions_BL, m.num_heads)
+    x_BLD, _ = stack(m, train, m.num_layers, 'layers')(x_BLD, mask, positions_BL, bias_BHLS)
 
     if m.norm_position == 'pre':
       x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',
