@@ -6,6 +6,7 @@ checked to produce one of them.
 """
 
 import glob
+import math
 import os
 
 import pytest
@@ -47,4 +48,5 @@ def test_smoke_variant_trains_and_its_loss_falls(name, tmp_path):
   assert header['event'] == 'start' and header['devices'] == 8 and header['mesh']['data'] == 8
   losses = [r['loss'] for r in rows if 'loss' in r]
   assert len(losses) == 12 and losses[-1] < losses[0], losses
+  assert losses[0] < math.log(config.model.vocab_size) + 1.0  # a sane init: near-uniform
   assert os.path.isdir(tmp_path / 'checkpoints' / '12')

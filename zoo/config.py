@@ -70,6 +70,7 @@ def base():
   m.relative_max_distance = 128  # t5_bias: offsets beyond share the last bucket
   m.use_bias = False
   m.tie_embeddings = False
+  m.scale_tied_logits = False  # T5 v1.0, PaLM: tied head reads x * d_model^-0.5
   m.embed_init_std = 1.0  # token embedding init
   m.kernel_init_std = 0.0  # dense kernels: 0 = fan-in scaled truncated normal; > 0 = N(0, std)
   m.scale_residual_init = False  # GPT-2: output projections' init std / sqrt(2 layers)

@@ -42,7 +42,8 @@ def palm(c):
   m.activation, m.position, m.use_bias, m.tie_embeddings = 'swiglu', 'rope', False, True
   m.num_kv_heads, m.head_dim = 1, 256
   m.mlp_dim = 4 * m.d_model
-  m.embed_init_std = 1.0
+  m.embed_init_std = 1.0  # sec. 5: N(0, 1), no norm on the embeddings...
+  m.scale_tied_logits = True  # ...so the shared output reads x * d_model^-0.5
   m.dtype = 'bfloat16'  # compute; params stay float32
   c.data.seq_len = 2048
   return c
@@ -78,6 +79,7 @@ def t5(c, version):
   m.norm, m.norm_eps, m.norm_position, m.use_bias = 'rmsnorm', 1e-6, 'pre', False
   m.position, m.relative_buckets, m.relative_max_distance = 't5_bias', 32, 128
   m.activation, m.tie_embeddings = ('relu', True) if version == '1.0' else ('geglu', False)
+  m.scale_tied_logits = m.tie_embeddings
   m.dropout_rate = 0.1 if version == '1.0' else 0.0
   m.embed_init_std = 1.0
   m.dtype = 'bfloat16'  # compute; params stay float32

@@ -1,8 +1,8 @@
 """Encoder-decoder (T5): `encode()`, `decode()`, and `__call__` = decode(encode()).
 
 Glossary: B batch, L decoder length, S encoder length, D d_model, H heads, V vocab.
-With tied embeddings (T5 v1.0) the decoder output is scaled by d_model^-0.5 before the
-shared table, as in T5; untied (v1.1) heads are a separate dense layer.
+With tied embeddings (T5 v1.0) the decoder output is scaled by d_model^-0.5
+(model.scale_tied_logits) before the shared table; untied (v1.1) heads are a dense layer.
 """
 
 from typing import Any
@@ -80,8 +80,10 @@ class EncoderDecoder(nn.Module):
         batch, 'encoder_inputs', 'encoder_positions', 'encoder_segment_ids')
     x_BLD = self.decoder(self._embed(batch['decoder_inputs'], positions_BL), segment_ids_BL,
                          positions_BL, train, encoded_BSD, encoder_segment_ids_BS)
-    if self.config.tie_embeddings:
-      logits_BLV = self.token_embed.attend(x_BLD * self.config.d_model ** -0.5)
+    m = self.config
+    if m.tie_embeddings:
+      logits_BLV = self.token_embed.attend(
+          x_BLD * (m.d_model ** -0.5 if m.scale_tied_logits else 1.0))
     else:
       logits_BLV = self.logits(x_BLD)
     return nn.with_logical_constraint(logits_BLV.astype(jnp.float32),

@@ -207,7 +207,7 @@ class Decoder(nn.Module):
       x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',
                           **dtypes(m))(x_BLD)
     if m.tie_embeddings:
-      logits_BLV = embed.attend(x_BLD)
+      logits_BLV = embed.attend(x_BLD * (m.d_model ** -0.5 if m.scale_tied_logits else 1.0))
     else:
       logits_BLV = layers.DenseGeneral(m.vocab_size, ('embed', 'vocab'), use_bias=m.use_bias,
                                        init_std=m.kernel_init_std, name='logits',

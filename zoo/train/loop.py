@@ -6,7 +6,6 @@ import time
 
 import flax.linen as nn
 import jax
-import numpy as np
 
 from zoo import models
 from zoo import sharding
@@ -40,9 +39,12 @@ class _Setup:
     train_docs, eval_docs = pipeline.split_documents(
         documents, config.data.eval_fraction, config.data.split_seed)
     self.tokenizer = tokenizer_lib.load_or_train(config.data.tokenizer, train_docs, workdir)
-    if self.tokenizer.vocab_size > config.model.vocab_size:
+    room = config.model.vocab_size - config.data.reserved_ids
+    if self.tokenizer.vocab_size > room:
       raise ConfigError(f'the tokenizer has {self.tokenizer.vocab_size} pieces but '
-                        f'model.vocab_size={config.model.vocab_size}; raise vocab_size')
+                        f'model.vocab_size={config.model.vocab_size} minus '
+                        f'data.reserved_ids={config.data.reserved_ids} leaves {room}; '
+                        'raise model.vocab_size or use a smaller tokenizer')
     self.train_tokens = pipeline.tokenize(train_docs, self.tokenizer)
     self.eval_tokens = pipeline.tokenize(eval_docs, self.tokenizer)
 
