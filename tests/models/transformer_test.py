@@ -111,7 +111,7 @@ def test_scan_and_remat_give_the_same_loss_and_gradients_as_unrolled():
       for i in range(config.model.num_layers):
         params[f'layers_{i}'] = jax.tree.map(lambda x: x[i], scanned['layers'])
     loss = lambda p: jnp.sum(model.apply({'params': p}, batch) ** 2)
-    value, grads = jax.value_and_grad(loss)(params)
+    value, grads = jax.jit(jax.value_and_grad(loss))(params)
     if not scan:
       grads = {'layers': jax.tree.map(lambda *xs: jnp.stack(xs),
                                       *[grads[f'layers_{i}'] for i in range(2)]),

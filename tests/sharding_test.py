@@ -1,0 +1,95 @@
+"""Meshes: factorisation errors, parameter shardings by the rules, and the same losses on
+every mesh (data, fsdp, tensor) for the three families; checkpoints move between meshes."""
+
+import os
+import subprocess
+import sys
+
+import jax
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from zoo import config as config_lib
+from zoo import models
+from zoo import sharding
+from zoo.train import loop
+from zoo.train import metrics as metrics_lib
+from zoo.train import optim
+from zoo.train import state as state_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAMILIES = {'decoder': 'gpt_shakespeare', 'encoder': 'bert_base',
+            'encoder_decoder': 't5_v1_1_base'}
+STEPS = ['train.steps=5', 'train.eval_every=100', 'train.checkpoint_every=5',
+         'optim.warmup_steps=1']
+MESHES = {'data8': (8, 1, 1), 'data2_fsdp2_tensor2': (2, 2, 2), 'fsdp4_tensor2': (1, 4, 2)}
+
+
+def _config(family, mesh=(8, 1, 1), extra=()):
+  data, fsdp, tensor = mesh
+  return config_lib.load(os.path.join(REPO, 'configs', FAMILIES[family] + '.py:smoke'),
+                         [*STEPS, f'mesh.data={data}', f'mesh.fsdp={fsdp}',
+                          f'mesh.tensor={tensor}', *extra])
+
+
+def _losses(workdir):
+  return [r['loss'] for r in metrics_lib.read(str(workdir)) if 'loss' in r]
+
+
+def test_a_mesh_that_does_not_factor_the_devices_names_the_valid_sizes():
+  with pytest.raises(config_lib.ConfigError, match=r'has 6 devices but 8 are present.*divisors: '
+                                                   r'\[1, 2, 4, 8\]'):
+    sharding.mesh_shape({'data': 3, 'fsdp': 2, 'tensor': 1, 'expert': 1}, 8)
+  assert sharding.mesh_shape({'data': -1, 'fsdp': 2, 'tensor': 2, 'expert': 1}, 8)['data'] == 2
+
+
+def test_parameter_shardings_follow_the_rules():
+  config = _config('decoder', (2, 2, 2))
+  mesh = sharding.make_mesh(config.mesh)
+  model = models.build(config.model)
+  _, _, shardings = state_lib.make(model, optim.make(config.optim, 5), config, mesh)
+  specs = jax.tree.map(lambda s: s.spec, shardings['params'])
+  assert specs['layers']['mlp']['wi_0']['kernel'] == P(None, 'fsdp', 'tensor')
+  assert specs['layers']['mlp']['wo']['kernel'] == P(None, 'tensor', 'fsdp')
+  assert specs['layers']['attention']['query']['kernel'] == P(None, 'fsdp', 'tensor', None)
+  assert specs['token_embed']['embedding'] == P('tensor', 'fsdp')
+  assert specs['final_norm']['scale'] == P('fsdp')
+  mu = shardings['opt_state'][1][0].mu  # AdamW moments are sharded like the params
+  assert mu['layers']['mlp']['wi_0']['kernel'].spec == P(None, 'fsdp', 'tensor')
+
+
+@pytest.fixture(scope='module')
+def one_device_losses(tmp_path_factory):
+  """Each family trained on a single device (a subprocess that sees one CPU device)."""
+  losses = {}
+  for family, name in FAMILIES.items():
+    workdir = tmp_path_factory.mktemp(family)
+    result = subprocess.run(
+        [sys.executable, '-m', 'zoo.launch', f'--config={REPO}/configs/{name}.py:smoke',
+         f'--workdir={workdir}', *[f'--config.{o}' for o in STEPS]],
+        env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO,
+                 XLA_FLAGS='--xla_force_host_platform_device_count=1'),
+        capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    losses[family] = _losses(workdir)
+  return losses
+
+
+@pytest.mark.parametrize('mesh', sorted(MESHES))
+@pytest.mark.parametrize('family', sorted(FAMILIES))
+def test_every_mesh_gives_the_single_device_losses(family, mesh, one_device_losses, tmp_path):
+  loop.train(_config(family, MESHES[mesh]), str(tmp_path))
+  header = metrics_lib.read(str(tmp_path))[0]
+  assert header['mesh'] == dict(zip(('data', 'fsdp', 'tensor', 'expert'), (*MESHES[mesh], 1)))
+  assert _losses(tmp_path) == pytest.approx(one_device_losses[family], rel=2e-5, abs=2e-5)
+
+
+def test_a_checkpoint_restores_onto_another_mesh_and_training_continues(tmp_path):
+  constant = ['optim.schedule=constant']  # the learning rate must not depend on train.steps
+  loop.train(_config('decoder', (8, 1, 1), constant), str(tmp_path))
+  reference = tmp_path / 'reference'
+  loop.train(_config('decoder', (8, 1, 1), [*constant, 'train.steps=8']), str(reference))
+  loop.train(_config('decoder', (1, 4, 2), [*constant, 'train.steps=8']), str(tmp_path))
+  header = [r for r in metrics_lib.read(str(tmp_path)) if r.get('event') == 'start'][-1]
+  assert header['step'] == 5 and header['mesh']['fsdp'] == 4
+  assert _losses(tmp_path)[-3:] == pytest.approx(_losses(reference)[-3:], rel=2e-5, abs=2e-5)
