@@ -93,3 +93,16 @@ def test_a_checkpoint_restores_onto_another_mesh_and_training_continues(tmp_path
   header = [r for r in metrics_lib.read(str(tmp_path)) if r.get('event') == 'start'][-1]
   assert header['step'] == 5 and header['mesh']['fsdp'] == 4
   assert _losses(tmp_path)[-3:] == pytest.approx(_losses(reference)[-3:], rel=2e-5, abs=2e-5)
+
+  # ... and onto a single device (a process that sees one CPU device)
+  result = subprocess.run(
+      [sys.executable, '-m', 'zoo.launch', f'--config={REPO}/configs/gpt_shakespeare.py:smoke',
+       f'--workdir={tmp_path}', *[f'--config.{o}' for o in STEPS], '--config.train.steps=10',
+       '--config.optim.schedule=constant'],
+      env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO,
+               XLA_FLAGS='--xla_force_host_platform_device_count=1'),
+      capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  header = [r for r in metrics_lib.read(str(tmp_path)) if r.get('event') == 'start'][-1]
+  assert header['step'] == 8 and header['devices'] == 1
+  assert sorted(r['step'] for r in metrics_lib.read(str(tmp_path)) if 'loss' in r)[-2:] == [9, 10]
