@@ -48,6 +48,8 @@ def test_bad_overrides_name_the_key(override, message):
     ({'model.family': 'encoder_decoder', 'data.objective': 'span_corruption'},
      'needs model.num_encoder_layers and model.num_decoder_layers'),
     ({'data.objective': 'mlm'}, "data.objective='mlm' does not train model.family='decoder'"),
+    ({'model.family': 'encoder', 'data.objective': 'mlm', 'model.attention.window': 4},
+     'model.attention.window is built for the decoder only'),
     ({'model.position': 't5_bias'}, "model.position='t5_bias' is built for encoder_decoder only"),
     ({'sharding.rules': (('batch', 'pod'),)}, "unknown mesh axis 'pod'"),
 ])

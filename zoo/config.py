@@ -245,6 +245,12 @@ def validate(config):
     raise ConfigError(f'model.attention.window={m.attention.window} must be >= 0 (0 = none)')
   if m.block == 'parallel' and m.norm_position != 'pre':
     raise ConfigError("model.block='parallel' needs model.norm_position='pre'")
+  if m.block == 'parallel' and m.family == 'encoder_decoder':
+    raise ConfigError("model.block='parallel' has no cross-attention; use 'sequential' for "
+                      'model.family=encoder_decoder')
+  if m.attention.window and m.family != 'decoder':
+    raise ConfigError(f'model.attention.window is built for the decoder only; set it to 0 for '
+                      f'model.family={m.family!r}')
   if m.position == 'rope' and head_dim(m) % 2:
     raise ConfigError(f'model.position=rope needs an even head_dim, got {head_dim(m)}')
   if m.moe.num_experts:
