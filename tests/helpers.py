@@ -1,5 +1,6 @@
 """Tiny configs and batches shared by the tests (kept small so compiled steps are cheap)."""
 
+import jax.numpy as jnp
 import numpy as np
 
 from zoo import config as config_lib
@@ -19,3 +20,11 @@ def tiny_config(**model_overrides):
 
 def random_ids(shape, vocab=64, seed=0):
   return np.random.default_rng(seed).integers(4, vocab, shape).astype(np.int32)
+
+
+def batch(ids, **optional):
+  """A one-row batch: `inputs` from ids plus any given per-token keys (segment_ids, ...)."""
+  rows = {'inputs': jnp.asarray(ids)[None]}
+  rows.update({key: jnp.asarray(value)[None] for key, value in optional.items()
+               if value is not None})
+  return rows

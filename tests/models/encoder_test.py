@@ -25,12 +25,7 @@ def encoder():
 
 
 def _batch(ids, segment_ids=None, token_type_ids=None):
-  batch = {'inputs': jnp.asarray(ids)[None]}
-  if segment_ids is not None:
-    batch['segment_ids'] = jnp.asarray(segment_ids)[None]
-  if token_type_ids is not None:
-    batch['token_type_ids'] = jnp.asarray(token_type_ids)[None]
-  return batch
+  return helpers.batch(ids, segment_ids=segment_ids, token_type_ids=token_type_ids)
 
 
 def test_attention_is_bidirectional(encoder):

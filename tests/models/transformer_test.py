@@ -21,12 +21,7 @@ def decoder():
 
 
 def _batch(ids, segment_ids=None, positions=None):
-  batch = {'inputs': jnp.asarray(ids)[None]}
-  if segment_ids is not None:
-    batch['segment_ids'] = jnp.asarray(segment_ids)[None]
-  if positions is not None:
-    batch['positions'] = jnp.asarray(positions)[None]
-  return batch
+  return helpers.batch(ids, segment_ids=segment_ids, positions=positions)
 
 
 def test_changing_the_last_token_leaves_earlier_logits_unchanged(decoder):
