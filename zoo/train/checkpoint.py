@@ -37,9 +37,6 @@ class Checkpointer:
         state=ocp.args.StandardSave(state), data=data), force=True)
     logging.info('checkpoint %d started in %.2fs', step, time.time() - start)
 
-  def latest_step(self):
-    return self.manager.latest_step()
-
   def restore(self, abstract_state, data_iter=None):
     """Newest readable checkpoint -> (step, state), or None if there is none.
 
