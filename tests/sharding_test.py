@@ -58,6 +58,16 @@ def test_parameter_shardings_follow_the_rules():
   assert mu['layers']['mlp']['wi_0']['kernel'].spec == P(None, 'fsdp', 'tensor')
 
 
+def test_a_dim_the_mesh_does_not_divide_stays_replicated_instead_of_failing():
+  config = _config('decoder', (1, 1, 8), ['model.vocab_size=500', 'model.num_heads=8',
+                                          'model.num_kv_heads=8'])
+  mesh = sharding.make_mesh(config.mesh)
+  _, _, shardings = state_lib.make(models.build(config.model), optim.make(config.optim, 5),
+                                   config, mesh)
+  assert shardings['params']['token_embed']['embedding'].spec == P(None, 'fsdp')  # 500 % 8
+  assert shardings['params']['layers']['mlp']['wo']['kernel'].spec == P(None, 'tensor', 'fsdp')
+
+
 @pytest.fixture(scope='module')
 def one_device_losses(tmp_path_factory):
   """Each family trained on a single device (a subprocess that sees one CPU device)."""

@@ -41,6 +41,9 @@ DEFAULT_RULES = (
     ('vocab', 'tensor'),
     ('expert', 'expert'),
     ('layers', None),
+    # the residual stream between blocks (what a layer scan carries and remat saves): its
+    # embed dim is split over tensor too, or big shapes keep a full copy per tensor shard
+    ('activation_embed', 'tensor'),
 )
 
 
@@ -100,6 +103,11 @@ def base():
   d.eval_fraction = 0.05  # share of documents held out for eval, chosen by split_seed
   d.split_seed = 0  # fixed apart from train.seed so the eval set never moves
   d.reserved_ids = 0  # ids at the top of the vocabulary kept out of the tokenizer (sentinels)
+  # Independent input streams that make up each global batch (stream s reads documents
+  # s::num_streams and fills rows [s*B/n, (s+1)*B/n)); each process reads only the streams
+  # its devices hold. 0 = one per process. Fix it (e.g. 8) to keep the same data, and resume
+  # the iterator exactly, across process counts.
+  d.num_streams = 0
   d.tokenizer = ml_collections.ConfigDict({
       'type': 'bpe',  # 'bpe' | 'unigram'
       'vocab_size': m.get_ref('vocab_size') - d.get_ref('reserved_ids'),  # derived
@@ -281,6 +289,11 @@ def validate(config):
                       'of the learned position table; lower seq_len')
   if not 0 < d.eval_fraction < 1:
     raise ConfigError(f'data.eval_fraction={d.eval_fraction} must be in (0, 1)')
+  if d.num_streams < 0:
+    raise ConfigError(f'data.num_streams={d.num_streams} must be >= 0 (0 = one per process)')
+  if d.num_streams and t.batch_size % d.num_streams:
+    raise ConfigError(f'train.batch_size={t.batch_size} does not split into '
+                      f'data.num_streams={d.num_streams} streams; use a multiple of it')
   if d.tokenizer.vocab_size > m.vocab_size:
     raise ConfigError(f'data.tokenizer.vocab_size={d.tokenizer.vocab_size} exceeds '
                       f'model.vocab_size={m.vocab_size}')

@@ -17,10 +17,19 @@ flags.DEFINE_string('workdir', None, 'metrics.jsonl, TensorBoard events, checkpo
                     '(not needed for --mode=plan)')
 flags.DEFINE_enum('mode', 'train', ['train', 'eval', 'plan'], 'what to run')
 flags.DEFINE_string('plan_json', None, '--mode=plan: also write the plan as JSON here')
+flags.DEFINE_bool('plan_compile', False, '--mode=plan: compile the train step for the mesh on '
+                  "this machine's devices and report the compiler's memory use")
+flags.DEFINE_string('plan_topology', None, '--mode=plan: compile for this TPU slice (e.g. '
+                    'v5p-128, v5e-256, v6e-64, v4-512) with libtpu, no TPU needed')
+flags.DEFINE_bool('plan_sweep', False, '--mode=plan with --plan_topology: rank every '
+                  'data x fsdp x tensor (x expert) mesh by estimated step time and memory')
 flags.DEFINE_string('coordinator_address', None,
                     'host:port of process 0, for multi-process runs off TPU VMs / SLURM')
 flags.DEFINE_integer('num_processes', None, 'processes in a multi-process run')
 flags.DEFINE_integer('process_id', None, 'this process, in a multi-process run')
+flags.DEFINE_integer('distributed_timeout', 300,
+                     'seconds to wait for all processes to join (and at most 60 for a '
+                     'heartbeat) before giving up with an error')
 
 _OVERRIDE_PREFIX = '--config.'
 
@@ -32,12 +41,20 @@ def split_overrides(argv):
 
 
 def _initialize_distributed():
+  """Joins the other processes; a missing or dead one ends this one in bounded time."""
   import jax  # pylint: disable=g-import-not-at-top
+  from zoo.config import ConfigError  # pylint: disable=g-import-not-at-top
+  timeouts = {'initialization_timeout': FLAGS.distributed_timeout,
+              'heartbeat_timeout_seconds': min(FLAGS.distributed_timeout, 60)}
+  jax.config.update('jax_cpu_collectives_implementation', 'gloo')  # CPU pods; else unused
   if FLAGS.num_processes and FLAGS.num_processes > 1:
+    if not (FLAGS.coordinator_address and FLAGS.process_id is not None):
+      raise ConfigError('--num_processes>1 needs --coordinator_address=HOST:PORT and '
+                       '--process_id')
     jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes,
-                               FLAGS.process_id, initialization_timeout=300)
+                               FLAGS.process_id, **timeouts)
   elif any(v in os.environ for v in ('TPU_WORKER_HOSTNAMES', 'SLURM_JOB_ID')):
-    jax.distributed.initialize()
+    jax.distributed.initialize(**timeouts)
 
 
 def run(overrides):
@@ -50,7 +67,8 @@ def run(overrides):
   try:
     config = config_lib.load(FLAGS.config, overrides)
     if FLAGS.mode == 'plan':
-      plan.run(config, FLAGS.plan_json)
+      plan.run(config, FLAGS.plan_json, FLAGS.plan_compile, FLAGS.plan_topology,
+               FLAGS.plan_sweep)
       return
     if not FLAGS.workdir:
       raise config_lib.ConfigError(f'--workdir is required for --mode={FLAGS.mode}')

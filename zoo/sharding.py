@@ -7,7 +7,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from zoo.config import MESH_AXES, ConfigError
+from zoo.config import MESH_AXES, ConfigError, kv_heads
 
 BATCH_AXES = ('data', 'fsdp')
 
@@ -52,6 +52,18 @@ def logical_to_shardings(logical_specs, mesh, axis_rules):
   return nn.logical_to_mesh_sharding(logical_specs, mesh, axis_rules)
 
 
+def fit(sharding, shape):
+  """`sharding` with the mesh axes dropped from dims they do not divide (those dims stay
+  replicated, as plan mode reports under not_divisible): e.g. GPT-2's vocab of 50257 over
+  tensor=8."""
+  spec, mesh = list(sharding.spec) + [None] * (len(shape) - len(sharding.spec)), sharding.mesh
+  for i, (dim, axes) in enumerate(zip(shape, spec)):
+    names = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+    if dim % math.prod(mesh.shape[a] for a in names):
+      spec[i] = None
+  return NamedSharding(mesh, P(*spec))
+
+
 def batch_sharding(mesh):
   """Leading (batch) dim split over data x fsdp, the rest replicated."""
   return NamedSharding(mesh, P(BATCH_AXES))
@@ -65,15 +77,43 @@ def batch_shards(mesh):
   return math.prod(mesh.shape[a] for a in BATCH_AXES)
 
 
-def check_batch(batch_size, mesh):
+def check_batch(batch_size, mesh, num_streams):
   shards = batch_shards(mesh)
-  if batch_size % shards or batch_size % jax.process_count():
+  if batch_size % shards or batch_size % num_streams:
     raise ConfigError(f'train.batch_size={batch_size} does not split over data x fsdp = {shards} '
-                      f'shards and {jax.process_count()} processes; use a multiple of '
-                      f'{math.lcm(shards, jax.process_count())}')
+                      f'shards and {num_streams} input streams; use a multiple of '
+                      f'{math.lcm(shards, num_streams)}')
 
 
-def to_global(local_batch, mesh):
-  """Each process's rows of the batch -> one global jax.Array per key, split over the mesh."""
+def check_divisible(config, sizes):
+  """The dims a mesh must split evenly: batch over data x fsdp, heads and kv heads over
+  tensor, experts over expert; the first that does not -> ConfigError naming both."""
+  m, batch = config.model, config.train.batch_size
+  checks = [('train.batch_size', batch, 'data x fsdp', sizes['data'] * sizes['fsdp']),
+            ('model.num_heads', m.num_heads, 'tensor', sizes['tensor']),
+            ('model.num_kv_heads', kv_heads(m), 'tensor', sizes['tensor'])]
+  if m.moe.num_experts:
+    checks.append(('model.moe.num_experts', m.moe.num_experts, 'expert', sizes['expert']))
+  for field, value, axes, size in checks:
+    if value % size:
+      raise ConfigError(f'{field}={value} does not split over mesh {axes}={size}; use a mesh '
+                        f'whose {axes} divides {value} (or change {field})')
+
+
+def process_rows(mesh, batch_size):
+  """The (start, stop) blocks of batch rows that this process's devices hold."""
+  index_map = batch_sharding(mesh).addressable_devices_indices_map((batch_size,))
+  blocks = []
+  for start, stop in sorted({idx[0].indices(batch_size)[:2] for idx in index_map.values()}):
+    if blocks and start <= blocks[-1][1]:  # touching or overlapping: one block
+      blocks[-1] = (blocks[-1][0], max(stop, blocks[-1][1]))
+    else:
+      blocks.append((start, stop))
+  return blocks
+
+
+def to_global(local_batch, mesh, batch_size):
+  """This process's rows of the batch -> one global jax.Array per key, split over the mesh."""
   sharding = batch_sharding(mesh)
-  return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}
+  return {k: jax.make_array_from_process_local_data(sharding, v, (batch_size, *v.shape[1:]))
+          for k, v in local_batch.items()}

@@ -96,12 +96,12 @@ def test_iterator_state_resumes_the_exact_stream():
       np.testing.assert_array_equal(got[key], want[key])
 
 
-def test_seeds_change_the_order_and_processes_see_different_documents():
+def test_seeds_change_the_order_and_streams_see_different_documents():
   docs = _docs([4] * 40)
   first = lambda **kw: next(iter(pipeline.make_dataset(docs, _data_config(), 2, train=True,
                                                        **kw)))['inputs']
   assert not np.array_equal(first(seed=0), first(seed=1))
-  p0, p1 = first(process_index=0, process_count=2), first(process_index=1, process_count=2)
+  p0, p1 = first(stream=0, num_streams=2), first(stream=1, num_streams=2)
   assert not set(p0.ravel()) - {2} & set(p1.ravel()) - {2}
 
 

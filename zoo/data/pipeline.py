@@ -205,20 +205,22 @@ def _pad_rows(batch, rows):
           for k, v in batch.items()}
 
 
-def make_dataset(tokens, data_config, local_batch_size, *, train, seed=0,
-                 process_index=0, process_count=1, tokenizer=None):
-  """Batches of this process's share of the documents, as a grain IterDataset.
+def make_dataset(tokens, data_config, rows, *, train, seed=0, stream=0, num_streams=1,
+                 tokenizer=None):
+  """One input stream's batches of `rows` rows, as a grain IterDataset.
 
-  Train: shuffled with `seed`, reshuffled every epoch, endless. Eval: in order, one pass,
-  the last batch padded. Each process reads a disjoint slice of the documents. causal_lm
+  Stream s of n reads documents s::n (streams are disjoint; zoo/data/streams.py puts them
+  side by side into global batches). Train: shuffled with seed + s, reshuffled every epoch,
+  endless. Eval: in order, one pass, the last batch padded. causal_lm
   rows are packed (concat-then-split); span_corruption examples are packed whole
   (first-fit); mlm rows hold one sentence pair each. mlm and span_corruption need the
   tokenizer.
   """
-  ds = grain.MapDataset.source(tokens)[process_index::process_count]
+  ds = grain.MapDataset.source(tokens)[stream::num_streams]
   if not len(ds):
-    raise ConfigError(f'data: process {process_index} of {process_count} got no documents; '
-                      'use a larger corpus or fewer processes')
+    raise ConfigError(f'data: stream {stream} of data.num_streams={num_streams} got no '
+                      'documents; use a larger corpus or fewer streams')
+  seed += stream
   if train:
     ds = ds.shuffle(seed=seed).repeat(None)
   if data_config.objective == 'mlm':
@@ -238,12 +240,30 @@ def make_dataset(tokens, data_config, local_batch_size, *, train, seed=0,
     ds = ds.map(OBJECTIVES[data_config.objective]).to_iter_dataset(_READ_OPTIONS)
     lengths = {'inputs': data_config.seq_len, 'targets': data_config.seq_len}
     ds = grain.experimental.ConcatThenSplitIterDataset(ds, length_struct=lengths).map(_contract)
-  ds = ds.batch(local_batch_size, drop_remainder=train)
+  ds = ds.batch(rows, drop_remainder=train)
   if not train:
-    ds = ds.map(lambda batch: _pad_rows(batch, local_batch_size))
+    ds = ds.map(lambda batch: _pad_rows(batch, rows))
   return ds
 
 
 def packing_efficiency(batch):
   """Share of token slots holding real tokens."""
   return float(np.mean(batch['segment_ids'] > 0))
+
+
+def batch_shapes(data_config, batch_size):
+  """{key: (shape, numpy dtype)} of a global batch for the objective: what the pipeline
+  yields, for tracing and ahead-of-time compiles without data."""
+  rows = (batch_size, data_config.seq_len)
+  int32, float32 = np.dtype(np.int32), np.dtype(np.float32)
+  if data_config.objective == 'span_corruption':
+    targets = (batch_size, data_config.target_seq_len)
+    return {'encoder_inputs': (rows, int32), 'encoder_segment_ids': (rows, int32),
+            'encoder_positions': (rows, int32), 'decoder_inputs': (targets, int32),
+            'decoder_targets': (targets, int32), 'decoder_segment_ids': (targets, int32),
+            'decoder_positions': (targets, int32), 'decoder_loss_weights': (targets, float32)}
+  shapes = {'inputs': (rows, int32), 'targets': (rows, int32), 'segment_ids': (rows, int32),
+            'positions': (rows, int32), 'loss_weights': (rows, float32)}
+  if data_config.objective == 'mlm':
+    shapes.update(token_type_ids=(rows, int32), next_sentence_labels=((batch_size,), int32))
+  return shapes

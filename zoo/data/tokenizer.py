@@ -57,13 +57,16 @@ def load_or_train(tokenizer_config, documents, workdir):
       return Tokenizer(f.read())
   cache = os.path.join(workdir, 'tokenizer',
                        f'{tokenizer_config.type}_{tokenizer_config.vocab_size}.model')
-  if os.path.exists(cache):
-    with open(cache, 'rb') as f:
-      return Tokenizer(f.read())
-  tokenizer = train(documents, tokenizer_config.vocab_size, tokenizer_config.type)
-  os.makedirs(os.path.dirname(cache), exist_ok=True)
-  partial = f'{cache}.{os.getpid()}.tmp'
-  with open(partial, 'wb') as f:
-    f.write(tokenizer.model_proto)
-  os.replace(partial, cache)  # atomic: concurrent processes never read half a file
-  return tokenizer
+  if not os.path.exists(cache):
+    tokenizer = train(documents, tokenizer_config.vocab_size, tokenizer_config.type)
+    os.makedirs(os.path.dirname(cache), exist_ok=True)
+    partial = f'{cache}.{os.getpid()}.tmp'
+    with open(partial, 'wb') as f:
+      f.write(tokenizer.model_proto)
+    try:  # the first process to finish wins; all then read the same model
+      os.link(partial, cache)
+    except FileExistsError:
+      pass
+    os.remove(partial)
+  with open(cache, 'rb') as f:
+    return Tokenizer(f.read())

@@ -68,7 +68,7 @@ class Block(nn.Module):
       if encoded_BSD is not None:
         x_BLD = norm('cross_attention_norm')(x_BLD + drop(cross_attend(x_BLD)))
       x_BLD = norm('mlp_norm')(x_BLD + drop(mlp(x_BLD)))
-    return nn.with_logical_constraint(x_BLD, ('batch', 'length', 'embed')), None
+    return nn.with_logical_constraint(x_BLD, ('batch', 'length', 'activation_embed')), None
 
 
 def stack(m, train, num_layers, name):
@@ -131,7 +131,7 @@ class Embeddings(nn.Module):
       x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='norm',
                           **dtypes(m))(x_BLD)
     x_BLD = nn.Dropout(m.dropout_rate)(x_BLD, deterministic=not train)
-    return nn.with_logical_constraint(x_BLD, ('batch', 'length', 'embed'))
+    return nn.with_logical_constraint(x_BLD, ('batch', 'length', 'activation_embed'))
 
 
 class Encoder(nn.Module):

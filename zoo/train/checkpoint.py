@@ -1,11 +1,15 @@
-"""Checkpoints in WORKDIR/checkpoints (orbax): train state plus the data iterator's state
-(one file per process, through grain's handler, so every host resumes its own stream).
+"""Checkpoints in WORKDIR/checkpoints (orbax): train state plus the data iterator's state.
+
+Every process writes the state of its input streams (zoo/data/streams.py) to its own file
+through grain's handler; a restore reads all the files, so each stream resumes where it
+stopped whichever process reads it now (a different process count included).
 
 Restores always go into an abstract target built from the current mesh, so a checkpoint
 moves between meshes. An unreadable newest step is moved aside (never deleted) and the
 previous good one is used.
 """
 
+import glob
 import json
 import os
 import time
@@ -44,10 +48,10 @@ class Checkpointer:
     """
     for step in sorted(self.manager.all_steps(), reverse=True):
       try:
-        items = {'state': ocp.args.StandardRestore(abstract_state)}
+        restored = self.manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state)))
         if data_iter is not None:
-          items['data'] = grain.checkpoint.CheckpointRestore(data_iter)
-        restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+          self._restore_streams(step, data_iter)
         return step, restored['state']
       except Exception as e:  # pylint: disable=broad-except
         aside = os.path.join(self.directory, f'unreadable-{step}-{int(time.time())}')
@@ -61,6 +65,21 @@ class Checkpointer:
         multihost_utils.sync_global_devices(f'zoo_checkpoint_aside_{step}')
         self.manager = self._open()
     return None
+
+  def _restore_streams(self, step, data_iter):
+    files = glob.glob(os.path.join(self.directory, str(step), 'data', 'process_*.json'))
+    if not files:
+      raise FileNotFoundError(f'no data iterator state in checkpoint {step}')
+    state = {}
+    for path in files:
+      with open(path, encoding='utf-8') as f:
+        state.update(json.load(f))
+    missing = data_iter.set_state(state)
+    if missing:
+      print(f'warning: checkpoint {step} has no position for input streams {missing} of '
+            f'{data_iter.num_streams} (it was written with another data.num_streams); they '
+            'start over from their seed. Fix data.num_streams to resume the data exactly.',
+            flush=True)
 
   def close(self):
     self.manager.wait_until_finished()

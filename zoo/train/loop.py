@@ -6,11 +6,14 @@ import time
 
 import flax.linen as nn
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 
 from zoo import models
 from zoo import sharding
 from zoo.config import ConfigError
 from zoo.data import pipeline
+from zoo.data import streams
 from zoo.data import tokenizer as tokenizer_lib
 from zoo.train import checkpoint
 from zoo.train import metrics as metrics_lib
@@ -30,9 +33,15 @@ class _Setup:
     self.config, self.workdir = config, workdir
     # --- mesh: fails on a device-count or batch mismatch before any compile
     self.mesh = sharding.make_mesh(config.mesh)
-    sharding.check_batch(config.train.batch_size, self.mesh)
+    self.num_streams = config.data.num_streams or jax.process_count()
+    batch_size = config.train.batch_size
+    sharding.check_batch(batch_size, self.mesh, self.num_streams)
+    sharding.check_divisible(config, dict(self.mesh.shape))
     self.rules = sharding.rules(config)
-    self.local_batch_size = config.train.batch_size // jax.process_count()
+    self.streams = streams.local_streams(sharding.process_rows(self.mesh, batch_size),
+                                         batch_size, self.num_streams)
+    self.stream_rows = batch_size // self.num_streams
+    self.local_batch_size = self.stream_rows * len(self.streams)
 
     # --- data: documents -> tokenizer -> token arrays, split once and for all
     documents = pipeline.read_documents(config.data)
@@ -57,12 +66,15 @@ class _Setup:
     self.checkpointer = checkpoint.Checkpointer(
         os.path.join(workdir, 'checkpoints'), config.train.keep_checkpoints)
 
-  def dataset(self, train):
-    return pipeline.make_dataset(
-        self.train_tokens if train else self.eval_tokens, self.config.data,
-        self.local_batch_size, train=train, seed=self.config.train.seed,
-        process_index=jax.process_index(), process_count=jax.process_count(),
-        tokenizer=self.tokenizer)
+  def datasets(self, train):
+    """{stream: grain dataset} for this process's streams."""
+    return {s: pipeline.make_dataset(
+        self.train_tokens if train else self.eval_tokens, self.config.data, self.stream_rows,
+        train=train, seed=self.config.train.seed, stream=s, num_streams=self.num_streams,
+        tokenizer=self.tokenizer) for s in self.streams}
+
+  def to_global(self, local_batch):
+    return sharding.to_global(local_batch, self.mesh, self.config.train.batch_size)
 
   def jit(self, fn, in_shardings, out_shardings, donate_argnums=()):
     """jit with explicit shardings, traced under the mesh and the logical-axis rules."""
@@ -81,12 +93,16 @@ class _Setup:
                          sharding.replicated(self.mesh))
     limit = self.config.train.eval_batches
 
+    batches = streams.eval_batches(self.datasets(train=False), limit)
+    count = len(batches)
+    if jax.process_count() > 1:  # every process runs as many steps as the longest
+      count = int(multihost_utils.process_allgather(np.int32(count)).max())
+    batches += [streams.padding(batches[0])] * (count - len(batches))
+
     def evaluate(params):
       loss_sum = weight_sum = 0.0
-      for i, batch in enumerate(self.dataset(train=False)):
-        if limit and i >= limit:
-          break
-        out = jax.device_get(eval_step(params, sharding.to_global(batch, self.mesh)))
+      for batch in batches:
+        out = jax.device_get(eval_step(params, self.to_global(batch)))
         loss_sum, weight_sum = loss_sum + out['loss_sum'], weight_sum + out['weight_sum']
       return float(loss_sum / max(weight_sum, 1.0))
     return evaluate
@@ -100,6 +116,7 @@ def _describe(setup, params, start_step):
       'devices': jax.device_count(), 'device_kind': jax.devices()[0].device_kind,
       'mesh': dict(mesh.shape), 'params': state_lib.param_count(params),
       'batch_global': config.train.batch_size, 'batch_per_process': setup.local_batch_size,
+      'streams': f'{setup.streams[0]}..{setup.streams[-1]} of {setup.num_streams}',
       'batch_per_device': config.train.batch_size // sharding.batch_shards(mesh),
       'seq_len': config.data.seq_len, 'vocab': setup.tokenizer.vocab_size,
       'attention_kernel': 'xla', 'train_documents': len(setup.train_tokens),
@@ -115,7 +132,7 @@ def train(config, workdir):
   is_main = jax.process_index() == 0
 
   # --- state: resume from the newest readable checkpoint, else initialise sharded
-  data_iter = iter(setup.dataset(train=True))
+  data_iter = streams.TrainBatches(setup.datasets(train=True), setup.num_streams)
   restored = setup.checkpointer.restore(setup.abstract_state, data_iter)
   if restored:
     start_step, state = restored
@@ -174,7 +191,7 @@ def train(config, workdir):
 
   try:
     for step in range(start_step + 1, t.steps + 1):
-      batch = sharding.to_global(next(data_iter), setup.mesh)
+      batch = setup.to_global(next(data_iter))
       state, metrics = train_step(state, batch)
       if pending:
         finish(*pending)

@@ -36,6 +36,7 @@ def make(model, optimizer, config, mesh):
   specs = {key: P() for key in abstract}
   specs.update(params=param_specs, opt_state=opt_specs)
   shardings = sharding.logical_to_shardings(specs, mesh, sharding.rules(config))
+  shardings = jax.tree.map(lambda s, x: sharding.fit(s, x.shape), shardings, abstract)
   abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                           abstract, shardings)
   return init_fn, abstract, shardings

@@ -1,4 +1,4 @@
-"""--mode=plan: parameter counts, FLOPs, KV-cache and per-device bytes, with nothing built.
+"""The analytic plan: parameter counts, FLOPs, KV-cache and per-device bytes, nothing built.
 
 Shapes come from `jax.eval_shape`, so a 540B-parameter config plans on a laptop in seconds.
 Conventions:
@@ -13,7 +13,6 @@ Conventions:
   not match the devices here, so a pod's mesh plans on a laptop.
 """
 
-import json
 import math
 
 import flax.linen as nn
@@ -26,7 +25,7 @@ from zoo import sharding
 from zoo.train import metrics as metrics_lib
 
 
-def mesh_sizes(mesh_config, num_devices):
+def mesh_sizes_for(mesh_config, num_devices):
   sizes = {axis: mesh_config[axis] for axis in config_lib.MESH_AXES}
   known = math.prod(s for s in sizes.values() if s != -1)
   return {axis: (max(num_devices // known, 1) if s == -1 else s) for axis, s in sizes.items()}
@@ -52,17 +51,12 @@ def _shard_factor(shape, logical_axes, rules, sizes, not_divisible, name):
   return factor
 
 
-def plan(config, num_devices=None):
-  """The plan as a dict (see the module docstring for each field's convention)."""
-  m = config.model
-  num_devices = jax.device_count() if num_devices is None else num_devices
-  sizes = mesh_sizes(config.mesh, num_devices)
-  rules = sharding.rules(config)
-  boxed = abstract_params(config)
+def state_bytes(boxed, rules, sizes, param_dtype):
+  """-> (parameter count, per-device bytes of params, AdamW moments and gradients,
+  the dims that do not divide their mesh axes)."""
   specs = nn.get_partition_spec(boxed)
   leaves = jax.tree_util.tree_flatten_with_path(nn.unbox(boxed))[0]
   spec_leaves = jax.tree.leaves(specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
-
   total, param_bytes, not_divisible = 0, 0.0, []
   for (path, leaf), spec in zip(leaves, spec_leaves):
     name = '/'.join(str(getattr(k, 'key', k)) for k in path)
@@ -70,6 +64,23 @@ def plan(config, num_devices=None):
     total += size
     factor = _shard_factor(leaf.shape, tuple(spec), rules, sizes, not_divisible, name)
     param_bytes += size * np.dtype(leaf.dtype).itemsize / factor
+  per_device = {
+      'params': int(param_bytes),
+      'optimizer_state': int(2 * param_bytes * 4 / np.dtype(param_dtype).itemsize),
+      'gradients': int(param_bytes),
+  }
+  per_device['total'] = sum(per_device.values())
+  return total, per_device, not_divisible
+
+
+def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
+  """The plan as a dict (see the module docstring for each field's convention)."""
+  m = config.model
+  num_devices = jax.device_count() if num_devices is None else num_devices
+  sizes = mesh_sizes or mesh_sizes_for(config.mesh, num_devices)
+  boxed = abstract_params(config) if boxed is None else boxed
+  total, per_device, not_divisible = state_bytes(boxed, sharding.rules(config), sizes,
+                                                 m.param_dtype)
 
   head_dim, kv_heads = config_lib.head_dim(m), config_lib.kv_heads(m)
   result = {
@@ -81,14 +92,10 @@ def plan(config, num_devices=None):
       'flops_per_token': metrics_lib.flops_per_token(config, total),
       'flops_convention': '6*N_matmul + 6*layers*seq_len*heads*head_dim (causal half)',
       'mesh': sizes,
-      'per_device_bytes': {
-          'params': int(param_bytes),
-          'optimizer_state': int(2 * param_bytes * 4 / np.dtype(m.param_dtype).itemsize),
-          'gradients': int(param_bytes),
-      },
+      'per_device_bytes': per_device,
+      'compiled': False,
       'not_divisible': not_divisible,
   }
-  result['per_device_bytes']['total'] = sum(result['per_device_bytes'].values())
   if m.family == 'decoder':
     result['kv_cache_bytes_per_token'] = (2 * m.num_layers * kv_heads * head_dim *
                                           np.dtype(m.dtype).itemsize)
@@ -107,16 +114,19 @@ def report(result):
   ]
   if 'kv_cache_bytes_per_token' in result:
     lines.append(f"KV cache: {result['kv_cache_bytes_per_token']:,} bytes/token")
+  if result.get('compiled'):
+    lines.append(f"compiled train step: {result['compiled_flops_per_step']:.4g} FLOPs/step, "
+                 f"{gib(result['per_device_bytes']['total'])} per device "
+                 f"(temporaries {gib(result['per_device_bytes']['temporaries'])}), compiled in "
+                 f"{result['compile_seconds']:.0f}s")
+  if 'estimated_step_seconds' in result:
+    lines.append(f"estimated step time on {result['topology']['name']}: "
+                 f"{result['estimated_step_seconds']:.3f}s (roofline: compiled FLOPs at peak, "
+                 f"HBM bytes at bandwidth); fits in "
+                 f"{result['topology']['hbm_bytes_per_chip'] / 2**30:.0f} GiB HBM: "
+                 f"{'yes' if result['fits'] else 'NO'}")
   if result['not_divisible']:
     lines.append('replicated because a dim does not divide its mesh axes: ' +
                  '; '.join(result['not_divisible']))
   return '\n'.join(lines)
 
-
-def run(config, json_path=None):
-  result = plan(config)
-  print(report(result), flush=True)
-  if json_path:
-    with open(json_path, 'w', encoding='utf-8') as f:
-      json.dump(result, f, indent=2)
-  return result

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# A simulated pod on this machine: N processes on 127.0.0.1, each with DEVICES_PER_PROCESS
+# CPU devices (default 4), joined by jax.distributed with gloo CPU collectives.
+#
+#   launch/local_pod.sh N -- --config=configs/NAME.py --workdir=DIR [more zoo.launch flags]
+#
+# Output lines are prefixed with [process]. If any process fails, the others are killed at
+# once (a pod missing a process cannot go on) and the script exits with that process's
+# status, naming it; it never hangs. SIGTERM/SIGINT are passed to every process (each saves
+# its part of a checkpoint and exits). POD_TIMEOUT (seconds, default 86400) sends SIGTERM.
+set -u
+if [ $# -lt 1 ] || ! [[ $1 =~ ^[1-9][0-9]*$ ]]; then
+  echo "usage: $0 N -- --config=configs/NAME.py --workdir=DIR [zoo.launch flags]" >&2
+  exit 2
+fi
+n=$1; shift
+[ "${1:-}" = "--" ] && shift
+devices=${DEVICES_PER_PROCESS:-4}
+timeout_s=${POD_TIMEOUT:-86400}
+python=${PYTHON:-python}
+port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+
+declare -A process_of
+pids=()
+for ((i = 0; i < n; i++)); do
+  JAX_PLATFORMS=cpu XLA_FLAGS="--xla_force_host_platform_device_count=$devices" \
+    "$python" -m zoo.launch "$@" --coordinator_address="127.0.0.1:$port" \
+    --num_processes="$n" --process_id="$i" > >(sed -u "s/^/[$i] /") 2>&1 &
+  pids+=($!)
+  process_of[$!]=$i
+done
+
+trap 'kill -TERM "${pids[@]}" 2>/dev/null; wait "${pids[@]}"; exit 143' TERM INT
+(sleep "$timeout_s" && echo "local_pod: POD_TIMEOUT=$timeout_s s reached" >&2 &&
+  kill -TERM $$) 2>/dev/null &
+watchdog=$!
+
+status=0
+for ((left = n; left > 0; left--)); do
+  wait -n -p done_pid "${!process_of[@]}"
+  rc=$?
+  failed=${process_of[$done_pid]}
+  unset "process_of[$done_pid]"
+  if [ "$rc" -ne 0 ]; then
+    status=$rc
+    echo "local_pod: process $failed exited with status $rc; stopping the" \
+         "other processes" >&2
+    kill -KILL "${pids[@]}" 2>/dev/null
+    break
+  fi
+done
+pkill -P "$watchdog" 2>/dev/null; kill "$watchdog" 2>/dev/null
+wait 2>/dev/null  # the killed processes and the output filters
+exit "$status"

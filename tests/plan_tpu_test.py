@@ -1,0 +1,98 @@
+"""Plans that compile: the real train step on simulated CPU devices (--plan_compile) and on a
+TPU slice through libtpu (--plan_topology), the mesh sweep, and their bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from zoo import config as config_lib
+from zoo import plan
+from zoo.plan import sweep
+from zoo.plan import topology
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMOKE = os.path.join(REPO, 'configs', 'gpt_shakespeare.py') + ':smoke'
+
+
+def _smoke(*overrides):
+  return config_lib.load(SMOKE, list(overrides))
+
+
+def test_slice_names_give_chips_and_torus_shapes():
+  shapes = {name: (s.chips, s.shape) for name in ('v5p-128', 'v5p-1024', 'v4-32', 'v5e-256',
+                                                    'v6e-8') for s in [topology.parse(name)]}
+  assert shapes == {'v5p-128': (64, (4, 4, 4)), 'v5p-1024': (512, (8, 8, 8)),
+                    'v4-32': (16, (2, 2, 4)), 'v5e-256': (256, (16, 16)), 'v6e-8': (8, (2, 4))}
+  assert len(topology.devices(topology.parse('v5p-16'))) == 8  # one device per chip
+
+
+@pytest.mark.parametrize('name', ['v5x-8', 'v5p-12', 'v5e-512', 'tpu'])
+def test_a_slice_that_does_not_exist_is_one_line_with_examples(name):
+  with pytest.raises(config_lib.ConfigError, match=r'--plan_topology=.*use one like v4-8'):
+    topology.parse(name)
+
+
+def test_without_libtpu_the_topology_plan_says_how_to_install_it(monkeypatch):
+  monkeypatch.setitem(sys.modules, 'libtpu', None)  # import libtpu -> ImportError
+  with pytest.raises(config_lib.ConfigError, match=r"needs libtpu; pip install 'zoo\[tpu\]'"):
+    topology.devices(topology.parse('v5p-8'))
+
+
+def test_a_tpu_plan_compiles_the_train_step_and_reports_the_compiler_numbers(tmp_path):
+  out = tmp_path / 'plan.json'
+  result = subprocess.run(
+      [sys.executable, '-m', 'zoo.launch', f'--config={SMOKE}', '--mode=plan',
+       '--plan_topology=v5p-8', f'--plan_json={out}', '--config.mesh.data=1',
+       '--config.mesh.fsdp=4', '--config.model.dtype=bfloat16'],
+      env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO), capture_output=True,
+      text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  written = json.loads(out.read_text())
+  assert written['compiled'] is True and written['topology']['chips'] == 4
+  assert written['mesh'] == {'data': 1, 'fsdp': 4, 'tensor': 1, 'expert': 1}
+  assert 0 < written['per_device_bytes']['total'] < 95 * 2**30 and written['fits']
+  # the compiler's FLOPs (scan corrected to all layers) against 6N + attention per token
+  analytic = written['flops_per_token'] * 8 * 64
+  assert analytic <= written['compiled_flops_per_step'] < 1.5 * analytic
+  assert 'estimated step time on v5p-8' in result.stdout
+
+
+def test_plan_compile_uses_the_simulated_devices_and_its_bytes_shrink_with_fsdp():
+  data8 = plan.run(_smoke('mesh.data=8'), compile_step=True)
+  fsdp8 = plan.run(_smoke('mesh.data=1', 'mesh.fsdp=8'), compile_step=True)
+  assert data8['compiled'] and fsdp8['compiled']
+  assert fsdp8['per_device_bytes']['arguments'] < data8['per_device_bytes']['arguments'] / 4
+
+
+@pytest.mark.parametrize('overrides, message', [
+    (['mesh.data=3'], r'mesh .* has 3 devices but 4 are present.*divisors: \[1, 2, 4\]'),
+    (['mesh.data=1', 'mesh.tensor=4', 'model.num_heads=2', 'model.num_kv_heads=2'],
+     r'model.num_heads=2 does not split over mesh tensor=4'),
+    (['mesh.data=4', 'train.batch_size=6'], r'train.batch_size=6 does not split over mesh '
+                                            r'data x fsdp=4'),
+])
+def test_a_mesh_that_cannot_shard_the_shape_fails_before_compiling(overrides, message):
+  with pytest.raises(config_lib.ConfigError, match=message):
+    plan.run(_smoke(*overrides), topology_name='v5p-8')
+
+
+def test_the_sweep_ranks_every_factorization_and_says_why_it_skips_some():
+  assert len(sweep.factorizations(8, ('data', 'fsdp', 'tensor'))) == 10
+  config = _smoke('model.num_heads=2', 'model.num_kv_heads=2', 'train.batch_size=4')
+  rows = plan.run(config, topology_name='v5p-16', sweep=True)['sweep']  # 8 chips
+  assert len(rows) == 10
+  skipped = {tuple(r['mesh'].values()): r['invalid'] for r in rows if r['invalid']}
+  assert skipped[(1, 8, 1, 1)].startswith('train.batch_size=4 does not split')
+  assert skipped[(2, 1, 4, 1)].startswith('model.num_heads=2 does not split over mesh tensor=4')
+  timed = [r['step_seconds'] for r in rows if not r['invalid']]
+  assert timed == sorted(timed) and all(r['fits'] for r in rows if not r['invalid'])
+  by_mesh = {tuple(r['mesh'].values()): r for r in rows}
+  assert by_mesh[(1, 4, 2, 1)]['per_device_bytes'] < by_mesh[(4, 1, 2, 1)]['per_device_bytes']
+
+
+def test_a_sweep_needs_a_topology():
+  with pytest.raises(config_lib.ConfigError, match='--plan_sweep needs --plan_topology'):
+    plan.run(_smoke(), sweep=True)

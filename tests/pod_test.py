@@ -1,0 +1,87 @@
+"""A simulated pod (launch/local_pod.sh: 2 processes x 4 CPU devices, jax.distributed with
+gloo): the one-process losses, cooperative checkpoints, resume, and a dead process."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from zoo import config as config_lib
+from zoo.data import streams
+from zoo.train import loop
+from zoo.train import metrics as metrics_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMOKE = os.path.join(REPO, 'configs', 'gpt_shakespeare.py') + ':smoke'
+OVERRIDES = ['mesh.data=8', 'data.num_streams=2', 'optim.schedule=constant',
+             'optim.warmup_steps=1', 'train.eval_every=100', 'train.checkpoint_every=100']
+
+
+def _pod(workdir, *overrides, wait=True):
+  command = ['bash', os.path.join(REPO, 'launch', 'local_pod.sh'), '2', '--',
+             f'--config={SMOKE}', f'--workdir={workdir}',
+             *[f'--config.{o}' for o in [*OVERRIDES, *overrides]]]
+  env = dict(os.environ, PYTHON=sys.executable, DEVICES_PER_PROCESS='4')
+  env['PYTHONPATH'] = REPO + os.pathsep + env.get('PYTHONPATH', '')
+  if not wait:
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+  return subprocess.run(command, env=env, capture_output=True, text=True, timeout=400,
+                        check=False)
+
+
+def _losses(workdir):
+  return {r['step']: r['loss'] for r in metrics_lib.read(str(workdir)) if 'loss' in r}
+
+
+def test_a_two_process_pod_trains_like_one_process_and_resumes(tmp_path):
+  reference = tmp_path / 'one_process'
+  loop.train(config_lib.load(SMOKE, [*OVERRIDES, 'train.steps=7']), str(reference))
+  expected = _losses(reference)
+
+  pod = tmp_path / 'pod'
+  result = _pod(pod, 'train.steps=5')
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  header = metrics_lib.read(str(pod))[0]
+  assert header['processes'] == 2 and header['devices'] == 8
+  assert header['batch_per_process'] == header['batch_global'] // 2
+  assert sorted(os.listdir(pod / 'checkpoints' / '5' / 'data')) == [
+      'commit_success.txt', 'process_0-of-2.json', 'process_1-of-2.json']
+  losses = _losses(pod)
+  assert list(losses) == [1, 2, 3, 4, 5]  # metrics written once (process 0 only)
+  assert [losses[s] for s in losses] == pytest.approx([expected[s] for s in losses], rel=2e-5)
+
+  result = _pod(pod, 'train.steps=7')  # the rerun resumes at step 5, streams included
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  starts = [r for r in metrics_lib.read(str(pod)) if r.get('event') == 'start']
+  assert starts[-1]['step'] == 5
+  resumed = _losses(pod)
+  assert [resumed[6], resumed[7]] == pytest.approx([expected[6], expected[7]], rel=2e-5)
+
+
+def test_a_dead_process_stops_the_whole_pod_with_its_name(tmp_path):
+  pod = _pod(tmp_path, 'train.steps=100000', wait=False)
+  output = []
+  for line in pod.stdout:  # wait until both processes train
+    output.append(line)
+    if line.startswith('[1] step 1/'):
+      break
+  subprocess.run(['pkill', '-KILL', '-f', f'workdir={tmp_path} .*process_id=1'], check=True)
+  start = time.time()
+  try:
+    rest, _ = pod.communicate(timeout=60)
+  finally:
+    os.killpg(pod.pid, signal.SIGKILL) if pod.poll() is None else None
+  assert pod.returncode == 137 and time.time() - start < 60
+  assert 'local_pod: process 1 exited with status 137' in rest, ''.join(output) + rest
+
+
+def test_each_process_reads_only_the_streams_of_its_rows():
+  # 2 processes x 4 devices, batch 16 over data=8: process 1 holds rows 8..16
+  assert streams.local_streams([(8, 16)], 16, 4) == [2, 3]
+  assert streams.local_streams([(0, 16)], 16, 2) == [0, 1]  # batch replicated on the host
+  with pytest.raises(config_lib.ConfigError, match='data.num_streams=3'):
+    streams.local_streams([(0, 6)], 12, 3)

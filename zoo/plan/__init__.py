@@ -1,0 +1,64 @@
+"""--mode=plan: will this shape fit this mesh, and how fast? Answered before any hardware.
+
+- analytic.py: counts, FLOPs, KV cache and per-device state bytes from shapes alone;
+- compiled.py: the real train step compiled ahead of time (--plan_compile on simulated CPU
+  devices, --plan_topology=v5p-128 for a TPU slice through libtpu): the compiler's memory
+  and FLOPs;
+- sweep.py: every mesh of a slice ranked by an analytic step-time estimate (--plan_sweep);
+- topology.py: TPU slice names, chips and their speeds.
+"""
+
+import json
+
+import jax
+
+from zoo import sharding
+from zoo.config import ConfigError
+from zoo.plan import analytic
+from zoo.plan import compiled as compiled_lib
+from zoo.plan import sweep as sweep_lib
+from zoo.plan import topology
+from zoo.plan.analytic import plan, report  # pylint: disable=unused-import
+
+
+def _compiled(config, result, devices, tpu_slice):
+  sizes = sharding.mesh_shape(config.mesh, len(devices))
+  sharding.check_divisible(config, sizes)
+  out = compiled_lib.compile_step(config, devices)
+  result.update(compiled=True, mesh=sizes, compile_seconds=out['compile_seconds'],
+                compiled_flops_per_step=out['flops_per_step_per_device'] * len(devices),
+                compiled_hbm_bytes_per_step_per_device=out['hbm_bytes_per_step_per_device'])
+  result['per_device_bytes'].update(out['per_device_bytes'])
+  if tpu_slice:
+    chip = tpu_slice.chip
+    result['estimated_step_seconds'] = max(out['flops_per_step_per_device'] / chip.peak_flops,
+                                           out['hbm_bytes_per_step_per_device'] /
+                                           chip.hbm_bandwidth)
+    result['fits'] = out['per_device_bytes']['total'] <= chip.hbm_bytes
+
+
+def run(config, json_path=None, compile_step=False, topology_name=None, sweep=False):
+  """Plans, prints the report (and sweep table), optionally writes the JSON; -> the dict."""
+  tpu_slice = topology.parse(topology_name) if topology_name else None
+  if sweep and not tpu_slice:
+    raise ConfigError('--plan_sweep needs --plan_topology=NAME for the chip count and speeds, '
+                      'e.g. --plan_topology=v5p-128')
+  result = analytic.plan(config, tpu_slice.chips if tpu_slice else None)
+  result['attention_kernel'] = config.model.attention.kernel
+  if tpu_slice:
+    result['topology'] = {'name': tpu_slice.name, 'chips': tpu_slice.chips,
+                          'shape': list(tpu_slice.shape),
+                          'hbm_bytes_per_chip': tpu_slice.chip.hbm_bytes,
+                          'peak_flops_per_chip': tpu_slice.chip.peak_flops}
+  if sweep:
+    result['sweep'] = sweep_lib.sweep(config, tpu_slice)
+  elif tpu_slice or compile_step:
+    devices = topology.devices(tpu_slice) if tpu_slice else jax.devices()
+    _compiled(config, result, devices, tpu_slice)
+  print(report(result), flush=True)
+  if sweep:
+    print(sweep_lib.table(result['sweep'], tpu_slice), flush=True)
+  if json_path:
+    with open(json_path, 'w', encoding='utf-8') as f:
+      json.dump(result, f, indent=2)
+  return result

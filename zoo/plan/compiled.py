@@ -1,0 +1,109 @@
+"""The real train step, compiled ahead of time for a mesh of devices that need not be here:
+simulated CPU devices (--plan_compile) or a TPU slice described by libtpu (--plan_topology).
+
+What comes back is the compiler's: per-device memory (memory_analysis) and per-device FLOPs
+and HBM bytes (cost_analysis). cost_analysis counts the body of the layer scan once, so the
+FLOPs and bytes are corrected by compiling the same step with 1 and 2 unrolled layers (per
+stack): cost(L layers) = cost(1) + (L - 1) x (cost(2) - cost(1)).
+"""
+
+import time
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.experimental import mesh_utils
+from jax.sharding import Mesh
+
+from zoo import config as config_lib
+from zoo import models
+from zoo import sharding
+from zoo.data import pipeline
+from zoo.train import optim
+from zoo.train import state as state_lib
+from zoo.train import step as step_lib
+
+
+def make_mesh(config, devices):
+  """config.mesh over `devices`; TPU devices are laid out along the physical torus."""
+  sizes = sharding.mesh_shape(config.mesh, len(devices))
+  shape = [sizes[a] for a in config_lib.MESH_AXES]
+  if devices[0].platform == 'tpu':
+    grid = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
+  else:
+    grid = np.asarray(devices).reshape(shape)
+  return Mesh(grid, config_lib.MESH_AXES)
+
+
+def lower(config, mesh):
+  """The jitted train step lowered for `mesh` with abstract state and batch (no memory)."""
+  model = models.build(config.model)
+  optimizer = optim.make(config.optim, config.train.steps)
+  learning_rate_fn = optim.schedule(config.optim, config.train.steps)
+  _, abstract_state, shardings = state_lib.make(model, optimizer, config, mesh)
+  batch_sharding = sharding.batch_sharding(mesh)
+  batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding) for k, (shape, dtype)
+           in pipeline.batch_shapes(config.data, config.train.batch_size).items()}
+  step = jax.jit(step_lib.make_train_step(model, optimizer, learning_rate_fn, config),
+                 in_shardings=(shardings, batch_sharding),
+                 out_shardings=(shardings, sharding.replicated(mesh)), donate_argnums=(0,))
+  with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.rules(config)):
+    return step.lower(abstract_state, batch)
+
+
+def _cost(compiled):
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return np.array([cost.get('flops', 0.0), cost.get('bytes accessed', 0.0)])
+
+
+_LAYER_FIELDS = {'decoder': ('num_layers',), 'encoder': ('num_layers',),
+                 'encoder_decoder': ('num_encoder_layers', 'num_decoder_layers')}
+
+
+def _unrolled_cost(config, mesh):
+  """Per-device (flops, bytes) of the full depth, from 1- and 2-layer unrolled compiles."""
+  fields = _LAYER_FIELDS[config.model.family]
+
+  def cost(layers):
+    variant = config.copy_and_resolve_references()
+    with variant.unlocked():
+      variant.model.scan_layers = False
+      for field, n in zip(fields, layers):
+        variant.model[field] = n
+    return _cost(lower(variant, mesh).compile())
+
+  base = cost([1] * len(fields))
+  total = base.copy()
+  for i, field in enumerate(fields):
+    layers = [1] * len(fields)
+    layers[i] = 2
+    total += (config.model[field] - 1) * (cost(layers) - base)
+  return total
+
+
+def compile_step(config, devices):
+  """-> dict: per-device memory from the compiler, FLOPs and HBM bytes per step, timings."""
+  mesh = make_mesh(config, devices)
+  start = time.time()
+  compiled = lower(config, mesh).compile()
+  compile_seconds = time.time() - start
+  memory = compiled.memory_analysis()
+  flops, bytes_accessed = (_unrolled_cost(config, mesh) if config.model.scan_layers
+                           else _cost(compiled))
+  total = (memory.argument_size_in_bytes + memory.output_size_in_bytes -
+           memory.alias_size_in_bytes + memory.temp_size_in_bytes +
+           memory.generated_code_size_in_bytes)
+  return {
+      'per_device_bytes': {
+          'arguments': int(memory.argument_size_in_bytes),
+          'outputs_not_aliased': int(memory.output_size_in_bytes - memory.alias_size_in_bytes),
+          'temporaries': int(memory.temp_size_in_bytes),
+          'code': int(memory.generated_code_size_in_bytes),
+          'total': int(total),
+      },
+      'flops_per_step_per_device': float(flops),
+      'hbm_bytes_per_step_per_device': float(bytes_accessed),
+      'compile_seconds': round(compile_seconds, 1),
+      'mesh_devices': int(mesh.size),
+  }

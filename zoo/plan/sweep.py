@@ -1,0 +1,110 @@
+"""--plan_sweep: every factorization of a slice's chips into data x fsdp x tensor (x expert
+for MoE), each with an analytic per-device memory and step-time estimate, sorted by time.
+
+The estimate (a ranking aid; compile the chosen mesh with --plan_topology to confirm):
+- compute: training FLOPs per step (zoo/plan/analytic.py convention; x4/3 with full
+  remat, which recomputes the forward) / (chips x peak bf16 FLOP/s);
+- communication over ICI at the chip's bandwidth, not overlapped with compute:
+  fsdp: parameters all-gathered for forward and backward and gradients reduce-scattered,
+  3 x P x (f-1)/f bytes (per tensor shard); data: gradients all-reduced, 2 x P/(f t) x
+  (d-1)/d; tensor: 4 all-reduces of the [B, L, D] activations per layer (2 forward, 2
+  backward), each 2 x bytes x (t-1)/t;
+- memory: params, AdamW moments and gradients as the rules shard them, plus activations:
+  with remat, one saved [B, L, D] residual per layer (split over tensor) and one layer's
+  working set; without, about 10 D + 2 F/t + 2 H L/t values per token per layer; plus the
+  float32 logits and their gradient.
+"""
+
+import math
+
+import numpy as np
+
+from zoo import config as config_lib
+from zoo import sharding
+from zoo.plan import analytic
+
+
+def factorizations(n, axes):
+  """All assignments of sizes (products of n's factors) to `axes` whose product is n."""
+  if len(axes) == 1:
+    return [{axes[0]: n}]
+  return [{axes[0]: d, **rest} for d in range(1, n + 1) if n % d == 0
+          for rest in factorizations(n // d, axes[1:])]
+
+
+def _invalid(config, sizes):
+  try:
+    sharding.check_divisible(config, sizes)
+  except config_lib.ConfigError as e:
+    return str(e).split(';')[0]
+  return None
+
+
+def estimate(config, sizes, chip, plan_result, boxed):
+  """(seconds per step, per-device bytes) for one mesh."""
+  m, t = config.model, config.train
+  chips = math.prod(sizes.values())
+  data, fsdp, tensor = sizes['data'], sizes['fsdp'], sizes['tensor']
+  tokens = t.batch_size * config.data.seq_len
+  tokens_per_device = tokens / (data * fsdp)
+  compute_bytes = np.dtype(m.dtype).itemsize
+  params = plan_result['params_total']
+  layers = config_lib.total_layers(m)
+  remat = m.remat != 'none'
+
+  flops = plan_result['flops_per_token'] * tokens * (4 / 3 if remat else 1)
+  seconds = flops / (chips * chip.peak_flops)
+  comm = 0.0
+  if fsdp > 1:
+    comm += 3 * params * compute_bytes / tensor * (fsdp - 1) / fsdp
+  if data > 1:
+    comm += 2 * params * 4 / (fsdp * tensor) * (data - 1) / data
+  if tensor > 1:
+    comm += layers * 4 * 2 * tokens_per_device * m.d_model * compute_bytes * (tensor - 1) / tensor
+  seconds += comm / chip.ici_bandwidth
+
+  working = (10 * m.d_model + 2 * m.mlp_dim / tensor +
+             2 * m.num_heads / tensor * config.data.seq_len * 4 / compute_bytes)
+  per_token = (layers * m.d_model / tensor + working if remat else layers * working)
+  activations = tokens_per_device * per_token * compute_bytes
+  logits = 2 * tokens_per_device * m.vocab_size / tensor * 4
+  state = analytic.state_bytes(boxed, sharding.rules(config), sizes,
+                               m.param_dtype)[1]['total']
+  return seconds, state + activations + logits
+
+
+def sweep(config, tpu_slice):
+  """-> rows sorted by estimated step time (invalid meshes last, with the reason)."""
+  axes = ('data', 'fsdp', 'tensor', 'expert') if config.model.moe.num_experts else (
+      'data', 'fsdp', 'tensor')
+  boxed = analytic.abstract_params(config)
+  base = analytic.plan(config, mesh_sizes={a: 1 for a in config_lib.MESH_AXES}, boxed=boxed)
+  rows = []
+  for sizes in factorizations(tpu_slice.chips, axes):
+    sizes.setdefault('expert', 1)
+    reason = _invalid(config, sizes)
+    row = {'mesh': sizes, 'invalid': reason}
+    if not reason:
+      seconds, per_device = estimate(config, sizes, tpu_slice.chip, base, boxed)
+      row.update(step_seconds=seconds, per_device_bytes=int(per_device),
+                 fits=per_device <= tpu_slice.chip.hbm_bytes)
+    rows.append(row)
+  rows.sort(key=lambda r: (r['invalid'] is not None, r.get('step_seconds', 0)))
+  return rows
+
+
+def table(rows, tpu_slice):
+  """The sweep as text, one mesh per line."""
+  hbm = tpu_slice.chip.hbm_bytes / 2**30
+  lines = [f'sweep on {tpu_slice.name} ({tpu_slice.chips} chips, {hbm:.0f} GiB HBM each); '
+           'analytic estimate, compile one with --plan_topology to confirm',
+           f'{"data":>6} {"fsdp":>6} {"tensor":>6} {"expert":>6} {"step s":>9} '
+           f'{"GiB/device":>11}  fits']
+  for r in rows:
+    mesh = ' '.join(f'{r["mesh"][a]:>6}' for a in ('data', 'fsdp', 'tensor', 'expert'))
+    if r['invalid']:
+      lines.append(f'{mesh}  skipped: {r["invalid"]}')
+    else:
+      lines.append(f'{mesh} {r["step_seconds"]:>9.3f} {r["per_device_bytes"] / 2**30:>11.2f}  '
+                   f'{"yes" if r["fits"] else "NO"}')
+  return '\n'.join(lines)

@@ -1,0 +1,93 @@
+"""TPU slices by name (v4-128, v5p-1024, v5e-256, v6e-64), their chips, and their devices
+for ahead-of-time compiles through libtpu on a machine without TPUs.
+
+Names follow Cloud TPU: v4 and v5p count TensorCores (2 per chip), v5e and v6e count
+chips. Per-chip figures: bf16 peak FLOP/s, HBM bytes and bandwidth, and ICI bandwidth
+(all links together), from the Cloud TPU system-architecture pages.
+"""
+
+import dataclasses
+import math
+import os
+import re
+
+from zoo.config import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+  generation: str  # as get_topology_desc spells it
+  cores_per_chip: int  # in the slice name
+  dims: int  # torus dimensions
+  peak_flops: float  # bf16, per chip
+  hbm_bytes: float
+  hbm_bandwidth: float  # bytes/s
+  ici_bandwidth: float  # bytes/s, per chip
+
+CHIPS = {
+    'v4': Chip('v4', 2, 3, 275e12, 32 * 2**30, 1228e9, 300e9),
+    'v5p': Chip('v5p', 2, 3, 459e12, 95 * 2**30, 2765e9, 600e9),
+    'v5e': Chip('v5e', 1, 2, 197e12, 16 * 2**30, 819e9, 200e9),
+    'v6e': Chip('v6e', 1, 2, 918e12, 32 * 2**30, 1640e9, 448e9),
+}
+_ALIASES = {'v5litepod': 'v5e', 'v5lite': 'v5e'}
+
+
+@dataclasses.dataclass(frozen=True)
+class Slice:
+  name: str
+  chip: Chip
+  chips: int
+  shape: tuple  # chips along each torus dimension
+
+
+def _torus(chips, dims):
+  """Chips -> the slice's torus shape as Cloud TPU lays it out (v5p-128: 4x4x4, v4-32:
+  2x2x4, v5e-8: 2x4)."""
+  order = (0, 1, 2) + (2, 1, 0) * 8 if dims == 3 else (1, 0) * 8
+  shape = [1] * dims
+  for axis in order[:int(math.log2(chips))]:
+    shape[axis] *= 2
+  return tuple(shape)
+
+
+def parse(name):
+  """'v5p-128' -> Slice; a bad name is a ConfigError listing what works."""
+  match = re.fullmatch(r'(v4|v5p|v5e|v5litepod|v5lite|v6e)-(\d+)', name.strip().lower())
+  examples = 'v4-8 … v4-4096, v5p-8 … v5p-12288, v5e-1 … v5e-256, v6e-1 … v6e-256'
+  if not match:
+    raise ConfigError(f'--plan_topology={name!r} is not a TPU slice name; use one like '
+                      f'{examples}')
+  generation = _ALIASES.get(match.group(1), match.group(1))
+  chip = CHIPS[generation]
+  cores = int(match.group(2))
+  chips = cores // chip.cores_per_chip
+  if cores % chip.cores_per_chip or chips < 1 or chips & (chips - 1) or (
+      chip.dims == 2 and chips > 256):
+    raise ConfigError(f'--plan_topology={name!r}: no such {generation} slice (its number counts '
+                      f'{"TensorCores, 2 per chip" if chip.cores_per_chip == 2 else "chips"}, '
+                      f'a power of two); use one like {examples}')
+  return Slice(name, chip, chips, _torus(chips, chip.dims))
+
+
+def devices(tpu_slice):
+  """The slice's TPU devices (one per chip), from libtpu's topology description."""
+  try:
+    import libtpu  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError:
+    raise ConfigError("--plan_topology needs libtpu; pip install 'zoo[tpu]' (or "
+                      "'jax[tpu]'), then rerun") from None
+  # libtpu looks for a TPU VM's metadata unless told the slice; it then stays quiet
+  os.environ.setdefault('TPU_ACCELERATOR_TYPE', tpu_slice.name)
+  os.environ.setdefault('TPU_WORKER_HOSTNAMES', 'localhost')
+  os.environ.setdefault('TPU_SKIP_MDS_QUERY', '1')
+  os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')  # plans in parallel processes
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  shape = tpu_slice.shape if tpu_slice.chip.dims == 3 else (*tpu_slice.shape, 1)
+  host = tuple(min(s, b) for s, b in zip(shape, (2, 2, 1)))
+  topology = topologies.get_topology_desc(
+      platform='tpu', topology_name=f'{tpu_slice.chip.generation}:' +
+      'x'.join(map(str, tpu_slice.shape)),
+      chip_config_name='megacore' if tpu_slice.chip.cores_per_chip == 2 else 'default',
+      chips_per_host_bounds=host, num_slices=1)
+  return topology.devices
