@@ -51,7 +51,7 @@ def _after_last_start(workdir):
     (['model.position=learned', 'model.max_length=32'], 1,
      'data.seq_len=64 exceeds model.max_length=32'),
     (['mesh.data=3'], 1, 'mesh {.*} has 3 devices but 1 are present'),
-    (['train.batch_size=12'], 8, 'train.batch_size=12 does not split over data x fsdp = 8'),
+    (['train.batch_size=12'], 8, 'train.batch_size=12 does not split over data x fsdp x expert = 8'),
     (['data.path=/nonexistent/corpus.txt'], 1, "data.path='/nonexistent/corpus.txt' does not"),
     (['data.path=EMPTY'], 1, 'holds no text'),
 ], ids=['misspelt', 'heads', 'kv_heads', 'lr', 'steps', 'max_length', 'mesh', 'batch',

@@ -72,7 +72,7 @@ def test_plan_compile_uses_the_simulated_devices_and_its_bytes_shrink_with_fsdp(
     (['mesh.data=1', 'mesh.tensor=4', 'model.num_heads=2', 'model.num_kv_heads=2'],
      r'model.num_heads=2 does not split over mesh tensor=4'),
     (['mesh.data=4', 'train.batch_size=6'], r'train.batch_size=6 does not split over mesh '
-                                            r'data x fsdp=4'),
+                                            r'data x fsdp x expert=4'),
 ])
 def test_a_mesh_that_cannot_shard_the_shape_fails_before_compiling(overrides, message):
   with pytest.raises(config_lib.ConfigError, match=message):

@@ -31,7 +31,7 @@ DTYPES = ('float32', 'bfloat16', 'float16')
 MESH_AXES = ('data', 'fsdp', 'tensor', 'expert')
 
 DEFAULT_RULES = (
-    ('batch', ('data', 'fsdp')),
+    ('batch', ('data', 'fsdp', 'expert')),
     ('length', None),
     ('embed', 'fsdp'),
     ('heads', 'tensor'),
@@ -86,8 +86,18 @@ def base():
   m.scan_layers = True  # nn.scan over layers keeps compile time flat in depth
   m.remat = 'none'  # 'none' | 'full' | 'dots' | 'dots_no_batch'
   m.attention = ml_collections.ConfigDict({'kernel': 'auto', 'window': 0})
-  m.moe = ml_collections.ConfigDict(
-      {'num_experts': 0, 'top_k': 2, 'every': 1, 'capacity_factor': 0.0})
+  m.moe = ml_collections.ConfigDict({
+      'num_experts': 0,  # 0 = dense MLPs
+      'top_k': 2,
+      'every': 1,  # a mixture of experts in every k-th layer (the last of each k)
+      'capacity_factor': 0.0,  # slots per expert = ceil(k L cf / E) per sequence; 0 = dropless
+      'expert_mlp_dim': 0,  # 0 = model.mlp_dim
+      'num_shared_experts': 0,  # always-on experts beside the routed ones (DeepSeek)
+      'balance_loss': 0.01,  # coefficient of the Switch load-balancing loss
+      'z_loss': 0.001,  # coefficient of the router z-loss
+      'collapse_share': 0.5,  # warn when one expert takes more than this share of a layer
+      'collapse_rows': 5,  # ... in this many logged rows in a row
+  })
 
   c.data = d = ml_collections.ConfigDict()
   d.path = ''  # '' = the embedded tiny Shakespeare; else a text file or a directory of them
@@ -213,6 +223,35 @@ def kv_heads(m):
   return m.num_kv_heads or m.num_heads
 
 
+def _validate_moe(m, mesh):
+  moe = m.moe
+  if moe.num_experts < 0:
+    raise ConfigError(f'model.moe.num_experts={moe.num_experts} must be >= 0 (0 = dense)')
+  if not moe.num_experts:
+    if mesh.expert not in (1, -1):
+      raise ConfigError(f'mesh.expert={mesh.expert} needs experts; set model.moe.num_experts '
+                        'or mesh.expert=1')
+    return
+  if not 1 <= moe.top_k <= moe.num_experts:
+    raise ConfigError(f'model.moe.top_k={moe.top_k} must be in [1, model.moe.num_experts='
+                      f'{moe.num_experts}]')
+  if moe.capacity_factor < 0:
+    raise ConfigError(f'model.moe.capacity_factor={moe.capacity_factor} must be >= 0 '
+                      '(0 = dropless)')
+  layer_counts = ([m.num_encoder_layers, m.num_decoder_layers]
+                  if m.family == 'encoder_decoder' else [m.num_layers])
+  for n in layer_counts:
+    if not 1 <= moe.every <= n or n % moe.every:
+      raise ConfigError(f'model.moe.every={moe.every} must divide the layer count {n} '
+                        '(a MoE in every k-th layer)')
+  if mesh.expert > 1 and moe.num_experts % mesh.expert:
+    raise ConfigError(f'model.moe.num_experts={moe.num_experts} does not split over '
+                      f'mesh.expert={mesh.expert}; use a divisor of the expert count')
+  for name in ('balance_loss', 'z_loss', 'expert_mlp_dim', 'num_shared_experts'):
+    if moe[name] < 0:
+      raise ConfigError(f'model.moe.{name}={moe[name]} must be >= 0')
+
+
 def validate(config):
   """Raises ConfigError naming the first field that cannot work; returns the config."""
   m, d, t, o = config.model, config.data, config.train, config.optim
@@ -261,9 +300,7 @@ def validate(config):
                       f'model.family={m.family!r}')
   if m.position == 'rope' and head_dim(m) % 2:
     raise ConfigError(f'model.position=rope needs an even head_dim, got {head_dim(m)}')
-  if m.moe.num_experts:
-    raise ConfigError('model.moe.num_experts>0: mixture of experts is not built yet in this '
-                      'version; set model.moe.num_experts=0')
+  _validate_moe(m, config.mesh)
   if not 0 <= m.dropout_rate < 1:
     raise ConfigError(f'model.dropout_rate={m.dropout_rate} must be in [0, 1)')
 

@@ -104,6 +104,10 @@ def smoke(c):
   m.dtype = 'float32'  # CPUs run float32 fastest, and the smoke numbers stay exact
   if m.attention.window:
     m.attention.window = 16
+  if m.moe.num_experts:  # keep the routing (experts, top-k, every), shrink the widths
+    m.moe.num_experts = min(m.moe.num_experts, 16)
+    m.moe.top_k = min(m.moe.top_k, m.moe.num_experts)
+    m.moe.expert_mlp_dim = 32 if m.moe.expert_mlp_dim else 0
   c.data.seq_len = 64
   t = c.train
   t.steps, t.batch_size, t.log_every, t.eval_every, t.eval_batches = 6, 8, 1, 3, 2

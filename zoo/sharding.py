@@ -9,7 +9,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from zoo.config import MESH_AXES, ConfigError, kv_heads
 
-BATCH_AXES = ('data', 'fsdp')
+BATCH_AXES = ('data', 'fsdp', 'expert')  # tokens: data-parallel over expert too
 
 
 def mesh_shape(mesh_config, num_devices):
@@ -65,7 +65,7 @@ def fit(sharding, shape):
 
 
 def batch_sharding(mesh):
-  """Leading (batch) dim split over data x fsdp, the rest replicated."""
+  """Leading (batch) dim split over data x fsdp x expert, the rest replicated."""
   return NamedSharding(mesh, P(BATCH_AXES))
 
 
@@ -80,16 +80,18 @@ def batch_shards(mesh):
 def check_batch(batch_size, mesh, num_streams):
   shards = batch_shards(mesh)
   if batch_size % shards or batch_size % num_streams:
-    raise ConfigError(f'train.batch_size={batch_size} does not split over data x fsdp = {shards} '
+    raise ConfigError(f'train.batch_size={batch_size} does not split over data x fsdp x expert '
+                      f'= {shards} '
                       f'shards and {num_streams} input streams; use a multiple of '
                       f'{math.lcm(shards, num_streams)}')
 
 
 def check_divisible(config, sizes):
-  """The dims a mesh must split evenly: batch over data x fsdp, heads and kv heads over
+  """The dims a mesh must split evenly: batch over data x fsdp x expert, heads and kv heads over
   tensor, experts over expert; the first that does not -> ConfigError naming both."""
   m, batch = config.model, config.train.batch_size
-  checks = [('train.batch_size', batch, 'data x fsdp', sizes['data'] * sizes['fsdp']),
+  checks = [('train.batch_size', batch, 'data x fsdp x expert',
+             sizes['data'] * sizes['fsdp'] * sizes['expert']),
             ('model.num_heads', m.num_heads, 'tensor', sizes['tensor']),
             ('model.num_kv_heads', kv_heads(m), 'tensor', sizes['tensor'])]
   if m.moe.num_experts:

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from zoo import config as config_lib
 from zoo.models import attention
 from zoo.models import layers
+from zoo.models import moe as moe_lib
 
 REMAT_POLICIES = {
     'full': None,  # save nothing, recompute the whole block
@@ -34,6 +35,7 @@ class Block(nn.Module):
   (pre- or post-norm) or PaLM-parallel."""
   config: Any  # frozen model config
   train: bool = False
+  moe: bool = False  # a mixture of experts in place of the MLP
 
   @nn.compact
   def __call__(self, x_BLD, mask, positions_BL, bias_BHLS=None, encoded_BSD=None,
@@ -47,8 +49,12 @@ class Block(nn.Module):
         fold_scale=m.position == 't5_bias', init_std=m.kernel_init_std,
         out_init_scale=_out_init_scale(m), name=name, **dtypes(m))
     attend = attention_module('attention', rope=True)
-    mlp = layers.MLP(m.mlp_dim, m.activation, use_bias=m.use_bias, init_std=m.kernel_init_std,
-                     out_init_scale=_out_init_scale(m), name='mlp', **dtypes(m))
+    if self.moe:
+      mlp = moe_lib.MoE(m, out_init_scale=_out_init_scale(m), name='moe')
+    else:
+      mlp = layers.MLP(m.mlp_dim, m.activation, use_bias=m.use_bias,
+                       init_std=m.kernel_init_std, out_init_scale=_out_init_scale(m),
+                       name='mlp', **dtypes(m))
     drop = lambda y: nn.Dropout(m.dropout_rate)(y, deterministic=not self.train)
     self_attend = lambda h: attend(h, mask=mask, q_positions_BL=positions_BL,
                                    kv_positions_BS=positions_BL, bias_BHLS=bias_BHLS)
@@ -71,23 +77,40 @@ class Block(nn.Module):
     return nn.with_logical_constraint(x_BLD, ('batch', 'length', 'activation_embed')), None
 
 
+class MoEGroup(nn.Module):
+  """`moe.every` layers whose last has a mixture of experts (the unit scanned in MoE stacks)."""
+  config: Any
+  train: bool = False
+
+  @nn.compact
+  def __call__(self, x_BLD, *args):
+    every = self.config.moe.every
+    for i in range(every):
+      x_BLD, _ = Block(self.config, self.train, moe=i == every - 1, name=f'block_{i}')(
+          x_BLD, *args)
+    return x_BLD, None
+
+
 def stack(m, train, num_layers, name):
   """`num_layers` Blocks, scanned (one compiled body) or unrolled, with the remat policy.
+  With experts, the scanned unit is a MoEGroup of moe.every layers.
 
   -> fn(x, mask, positions, bias=None, encoded=None, cross_mask=None) -> (x, None).
   """
-  block_cls = Block
+  unit, length = Block, num_layers
+  if m.moe.num_experts:
+    unit, length = MoEGroup, num_layers // m.moe.every
   if m.remat != 'none':
-    block_cls = nn.remat(Block, policy=REMAT_POLICIES[m.remat], prevent_cse=not m.scan_layers)
+    unit = nn.remat(unit, policy=REMAT_POLICIES[m.remat], prevent_cse=not m.scan_layers)
   if m.scan_layers:
-    scanned = nn.scan(block_cls, variable_axes={'params': 0},
+    scanned = nn.scan(unit, variable_axes={'params': 0, 'moe': 0},
                       split_rngs={'params': True, 'dropout': True},
-                      in_axes=(nn.broadcast,) * 5, length=num_layers,
+                      in_axes=(nn.broadcast,) * 5, length=length,
                       metadata_params={nn.PARTITION_NAME: 'layers'})
     module = scanned(m, train, name=name)
     return lambda x_BLD, *args: module(x_BLD, *args, *(None,) * (5 - len(args)))
 
-  blocks = [block_cls(m, train, name=f'{name}_{i}') for i in range(num_layers)]
+  blocks = [unit(m, train, name=f'{name}_{i}') for i in range(length)]
 
   def run(x_BLD, *args):
     for block in blocks:

@@ -51,6 +51,17 @@ def _shard_factor(shape, logical_axes, rules, sizes, not_divisible, name):
   return factor
 
 
+def active_params(boxed, moe):
+  """Parameters a token uses: routed expert weights count top_k / num_experts of
+  themselves; everything else (embeddings, attention, router, shared experts) counts whole."""
+  active = 0.0
+  for leaf in jax.tree.leaves(boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned)):
+    size = int(np.prod(nn.unbox(leaf).shape))
+    routed = isinstance(leaf, nn.Partitioned) and 'expert' in leaf.names
+    active += size * moe.top_k / moe.num_experts if routed else size
+  return int(round(active))
+
+
 def state_bytes(boxed, rules, sizes, param_dtype):
   """-> (parameter count, per-device bytes of params, AdamW moments and gradients,
   the dims that do not divide their mesh axes)."""
@@ -81,6 +92,7 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
   boxed = abstract_params(config) if boxed is None else boxed
   total, per_device, not_divisible = state_bytes(boxed, sharding.rules(config), sizes,
                                                  m.param_dtype)
+  active = active_params(boxed, m.moe) if m.moe.num_experts else total
 
   head_dim, kv_heads = config_lib.head_dim(m), config_lib.kv_heads(m)
   result = {
@@ -88,8 +100,8 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
                  'num_layers': config_lib.total_layers(m),
                  'vocab_size': m.vocab_size, 'seq_len': config.data.seq_len},
       'params_total': total,
-      'params_active': total,
-      'flops_per_token': metrics_lib.flops_per_token(config, total),
+      'params_active': active,
+      'flops_per_token': metrics_lib.flops_per_token(config, active),
       'flops_convention': '6*N_matmul + 6*layers*seq_len*heads*head_dim (causal half)',
       'mesh': sizes,
       'per_device_bytes': per_device,

@@ -27,12 +27,33 @@ def cross_entropy(logits_BLV, targets_BL, weights_BL, z_loss=0.0):
           jnp.sum(weights_BL))
 
 
+def moe_stats(collection):
+  """The 'moe' collection sown by every MoE layer -> means over layers, per-layer load."""
+  found = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(collection)[0]:
+    name = next(k.key for k in reversed(path) if hasattr(k, 'key'))
+    found.setdefault(name, []).append(leaf)
+  per_layer = {k: jnp.concatenate([v.reshape(-1, *v.shape[v.ndim - (k == 'load'):])
+                                   for v in found[k]]) for k in found}
+  return {'moe_aux_loss': jnp.mean(per_layer['balance_loss']),
+          'moe_z_loss': jnp.mean(per_layer['z_loss']),
+          'moe_dropped_fraction': jnp.mean(per_layer['dropped_fraction']),
+          'moe_load': per_layer['load']}
+
+
 def _batch_loss(model, params, batch, family, z_loss, rng=None):
-  """Weighted sums of the token loss, plus the next-sentence loss where the model has one."""
+  """Weighted sums of the token loss, plus the next-sentence loss where the model has one,
+  plus the MoE statistics (`moe`) where the model has experts."""
   targets_key, weights_key = LOSS_KEYS[family]
   train = rng is not None
+  has_experts = bool(model.config.moe.num_experts)
   outputs = model.apply({'params': params}, batch, train=train,
-                        rngs={'dropout': rng} if train else None)
+                        rngs={'dropout': rng} if train else None,
+                        mutable=['moe'] if has_experts else False)
+  moe = None
+  if has_experts:
+    outputs, collections = outputs
+    moe = moe_stats(collections['moe'])
   logits_BLV = outputs['logits'] if isinstance(outputs, dict) else outputs
   sums = dict(zip(('nll', 'z', 'weight'), cross_entropy(
       logits_BLV, batch[targets_key], batch[weights_key], z_loss)))
@@ -42,12 +63,15 @@ def _batch_loss(model, params, batch, family, z_loss, rng=None):
                                            batch['next_sentence_labels'][:, None],
                                            real_B[:, None])
     sums.update(nsp_nll=nsp_nll, nsp_weight=nsp_weight)
+  if moe:
+    sums['moe'] = moe
   return sums
 
 
 def make_train_step(model, optimizer, learning_rate_fn, config):
   """(state, batch) -> (state, metrics); a NaN/Inf loss or gradient leaves state unchanged."""
   family, z_loss = config.model.family, config.train.z_loss
+  moe_config = config.model.moe
 
   def loss_fn(params, batch, rng):
     sums = _batch_loss(model, params, batch, family, z_loss, rng)
@@ -57,6 +81,10 @@ def make_train_step(model, optimizer, learning_rate_fn, config):
     if 'nsp_nll' in sums:
       aux['nsp_loss'] = sums['nsp_nll'] / jnp.maximum(sums['nsp_weight'], 1.0)
       total = total + aux['nsp_loss']
+    if 'moe' in sums:  # balance and router z-loss, averaged over the MoE layers
+      aux.update(sums['moe'])
+      total = (total + moe_config.balance_loss * sums['moe']['moe_aux_loss'] +
+               moe_config.z_loss * sums['moe']['moe_z_loss'])
     return total, aux
 
   def train_step(state, batch):

@@ -1,0 +1,33 @@
+"""BERT-Base with experts: an 8-expert top-2 mixture in every other FFN layer (GELU experts,
+capacity factor 1.25): the encoder-only member of the MoE configs.
+
+    python -m zoo.launch --config=configs/bert_base_moe.py --mode=plan
+    python -m zoo.launch --config=configs/bert_base_moe.py:smoke --workdir=/tmp/zoo/bert_moe
+
+Source: the BERT-Base shape (configs/bert_base.py) with the GShard-style top-2 layer of
+Lepikhin et al. 2021; the zoo's own variant, not a released checkpoint.
+"""
+
+from zoo import config as config_lib
+from zoo import presets
+
+
+def get_config(arg=None):
+  c = config_lib.base()
+  m = c.model
+  m.num_layers = 12
+  m.d_model = 768
+  m.num_heads = 12
+  m.mlp_dim = 3072  # each expert
+  presets.bert(c)
+  m.moe.num_experts, m.moe.top_k, m.moe.every = 8, 2, 2
+  m.moe.capacity_factor = 1.25
+  c.train.batch_size = 256  # as bert_base
+  c.optim.learning_rate = 1e-4
+  c.optim.b1, c.optim.b2, c.optim.weight_decay = 0.9, 0.999, 0.01
+
+  if arg == 'smoke':
+    return presets.smoke(c)
+  if arg:
+    raise ValueError(f'unknown variant {arg!r}; use :smoke or nothing')
+  return c

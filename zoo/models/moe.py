@@ -1,0 +1,197 @@
+"""Mixture of experts: a top-k router, experts, and two ways to send tokens to them.
+
+- capacity (moe.capacity_factor > 0): each sequence gives every expert at most
+  C = ceil(k x L x capacity_factor / E) slots, filled in priority order (every token's first
+  choice before any second choice, then position); tokens past capacity skip the expert and
+  pass on the residual. With expert parallelism the [experts, slots] buffers travel to their
+  expert's shard and back with two explicit all-to-alls over the `expert` mesh axis.
+- dropless (capacity_factor = 0): the (token, choice) pairs sorted by expert and multiplied
+  with `jax.lax.ragged_dot`; nothing is dropped. With expert parallelism each shard
+  all-gathers the tokens of its expert group, runs its own experts, and the partial outputs
+  are summed back with a reduce-scatter (an explicit all-gather + reduce-scatter pair).
+
+Both run under `shard_map` over the batch axes (data, fsdp, expert) with the expert weights
+split over `expert`, so the communication is what is written here, not the partitioner's
+choice. Routing is per token and capacity per sequence, so results do not depend on the mesh.
+
+Gates: top-k probabilities renormalised to sum to 1 (Mixtral); with top_k = 1 the raw
+probability (Switch), so the router still gets a gradient.
+Auxiliary losses over the global batch (Switch, Fedus et al. eq. 4; ST-MoE z-loss):
+balance = E x sum_i f_i P_i with f_i the share of (token, choice) pairs sent to expert i and
+P_i the mean router probability of i (1 at uniform routing); z = mean (logsumexp logits)^2.
+
+Glossary: B batch, L length, D d_model, F expert mlp, E experts, K top_k, C capacity slots,
+T tokens, X expert-parallel shards.
+"""
+
+import functools
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from zoo.models import layers
+
+BATCH_AXES = ('data', 'fsdp', 'expert')
+STATS = ('balance_loss', 'z_loss', 'dropped_fraction', 'load')
+
+
+def route(logits_TE, top_k):
+  """-> (probabilities [T, E] float32, gates [T, K], expert ids [T, K])."""
+  probs_TE = jax.nn.softmax(logits_TE.astype(jnp.float32), axis=-1)
+  gates_TK, experts_TK = jax.lax.top_k(probs_TE, top_k)
+  if top_k > 1:
+    gates_TK = gates_TK / jnp.sum(gates_TK, axis=-1, keepdims=True)
+  return probs_TE, gates_TK, experts_TK
+
+
+def capacity(seq_len, num_experts, top_k, capacity_factor):
+  return max(1, math.ceil(top_k * seq_len * capacity_factor / num_experts))
+
+
+def slot_positions(experts_LK, num_experts):
+  """Each (token, choice)'s slot in its expert, in priority order: all first choices (by
+  position), then all second choices, ... -> [L, K] int32."""
+  order_KL = experts_LK.T
+  one_hot = jax.nn.one_hot(order_KL.reshape(-1), num_experts, dtype=jnp.int32)
+  before = jnp.cumsum(one_hot, axis=0) - one_hot
+  return jnp.sum(before * one_hot, axis=-1).reshape(order_KL.shape).T
+
+
+def _expert_mlp(x_ND, w, activation, group_sizes=None):
+  """Experts on their tokens: x [E, N, D] (batched) or sorted x [N, D] with group sizes."""
+  if group_sizes is None:
+    matmul = lambda x, kernel: jnp.einsum('end,edf->enf', x, kernel.astype(x.dtype))
+  else:
+    matmul = lambda x, kernel: jax.lax.ragged_dot(x, kernel.astype(x.dtype), group_sizes)
+  act = layers.ACTIVATION_FNS[activation]
+  h = act(matmul(x_ND, w['wi_0']))
+  if activation in layers.GATED:
+    h = h * matmul(x_ND, w['wi_1'])
+  return matmul(h, w['wo'])
+
+
+def _capacity_experts(x_BLD, gates_BLK, experts_BLK, w, cfg, num_shards):
+  """Dispatch into [E, C] slots per sequence, experts, combine; -> (y, dropped pairs)."""
+  B, L, _ = x_BLD.shape
+  E = cfg['num_experts']
+  C = capacity(L, E, cfg['top_k'], cfg['capacity_factor'])
+  slots_BLK = jax.vmap(slot_positions, in_axes=(0, None))(experts_BLK, E)
+  kept_BLK = slots_BLK < C
+  # [B, L, K, E, C] one-hots summed over K: which slot of which expert each token fills
+  dispatch_BLEC = jnp.einsum(
+      'blke,blkc->blec', jax.nn.one_hot(experts_BLK, E, dtype=x_BLD.dtype),
+      jax.nn.one_hot(jnp.where(kept_BLK, slots_BLK, C), C, dtype=x_BLD.dtype))
+  combine_BLEC = jnp.einsum(
+      'blke,blkc->blec', jax.nn.one_hot(experts_BLK, E, dtype=jnp.float32) *
+      gates_BLK[..., None],
+      jax.nn.one_hot(jnp.where(kept_BLK, slots_BLK, C), C, dtype=jnp.float32))
+  x_EBCD = jnp.einsum('blec,bld->ebcd', dispatch_BLEC, x_BLD)
+  if num_shards > 1:  # experts' slots to the experts' shards: [E/X, X*B, C, D]
+    x_EBCD = jax.lax.all_to_all(x_EBCD, 'expert', 0, 1, tiled=True)
+  e, b = x_EBCD.shape[:2]
+  y_EBCD = _expert_mlp(x_EBCD.reshape(e, b * C, -1), w, cfg['activation']).reshape(
+      x_EBCD.shape)
+  if num_shards > 1:  # and back: [E, B, C, D]
+    y_EBCD = jax.lax.all_to_all(y_EBCD, 'expert', 1, 0, tiled=True)
+  y_BLD = jnp.einsum('blec,ebcd->bld', combine_BLEC.astype(y_EBCD.dtype), y_EBCD)
+  return y_BLD, jnp.sum(~kept_BLK)
+
+
+def _dropless_experts(x_BLD, gates_BLK, experts_BLK, w, cfg, num_shards):
+  """Sorted (token, choice) pairs through ragged_dot; -> (y, 0 dropped)."""
+  B, L, D = x_BLD.shape
+  E, K = cfg['num_experts'], cfg['top_k']
+  x_TD, experts_TK, gates_TK = (x_BLD.reshape(B * L, D), experts_BLK.reshape(B * L, K),
+                                gates_BLK.reshape(B * L, K))
+  if num_shards > 1:  # every shard sees its expert group's tokens
+    gather = lambda a: jax.lax.all_gather(a, 'expert', axis=0, tiled=True)
+    x_TD, experts_TK, gates_TK = gather(x_TD), gather(experts_TK), gather(gates_TK)
+  local = E // num_shards
+  first = jax.lax.axis_index('expert') * local if num_shards > 1 else 0
+  # this shard's experts first (in order), the others after: they fall outside the groups
+  key_N = ((experts_TK - first) % E).reshape(-1)
+  order_N = jnp.argsort(key_N, stable=True)
+  token_N = order_N // K
+  group_sizes = jnp.bincount(key_N, length=E)[:local].astype(jnp.int32)
+  y_ND = _expert_mlp(x_TD[token_N], w, cfg['activation'], group_sizes)
+  weighted_ND = y_ND * gates_TK.reshape(-1)[order_N][:, None].astype(y_ND.dtype)
+  y_TD = jnp.zeros_like(x_TD).at[token_N].add(weighted_ND)
+  if num_shards > 1:  # sum the shards' partial outputs, each keeps its own tokens
+    y_TD = jax.lax.psum_scatter(y_TD, 'expert', scatter_dimension=0, tiled=True)
+  return y_TD.reshape(B, L, D), jnp.zeros((), jnp.int32)
+
+
+def _moe_shard(x_BLD, router_DE, w, cfg, num_shards, batch_axes):
+  """One shard's tokens (and its experts' weights) -> (y, statistics over the global batch)."""
+  B, L, _ = x_BLD.shape
+  E, K = cfg['num_experts'], cfg['top_k']
+  logits_BLE = jnp.einsum('bld,de->ble', x_BLD.astype(jnp.float32), router_DE)
+  probs_BLE, gates_BLK, experts_BLK = route(logits_BLE, K)
+  experts_fn = _dropless_experts if cfg['capacity_factor'] == 0 else _capacity_experts
+  y_BLD, dropped = experts_fn(x_BLD, gates_BLK, experts_BLK, w, cfg, num_shards)
+
+  sums = {'pairs_per_expert': jnp.sum(jax.nn.one_hot(experts_BLK, E), axis=(0, 1, 2)),
+          'probs': jnp.sum(probs_BLE, axis=(0, 1)),
+          'z': jnp.sum(jnp.square(jax.nn.logsumexp(logits_BLE, axis=-1))),
+          'dropped': dropped.astype(jnp.float32), 'tokens': jnp.float32(B * L)}
+  if batch_axes:
+    sums = jax.lax.psum(sums, batch_axes)
+  load_E = sums['pairs_per_expert'] / (sums['tokens'] * K)
+  stats = {'balance_loss': E * jnp.sum(load_E * sums['probs'] / sums['tokens']),
+           'z_loss': sums['z'] / sums['tokens'],
+           'dropped_fraction': sums['dropped'] / (sums['tokens'] * K),
+           'load': load_E}
+  return y_BLD, stats
+
+
+class MoE(nn.Module):
+  """Drop-in for the MLP: routed experts (+ optional shared experts). Sows its statistics
+  (balance_loss, z_loss, dropped_fraction, per-expert load) into the 'moe' collection."""
+  config: Any  # frozen model config
+  out_init_scale: float = 1.0
+
+  @nn.compact
+  def __call__(self, x_BLD):
+    m, moe = self.config, self.config.moe
+    E, D = moe.num_experts, x_BLD.shape[-1]
+    F = moe.expert_mlp_dim or m.mlp_dim
+    dtype, param_dtype = jnp.dtype(m.dtype), jnp.dtype(m.param_dtype)
+    std = m.kernel_init_std
+    init = lambda fan_in, scale=1.0: nn.initializers.normal(
+        (std or fan_in ** -0.5) * scale ** 0.5)
+    param = lambda name, shape, axes, fan_in, scale=1.0: self.param(
+        name, nn.with_logical_partitioning(init(fan_in, scale), axes), shape, param_dtype)
+    router_DE = param('router', (D, E), ('embed', None), D).astype(jnp.float32)
+    w = {'wi_0': param('wi_0', (E, D, F), ('expert', 'embed', 'mlp'), D),
+         'wo': param('wo', (E, F, D), ('expert', 'mlp', 'embed'), F, self.out_init_scale)}
+    if m.activation in layers.GATED:
+      w['wi_1'] = param('wi_1', (E, D, F), ('expert', 'embed', 'mlp'), D)
+    cfg = {'num_experts': E, 'top_k': moe.top_k, 'capacity_factor': moe.capacity_factor,
+           'activation': m.activation}
+
+    x_BLD = x_BLD.astype(dtype)
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.size == 1:
+      y_BLD, stats = _moe_shard(x_BLD, router_DE, w, cfg, 1, ())
+    else:
+      batch_axes = tuple(a for a in BATCH_AXES if a in mesh.shape)
+      num_shards = mesh.shape.get('expert', 1)
+      expert_spec = P('expert') if num_shards > 1 else P()
+      fn = jax.shard_map(
+          functools.partial(_moe_shard, cfg=cfg, num_shards=num_shards, batch_axes=batch_axes),
+          mesh=mesh, in_specs=(P(batch_axes), P(), {k: expert_spec for k in w}),
+          out_specs=(P(batch_axes), P()), check_vma=False)
+      y_BLD, stats = fn(x_BLD, router_DE, w)
+    for name in STATS:
+      self.sow('moe', name, stats[name])
+
+    if moe.num_shared_experts:
+      y_BLD = y_BLD + layers.MLP(
+          F * moe.num_shared_experts, m.activation, use_bias=m.use_bias, init_std=std,
+          out_init_scale=self.out_init_scale, name='shared', dtype=dtype,
+          param_dtype=param_dtype)(x_BLD)
+    return y_BLD.astype(dtype)
