@@ -175,10 +175,11 @@ class MoE(nn.Module):
 
     x_BLD = x_BLD.astype(dtype)
     mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or mesh.size == 1:
+    batch_axes = () if mesh.empty else tuple(a for a in BATCH_AXES if a in mesh.shape)
+    if mesh.empty or mesh.size == 1 or x_BLD.shape[0] % math.prod(
+        mesh.shape[a] for a in batch_axes):  # no mesh, or init's one-row example batch
       y_BLD, stats = _moe_shard(x_BLD, router_DE, w, cfg, 1, ())
     else:
-      batch_axes = tuple(a for a in BATCH_AXES if a in mesh.shape)
       num_shards = mesh.shape.get('expert', 1)
       expert_spec = P('expert') if num_shards > 1 else P()
       fn = jax.shard_map(

@@ -14,6 +14,7 @@ from zoo import sharding
 from zoo.config import ConfigError
 from zoo.data import pipeline
 from zoo.data import streams
+from zoo.plan import analytic
 from zoo.data import tokenizer as tokenizer_lib
 from zoo.train import checkpoint
 from zoo.train import metrics as metrics_lib
@@ -151,9 +152,12 @@ def train(config, workdir):
   evaluate = setup.evaluator()
   writer = metrics_lib.Writer(workdir, enabled=is_main)
   writer.write(_describe(setup, state['params'], start_step))
-  flops_per_token = metrics_lib.flops_per_token(config, state_lib.param_count(state['params']))
+  flops_per_token = metrics_lib.flops_per_token(  # MoE: the parameters a token uses
+      config, analytic.active_params(analytic.abstract_params(config), config.model.moe)
+      if config.model.moe.num_experts else state_lib.param_count(state['params']))
   tokens_per_step = t.batch_size * config.data.seq_len
 
+  collapse = metrics_lib.CollapseWatch(config.model.moe)
   preempted = []
   previous_handler = signal.signal(signal.SIGTERM, lambda *_: preempted.append(True))
 
@@ -182,6 +186,10 @@ def train(config, workdir):
       row['z_loss'] = metrics['z_loss']
     if 'nsp_loss' in metrics:
       row['nsp_loss'] = metrics['nsp_loss']
+    if 'moe_load' in metrics:
+      row.update({k: metrics[k] for k in ('moe_aux_loss', 'moe_z_loss', 'moe_dropped_fraction')})
+      row['moe_load'] = metrics['moe_load'].round(4).tolist()  # [MoE layer][expert]
+      collapse.check(step, metrics['moe_load'])
     writer.write(row)
     eta = (t.steps - step) * elapsed / window_steps
     print(f'step {step}/{t.steps} loss {row["loss"]:.4f} lr {row["learning_rate"]:.2e} '

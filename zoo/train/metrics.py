@@ -96,3 +96,23 @@ def read(workdir):
   """All rows of WORKDIR/metrics.jsonl."""
   with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
     return [json.loads(line) for line in f if line.strip()]
+
+
+class CollapseWatch:
+  """Warns when one expert of a MoE layer takes more than moe.collapse_share of the layer's
+  (token, choice) pairs in moe.collapse_rows logged rows in a row (routing collapse)."""
+
+  def __init__(self, moe_config):
+    self.share, self.rows, self.streak = moe_config.collapse_share, moe_config.collapse_rows, 0
+
+  def check(self, step, load):
+    """load: [MoE layer, expert] shares; -> True when it warned."""
+    worst = float(np.max(load))
+    self.streak = self.streak + 1 if worst > self.share else 0
+    if self.streak == self.rows:
+      layer, expert = np.unravel_index(int(np.argmax(load)), np.shape(load))
+      print(f'warning: routing collapse at step {step}: expert {expert} of MoE layer {layer} '
+            f'takes {worst:.0%} of its tokens ({self.rows} logged rows over '
+            f'moe.collapse_share={self.share}); raise model.moe.balance_loss', flush=True)
+      return True
+    return False

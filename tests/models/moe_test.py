@@ -1,0 +1,151 @@
+"""Mixture of experts against a plain numpy implementation: routing, gates, capacity and
+dropping order, the auxiliary losses, and the layer's output on both dispatch paths."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from tests import helpers
+from zoo import config as config_lib
+from zoo.models import moe
+
+
+def _np_route(logits, k):
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  experts = np.argsort(-probs, axis=-1, kind='stable')[:, :k]
+  gates = np.take_along_axis(probs, experts, -1)
+  return probs, (gates / gates.sum(-1, keepdims=True) if k > 1 else gates), experts
+
+
+def _np_slots(experts, num_experts):
+  """Slots by priority: every first choice (in token order) before any second choice."""
+  slots, used = np.zeros_like(experts), np.zeros(num_experts, int)
+  for choice in range(experts.shape[1]):
+    for token in range(experts.shape[0]):
+      e = experts[token, choice]
+      slots[token, choice], used[e] = used[e], used[e] + 1
+  return slots
+
+
+def _np_moe(x, router, w, k, capacity, activation):
+  """The whole layer per sequence in float64: route, drop past capacity, gated sum."""
+  silu = lambda a: a / (1 + np.exp(-a))
+  out = np.zeros_like(x)
+  for b in range(x.shape[0]):
+    probs, gates, experts = _np_route(x[b] @ router, k)
+    slots = _np_slots(experts, router.shape[1])
+    for t in range(x.shape[1]):
+      for c in range(k):
+        e = experts[t, c]
+        if capacity is not None and slots[t, c] >= capacity:
+          continue
+        h = x[b, t] @ w['wi_0'][e]
+        h = silu(h) * (x[b, t] @ w['wi_1'][e]) if activation == 'swiglu' else np.maximum(h, 0)
+        out[b, t] += gates[t, c] * (h @ w['wo'][e])
+  return out
+
+
+def test_routing_gates_and_slots_match_numpy():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(12, 6)).astype(np.float32)
+  for k in (1, 2, 3):
+    probs, gates, experts = moe.route(jnp.asarray(logits), k)
+    want_probs, want_gates, want_experts = _np_route(logits.astype(np.float64), k)
+    np.testing.assert_allclose(probs, want_probs, rtol=1e-6)
+    np.testing.assert_array_equal(experts, want_experts)
+    np.testing.assert_allclose(gates, want_gates, rtol=1e-6)
+    np.testing.assert_array_equal(moe.slot_positions(experts, 6), _np_slots(want_experts, 6))
+  # top-1 keeps the raw probability (Switch) so the router is trained through the gate
+  assert float(moe.route(jnp.asarray(logits), 1)[1][0, 0]) < 1.0
+
+
+def test_capacity_slots_follow_priority_and_count_by_hand():
+  experts = jnp.array([[0, 1], [0, 2], [0, 1], [1, 0]])  # 4 tokens, top-2 of 3 experts
+  # first choices in token order: e0 gets tokens 0,1,2 (slots 0,1,2), e1 token 3 (slot 0);
+  # then second choices: e1 token 0 (slot 1), e2 token 1 (slot 0), e1 token 2 (slot 2),
+  # e0 token 3 (slot 3)
+  np.testing.assert_array_equal(moe.slot_positions(experts, 3),
+                                [[0, 1], [1, 0], [2, 2], [0, 3]])
+  assert moe.capacity(seq_len=4, num_experts=3, top_k=2, capacity_factor=1.0) == 3
+
+
+def _layer(num_experts=4, top_k=2, capacity_factor=0.0, activation='swiglu', shared=0):
+  config = helpers.tiny_config(d_model=16, mlp_dim=8, num_heads=2, activation=activation)
+  with config.unlocked():
+    config.model.moe.update(num_experts=num_experts, top_k=top_k,
+                            capacity_factor=capacity_factor, num_shared_experts=shared)
+  return moe.MoE(ml_collections.FrozenConfigDict(config.model))
+
+
+@pytest.mark.parametrize('capacity_factor, activation', [(0.0, 'swiglu'), (0.5, 'swiglu'),
+                                                         (1.0, 'relu'), (8.0, 'swiglu')])
+def test_the_layer_equals_the_numpy_moe_on_both_paths(capacity_factor, activation):
+  layer = _layer(capacity_factor=capacity_factor, activation=activation)
+  x = jnp.asarray(np.random.default_rng(1).normal(size=(3, 10, 16)), jnp.float32)
+  variables = layer.init(jax.random.PRNGKey(0), x)
+  y, state = layer.apply(variables, x, mutable=['moe'])
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), nn.unbox(variables['params']))
+  capacity = moe.capacity(10, 4, 2, capacity_factor) if capacity_factor else None
+  want = _np_moe(np.asarray(x, np.float64), p['router'], p, 2, capacity, activation)
+  np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-6)
+
+  # dropped (token, choice) pairs: counted, and a token with both dropped outputs zero
+  experts = np.stack([_np_route(np.asarray(x[b], np.float64) @ p['router'], 2)[2]
+                      for b in range(3)])
+  slots = np.stack([_np_slots(e, 4) for e in experts])
+  dropped = np.mean(slots >= capacity) if capacity else 0.0
+  np.testing.assert_allclose(state['moe']['dropped_fraction'][0], dropped, rtol=1e-6)
+  if capacity:
+    all_dropped = np.all(slots >= capacity, axis=-1)
+    np.testing.assert_array_equal(np.all(np.asarray(y) == 0, axis=-1), all_dropped)
+
+
+def test_auxiliary_losses_match_numpy_and_balance_is_one_at_uniform_routing():
+  layer = _layer(num_experts=4, top_k=2)
+  x = jnp.asarray(np.random.default_rng(2).normal(size=(2, 6, 16)), jnp.float32)
+  variables = layer.init(jax.random.PRNGKey(3), x)
+  _, state = layer.apply(variables, x, mutable=['moe'])
+  router = np.asarray(nn.unbox(variables['params'])['router'], np.float64)
+  logits = np.asarray(x, np.float64).reshape(-1, 16) @ router
+  probs, _, experts = _np_route(logits, 2)
+  load = np.bincount(experts.ravel(), minlength=4) / experts.size
+  np.testing.assert_allclose(state['moe']['load'][0], load, rtol=1e-6)
+  np.testing.assert_allclose(state['moe']['balance_loss'][0],
+                             4 * np.sum(load * probs.mean(0)), rtol=1e-5)
+  log_z = np.log(np.exp(logits).sum(-1))
+  np.testing.assert_allclose(state['moe']['z_loss'][0], np.mean(log_z ** 2), rtol=1e-5)
+
+  # a zero router: P_i = 1/E, so the loss is E * sum_i f_i / E = 1 (times the coefficient),
+  # its minimum; routing everything to one expert raises it
+  params = nn.unbox(variables['params'])
+  params['router'] = jnp.zeros_like(params['router'])
+  _, state = layer.apply({'params': params}, x, mutable=['moe'])
+  np.testing.assert_allclose(state['moe']['balance_loss'][0], 1.0, rtol=1e-6)
+  params['router'] = params['router'].at[:, 0].set(10.0 * jnp.sign(jnp.sum(x, (0, 1))))
+  _, state = layer.apply({'params': params}, x, mutable=['moe'])
+  assert float(state['moe']['balance_loss'][0]) > 1.5
+
+
+def test_shared_experts_add_a_dense_mlp():
+  layer = _layer(shared=1)
+  x = jnp.ones((1, 4, 16))
+  params = nn.unbox(layer.init(jax.random.PRNGKey(0), x)['params'])
+  assert params['shared']['wi_0']['kernel'].shape == (16, 8)
+
+
+@pytest.mark.parametrize('overrides, message', [
+    (['model.moe.num_experts=4', 'model.moe.top_k=5'], r'model.moe.top_k=5 must be in \[1'),
+    (['model.moe.num_experts=6', 'mesh.expert=4', 'mesh.data=2'],
+     r'model.moe.num_experts=6 does not split over mesh.expert=4'),
+    (['model.moe.num_experts=4', 'model.moe.capacity_factor=-1'],
+     r'model.moe.capacity_factor=-1.* must be >= 0'),
+    (['model.moe.num_experts=4', 'model.moe.every=3'], r'model.moe.every=3 must divide'),
+    (['mesh.expert=2', 'mesh.data=4'], r'mesh.expert=2 needs experts'),
+])
+def test_bad_moe_settings_name_the_field(overrides, message):
+  with pytest.raises(config_lib.ConfigError, match=message):
+    config_lib.load('configs/gpt_shakespeare.py:smoke', overrides)
