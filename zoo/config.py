@@ -95,7 +95,7 @@ def base():
       'num_shared_experts': 0,  # always-on experts beside the routed ones (DeepSeek)
       'balance_loss': 0.01,  # coefficient of the Switch load-balancing loss
       'z_loss': 0.001,  # coefficient of the router z-loss
-      'collapse_share': 0.5,  # warn when one expert takes more than this share of a layer
+      'collapse_share': 0.5,  # warn when one expert gets more than this share of the tokens
       'collapse_rows': 5,  # ... in this many logged rows in a row
   })
 

@@ -112,10 +112,10 @@ def test_auxiliary_losses_match_numpy_and_balance_is_one_at_uniform_routing():
   router = np.asarray(nn.unbox(variables['params'])['router'], np.float64)
   logits = np.asarray(x, np.float64).reshape(-1, 16) @ router
   probs, _, experts = _np_route(logits, 2)
-  load = np.bincount(experts.ravel(), minlength=4) / experts.size
-  np.testing.assert_allclose(state['moe']['load'][0], load, rtol=1e-6)
+  share = np.bincount(experts.ravel(), minlength=4) / experts.size  # f_i
+  np.testing.assert_allclose(state['moe']['load'][0], 2 * share, rtol=1e-6)  # of tokens
   np.testing.assert_allclose(state['moe']['balance_loss'][0],
-                             4 * np.sum(load * probs.mean(0)), rtol=1e-5)
+                             4 * np.sum(share * probs.mean(0)), rtol=1e-5)
   log_z = np.log(np.exp(logits).sum(-1))
   np.testing.assert_allclose(state['moe']['z_loss'][0], np.mean(log_z ** 2), rtol=1e-5)
 

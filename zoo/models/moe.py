@@ -140,17 +140,18 @@ def _moe_shard(x_BLD, router_DE, w, cfg, num_shards, batch_axes):
           'dropped': dropped.astype(jnp.float32), 'tokens': jnp.float32(B * L)}
   if batch_axes:
     sums = jax.lax.psum(sums, batch_axes)
-  load_E = sums['pairs_per_expert'] / (sums['tokens'] * K)
-  stats = {'balance_loss': E * jnp.sum(load_E * sums['probs'] / sums['tokens']),
+  share_E = sums['pairs_per_expert'] / (sums['tokens'] * K)  # f_i, sums to 1
+  stats = {'balance_loss': E * jnp.sum(share_E * sums['probs'] / sums['tokens']),
            'z_loss': sums['z'] / sums['tokens'],
            'dropped_fraction': sums['dropped'] / (sums['tokens'] * K),
-           'load': load_E}
+           'load': share_E * K}  # share of tokens that chose each expert (balanced: K/E)
   return y_BLD, stats
 
 
 class MoE(nn.Module):
   """Drop-in for the MLP: routed experts (+ optional shared experts). Sows its statistics
-  (balance_loss, z_loss, dropped_fraction, per-expert load) into the 'moe' collection."""
+  into the 'moe' collection: balance_loss, z_loss, dropped_fraction (of (token, choice)
+  pairs) and load (per expert, the share of tokens that chose it; K/E when balanced)."""
   config: Any  # frozen model config
   out_init_scale: float = 1.0
 

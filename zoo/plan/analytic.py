@@ -62,6 +62,27 @@ def active_params(boxed, moe):
   return int(round(active))
 
 
+def moe_communication(m, expert_shards):
+  """Bytes a token moves over the `expert` mesh axis per MoE layer (zoo/models/moe.py).
+
+  capacity: two all-to-alls (dispatch, combine) of its k slots of D values, padded by the
+  capacity factor: 2 k cf D bytes x (X-1)/X. dropless: an all-gather of the token to the
+  other X-1 shards and a reduce-scatter of the partial outputs: 2 (X-1) D bytes. Training
+  moves the same again backward.
+  """
+  moe, x = m.moe, expert_shards
+  value_bytes = np.dtype(m.dtype).itemsize
+  if moe.capacity_factor:
+    forward = 2 * moe.top_k * moe.capacity_factor * m.d_model * value_bytes * (x - 1) / x
+  else:
+    forward = 2 * (x - 1) * m.d_model * value_bytes
+  layers = config_lib.total_layers(m) // moe.every
+  return {'dispatch': 'capacity' if moe.capacity_factor else 'dropless',
+          'num_experts': moe.num_experts, 'top_k': moe.top_k, 'moe_layers': layers,
+          'expert_shards': x, 'bytes_per_token_per_layer_forward': int(forward),
+          'bytes_per_token_per_layer_train': int(2 * forward)}
+
+
 def state_bytes(boxed, rules, sizes, param_dtype):
   """-> (parameter count, per-device bytes of params, AdamW moments and gradients,
   the dims that do not divide their mesh axes)."""
@@ -108,6 +129,8 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
       'compiled': False,
       'not_divisible': not_divisible,
   }
+  if m.moe.num_experts:
+    result['moe'] = moe_communication(m, sizes.get('expert', 1))
   if m.family == 'decoder':
     result['kv_cache_bytes_per_token'] = (2 * m.num_layers * kv_heads * head_dim *
                                           np.dtype(m.dtype).itemsize)
@@ -124,6 +147,12 @@ def report(result):
       f"mesh: {result['mesh']}",
       'per device: ' + ', '.join(f'{k} {gib(v)}' for k, v in result['per_device_bytes'].items()),
   ]
+  if 'moe' in result:
+    moe = result['moe']
+    lines.append(f"experts: {moe['num_experts']} (top-{moe['top_k']}, {moe['dispatch']}) in "
+                 f"{moe['moe_layers']} layers over {moe['expert_shards']} expert shards: "
+                 f"{moe['bytes_per_token_per_layer_train']:,} bytes/token/layer over the "
+                 'expert axis per training step')
   if 'kv_cache_bytes_per_token' in result:
     lines.append(f"KV cache: {result['kv_cache_bytes_per_token']:,} bytes/token")
   if result.get('compiled'):

@@ -8,7 +8,8 @@ The estimate (a ranking aid; compile the chosen mesh with --plan_topology to con
   fsdp: parameters all-gathered for forward and backward and gradients reduce-scattered,
   3 x P x (f-1)/f bytes (per tensor shard); data: gradients all-reduced, 2 x P/(f t) x
   (d-1)/d; tensor: 4 all-reduces of the [B, L, D] activations per layer (2 forward, 2
-  backward), each 2 x bytes x (t-1)/t;
+  backward), each 2 x bytes x (t-1)/t; expert: the MoE dispatch/combine traffic of
+  analytic.moe_communication per MoE layer;
 - memory: params, AdamW moments and gradients as the rules shard them, plus activations:
   with remat, one saved [B, L, D] residual per layer (split over tensor) and one layer's
   working set; without, about 10 D + 2 F/t + 2 H L/t values per token per layer; plus the
@@ -61,6 +62,9 @@ def estimate(config, sizes, chip, plan_result, boxed):
     comm += 2 * params * 4 / (fsdp * tensor) * (data - 1) / data
   if tensor > 1:
     comm += layers * 4 * 2 * tokens_per_device * m.d_model * compute_bytes * (tensor - 1) / tensor
+  if m.moe.num_experts and sizes['expert'] > 1:
+    moe = analytic.moe_communication(m, sizes['expert'])
+    comm += moe['moe_layers'] * tokens_per_device * moe['bytes_per_token_per_layer_train']
   seconds += comm / chip.ici_bandwidth
 
   working = (10 * m.d_model + 2 * m.mlp_dim / tensor +

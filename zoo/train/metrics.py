@@ -99,8 +99,8 @@ def read(workdir):
 
 
 class CollapseWatch:
-  """Warns when one expert of a MoE layer takes more than moe.collapse_share of the layer's
-  (token, choice) pairs in moe.collapse_rows logged rows in a row (routing collapse)."""
+  """Warns when one expert of a MoE layer is chosen by more than moe.collapse_share of the
+  tokens in moe.collapse_rows logged rows in a row (routing collapse)."""
 
   def __init__(self, moe_config):
     self.share, self.rows, self.streak = moe_config.collapse_share, moe_config.collapse_rows, 0
