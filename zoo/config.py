@@ -21,7 +21,7 @@ NORM_POSITIONS = ('pre', 'post')
 BLOCKS = ('sequential', 'parallel')
 POSITIONS = ('learned', 'sinusoidal', 'rope', 'alibi', 't5_bias', 'none')
 REMAT_POLICIES = ('none', 'full', 'dots', 'dots_no_batch')
-KERNELS = ('auto', 'xla')
+KERNELS = ('auto', 'xla', 'splash', 'gpu')  # zoo/kernels
 OBJECTIVES = ('causal_lm', 'mlm', 'span_corruption')
 FAMILY_OBJECTIVES = {'decoder': ('causal_lm',), 'encoder': ('mlm',),
                      'encoder_decoder': ('span_corruption',)}
@@ -85,7 +85,12 @@ def base():
   m.param_dtype = 'float32'
   m.scan_layers = True  # nn.scan over layers keeps compile time flat in depth
   m.remat = 'none'  # 'none' | 'full' | 'dots' | 'dots_no_batch'
-  m.attention = ml_collections.ConfigDict({'kernel': 'auto', 'window': 0})
+  m.attention = ml_collections.ConfigDict({
+      'kernel': 'auto',  # 'auto' | 'xla' | 'splash' | 'gpu' (zoo/kernels/__init__.py)
+      'window': 0,  # causal sliding window (keys back, the query included); 0 = none
+      'block_q': 0,  # splash block sizes; 0 = min(512, length); must divide the length
+      'block_kv': 0,
+  })
   m.moe = ml_collections.ConfigDict({
       'num_experts': 0,  # 0 = dense MLPs
       'top_k': 2,
@@ -288,6 +293,19 @@ def validate(config):
   _one_of('model.dtype', m.dtype, DTYPES)
   _one_of('model.param_dtype', m.param_dtype, DTYPES)
   _one_of('model.attention.kernel', m.attention.kernel, KERNELS)
+  if m.attention.kernel in ('splash', 'gpu') and m.position in ('t5_bias', 'alibi'):
+    raise ConfigError(f"model.attention.kernel={m.attention.kernel!r} takes no additive bias, "
+                      f"which model.position={m.position!r} adds; use 'xla' (or 'auto', which "
+                      'runs xla for it)')
+  if m.attention.kernel == 'splash':
+    if d.seq_len % 128:
+      raise ConfigError(f"model.attention.kernel='splash' needs data.seq_len={d.seq_len} to be a "
+                        "multiple of 128 (its block width); change seq_len or use 'xla'")
+    for name in ('block_q', 'block_kv'):
+      block = m.attention[name]
+      if block < 0 or block % 128 or (block and d.seq_len % block):
+        raise ConfigError(f'model.attention.{name}={block} must be a multiple of 128 dividing '
+                          f'data.seq_len={d.seq_len}; or 0 for min(512, seq_len)')
   if m.attention.window < 0:
     raise ConfigError(f'model.attention.window={m.attention.window} must be >= 0 (0 = none)')
   if m.block == 'parallel' and m.norm_position != 'pre':

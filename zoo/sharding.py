@@ -7,7 +7,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from zoo.config import MESH_AXES, ConfigError, kv_heads
+from zoo.config import MESH_AXES, ConfigError
 
 BATCH_AXES = ('data', 'fsdp', 'expert')  # tokens: data-parallel over expert too
 
@@ -87,13 +87,13 @@ def check_batch(batch_size, mesh, num_streams):
 
 
 def check_divisible(config, sizes):
-  """The dims a mesh must split evenly: batch over data x fsdp x expert, heads and kv heads over
-  tensor, experts over expert; the first that does not -> ConfigError naming both."""
+  """The dims a mesh must split evenly: batch over data x fsdp x expert, heads over tensor,
+  experts over expert; the first that does not -> ConfigError naming both."""
   m, batch = config.model, config.train.batch_size
   checks = [('train.batch_size', batch, 'data x fsdp x expert',
              sizes['data'] * sizes['fsdp'] * sizes['expert']),
-            ('model.num_heads', m.num_heads, 'tensor', sizes['tensor']),
-            ('model.num_kv_heads', kv_heads(m), 'tensor', sizes['tensor'])]
+            ('model.num_heads', m.num_heads, 'tensor', sizes['tensor'])]
+  # fewer kv heads than tensor shards (MQA, small GQA) is fine: they stay replicated
   if m.moe.num_experts:
     checks.append(('model.moe.num_experts', m.moe.num_experts, 'expert', sizes['expert']))
   for field, value, axes, size in checks:

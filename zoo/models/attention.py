@@ -1,67 +1,26 @@
-"""Reference attention, mask builders and the multi-head (GQA/MQA) attention module.
+"""The multi-head (GQA/MQA) attention module, position biases (T5, ALiBi), and the names
+of the reference attention and mask builders (which live in zoo/kernels).
 
 Glossary: B batch, L query length, S key length, D d_model, H heads, G kv heads,
 N = H // G query heads per kv head, K head dim.
-Masks are boolean, True = may attend, broadcastable to [B, H, L, S].
+Masks are boolean, True = may attend, broadcastable to [B, H, L, S]; modules pass a
+`Mask` (segment ids, causal, window) so each kernel can build its own form.
 """
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zoo import kernels
+from zoo.kernels import mask as mask_lib
+from zoo.kernels import reference
 from zoo.models import layers
 
-_MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite, so fully masked rows stay finite
-
-
-def dot_product_attention(query, key, value, mask=None, bias=None, scale=None):
-  """softmax(q k^T * scale + bias, masked) v with query [B,L,H,K], key/value [B,S,G,K].
-
-  G must divide H (GQA; G = 1 is MQA). scale defaults to K^-0.5. Logits and softmax run in
-  float32; the result has the query's dtype.
-  """
-  q_BLHK, k_BSGK, v_BSGK = query, key, value
-  B, L, H, K = q_BLHK.shape
-  G = k_BSGK.shape[2]
-  if H % G:
-    raise ValueError(f'kv heads {G} do not divide query heads {H}')
-  scale = K ** -0.5 if scale is None else scale
-  q_BLGNK = q_BLHK.reshape(B, L, G, H // G, K)
-  logits_BGNLS = jnp.einsum('BLGNK,BSGK->BGNLS', q_BLGNK, k_BSGK,
-                            preferred_element_type=jnp.float32) * scale
-  logits_BHLS = logits_BGNLS.reshape(B, H, L, -1)
-  if bias is not None:
-    logits_BHLS = logits_BHLS + bias.astype(jnp.float32)
-  if mask is not None:
-    logits_BHLS = jnp.where(mask, logits_BHLS, _MASKED)
-  probs_BGNLS = jax.nn.softmax(logits_BHLS, axis=-1).reshape(logits_BGNLS.shape)
-  out_BLGNK = jnp.einsum('BGNLS,BSGK->BLGNK', probs_BGNLS.astype(v_BSGK.dtype), v_BSGK)
-  return out_BLGNK.reshape(B, L, H, K).astype(q_BLHK.dtype)
-
-
-# ---------------------------------------------------------------------------- masks
-
-def causal_mask(length):
-  """[1, 1, L, L]: query i attends keys j <= i."""
-  return jnp.tril(jnp.ones((length, length), jnp.bool_))[None, None]
-
-
-def padding_mask(q_valid_BL, kv_valid_BS):
-  """[B, 1, L, S]: both the query and the key are real tokens."""
-  return (q_valid_BL[:, :, None] & kv_valid_BS[:, None, :])[:, None]
-
-
-def segment_mask(q_segment_ids_BL, kv_segment_ids_BS):
-  """[B, 1, L, S]: query and key share a segment; segment 0 (padding) is never attended."""
-  same_BLS = q_segment_ids_BL[:, :, None] == kv_segment_ids_BS[:, None, :]
-  return (same_BLS & (kv_segment_ids_BS[:, None, :] > 0))[:, None]
-
-
-def sliding_window_mask(length, window):
-  """[1, 1, L, L]: query i attends keys with i - window < j (combine with causal)."""
-  i = jnp.arange(length)
-  return (i[None, :] > i[:, None] - window)[None, None]
+# The reference kernel and the mask builders live in zoo/kernels; the names stay here.
+dot_product_attention = reference.dot_product_attention
+causal_mask, padding_mask = mask_lib.causal_mask, mask_lib.padding_mask
+segment_mask, sliding_window_mask = mask_lib.segment_mask, mask_lib.sliding_window_mask
+Mask = mask_lib.Mask
 
 
 # --------------------------------------------------------------------------- module
@@ -76,6 +35,8 @@ class MultiHeadAttention(nn.Module):
   fold_scale: bool = False  # T5: logits unscaled, K^-0.5 folded into the query init
   init_std: float = 0.0
   out_init_scale: float = 1.0
+  kernel: str = 'xla'  # model.attention.kernel (zoo/kernels)
+  block_sizes: tuple = (0, 0)  # splash (block_q, block_kv); 0 = min(512, length)
   dtype: jnp.dtype = jnp.float32
   param_dtype: jnp.dtype = jnp.float32
 
@@ -95,8 +56,9 @@ class MultiHeadAttention(nn.Module):
       q_BLHK = layers.apply_rope(q_BLHK, q_positions_BL, self.rope_theta)
       k_BSGK = layers.apply_rope(k_BSGK, kv_positions_BS, self.rope_theta)
     q_BLHK = nn.with_logical_constraint(q_BLHK, ('batch', 'length', 'heads', 'head_dim'))
-    out_BLHK = dot_product_attention(q_BLHK, k_BSGK, v_BSGK, mask=mask, bias=bias_BHLS,
-                                     scale=1.0 if self.fold_scale else None)
+    out_BLHK = kernels.attention(q_BLHK, k_BSGK, v_BSGK, mask, bias=bias_BHLS,
+                                 scale=1.0 if self.fold_scale else None, kernel=self.kernel,
+                                 block_sizes=self.block_sizes)
     out_BLHK = nn.with_logical_constraint(out_BLHK, ('batch', 'length', 'heads', 'head_dim'))
     return dense('out', x_BLD.shape[-1], ('heads', 'head_dim', 'embed'), num_in=2,
                  scale=self.out_init_scale)(out_BLHK)

@@ -24,9 +24,7 @@ class _Stack(nn.Module):
   def __call__(self, x_BLD, segment_ids_BL, positions_BL, train, encoded_BSD=None,
                encoder_segment_ids_BS=None):
     m = self.config
-    mask = attention.segment_mask(segment_ids_BL, segment_ids_BL)
-    if self.decoder:
-      mask &= attention.causal_mask(x_BLD.shape[1])
+    mask = attention.Mask(segment_ids_BL, segment_ids_BL, causal=self.decoder)
     bias_BHLS = None
     if m.position == 't5_bias':
       bias_BHLS = attention.RelativePositionBias(
@@ -34,7 +32,7 @@ class _Stack(nn.Module):
           max_distance=m.relative_max_distance, name='relative_bias')(positions_BL, positions_BL)
     cross_mask = None
     if encoded_BSD is not None:
-      cross_mask = attention.segment_mask(segment_ids_BL, encoder_segment_ids_BS)
+      cross_mask = attention.Mask(segment_ids_BL, encoder_segment_ids_BS)
     x_BLD = nn.Dropout(m.dropout_rate)(x_BLD, deterministic=not train)
     num_layers = m.num_decoder_layers if self.decoder else m.num_encoder_layers
     x_BLD, _ = transformer.stack(m, train, num_layers, 'layers')(

@@ -47,7 +47,8 @@ class Block(nn.Module):
         m.num_heads, config_lib.kv_heads(m), config_lib.head_dim(m), use_bias=m.use_bias,
         rope_theta=m.rope_theta if rope and m.position == 'rope' else None,
         fold_scale=m.position == 't5_bias', init_std=m.kernel_init_std,
-        out_init_scale=_out_init_scale(m), name=name, **dtypes(m))
+        out_init_scale=_out_init_scale(m), kernel=m.attention.kernel,
+        block_sizes=(m.attention.block_q, m.attention.block_kv), name=name, **dtypes(m))
     attend = attention_module('attention', rope=True)
     if self.moe:
       mlp = moe_lib.MoE(m, out_init_scale=_out_init_scale(m), name='moe')
@@ -177,7 +178,7 @@ class Encoder(nn.Module):
                          **dtypes(m))
     x_BLD = Embeddings(m, name='embeddings')(embed(ids_BL), positions_BL, token_type_ids_BL,
                                              train)
-    mask = attention.segment_mask(segment_ids_BL, segment_ids_BL)
+    mask = attention.Mask(segment_ids_BL, segment_ids_BL)
     x_BLD, _ = stack(m, train, m.num_layers, 'layers')(x_BLD, mask, positions_BL)
     if m.norm_position == 'pre':
       x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',
@@ -217,10 +218,8 @@ class Decoder(nn.Module):
                          **dtypes(m))
     x_BLD = Embeddings(m, name='embeddings')(embed(ids_BL), positions_BL, None, train)
 
-    mask = attention.causal_mask(ids_BL.shape[1]) & attention.segment_mask(
-        segment_ids_BL, segment_ids_BL)
-    if m.attention.window:
-      mask &= attention.sliding_window_mask(ids_BL.shape[1], m.attention.window)
+    mask = attention.Mask(segment_ids_BL, segment_ids_BL, causal=True,
+                          window=m.attention.window)
     bias_BHLS = None
     if m.position == 'alibi':
       bias_BHLS = attention.alibi_bias(positions_BL, positions_BL, m.num_heads)

@@ -12,6 +12,7 @@ import json
 
 import jax
 
+from zoo import kernels
 from zoo import sharding
 from zoo.config import ConfigError
 from zoo.plan import analytic
@@ -44,7 +45,15 @@ def run(config, json_path=None, compile_step=False, topology_name=None, sweep=Fa
     raise ConfigError('--plan_sweep needs --plan_topology=NAME for the chip count and speeds, '
                       'e.g. --plan_topology=v5p-128')
   result = analytic.plan(config, tpu_slice.chips if tpu_slice else None)
-  result['attention_kernel'] = config.model.attention.kernel
+  m = config.model
+  try:  # the kernel the step would use on the planned platform
+    on = 'tpu' if tpu_slice else jax.default_backend()
+    result['attention_kernel'], why = kernels.resolve(
+        m.attention.kernel, m.position in ('t5_bias', 'alibi'), jax.numpy.dtype(m.dtype),
+        (config.data.seq_len, config.data.seq_len), on=on)
+    result['attention_kernel_why'] = f'{why} (model.attention.kernel={m.attention.kernel!r})'
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
   if tpu_slice:
     result['topology'] = {'name': tpu_slice.name, 'chips': tpu_slice.chips,
                           'shape': list(tpu_slice.shape),

@@ -145,6 +145,8 @@ def report(result):
       f"({result['params_active']:,} active per token)",
       f"training FLOPs/token: {result['flops_per_token']:.4g} ({result['flops_convention']})",
       f"mesh: {result['mesh']}",
+      *([f"attention kernel: {result['attention_kernel']} ({result['attention_kernel_why']})"]
+        if 'attention_kernel' in result else []),
       'per device: ' + ', '.join(f'{k} {gib(v)}' for k, v in result['per_device_bytes'].items()),
   ]
   if 'moe' in result:

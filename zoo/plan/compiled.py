@@ -16,6 +16,7 @@ from jax.experimental import mesh_utils
 from jax.sharding import Mesh
 
 from zoo import config as config_lib
+from zoo import kernels
 from zoo import models
 from zoo import sharding
 from zoo.data import pipeline
@@ -47,7 +48,8 @@ def lower(config, mesh):
   step = jax.jit(step_lib.make_train_step(model, optimizer, learning_rate_fn, config),
                  in_shardings=(shardings, batch_sharding),
                  out_shardings=(shardings, sharding.replicated(mesh)), donate_argnums=(0,))
-  with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.rules(config)):
+  with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.rules(config)), kernels.target(
+      mesh.devices.flat[0].platform):
     return step.lower(abstract_state, batch)
 
 
@@ -82,14 +84,16 @@ def _unrolled_cost(config, mesh):
   return total
 
 
-def compile_step(config, devices):
-  """-> dict: per-device memory from the compiler, FLOPs and HBM bytes per step, timings."""
+def compile_step(config, devices, scan_corrected_cost=True):
+  """-> dict: per-device memory from the compiler, FLOPs and HBM bytes per step, timings.
+  scan_corrected_cost=False skips the two extra compiles (the cost then counts one layer)."""
   mesh = make_mesh(config, devices)
   start = time.time()
   compiled = lower(config, mesh).compile()
   compile_seconds = time.time() - start
   memory = compiled.memory_analysis()
-  flops, bytes_accessed = (_unrolled_cost(config, mesh) if config.model.scan_layers
+  flops, bytes_accessed = (_unrolled_cost(config, mesh)
+                           if config.model.scan_layers and scan_corrected_cost
                            else _cost(compiled))
   total = (memory.argument_size_in_bytes + memory.output_size_in_bytes -
            memory.alias_size_in_bytes + memory.temp_size_in_bytes +

@@ -6,9 +6,11 @@ import time
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
+from zoo import kernels
 from zoo import models
 from zoo import sharding
 from zoo.config import ConfigError
@@ -39,6 +41,13 @@ class _Setup:
     sharding.check_batch(batch_size, self.mesh, self.num_streams)
     sharding.check_divisible(config, dict(self.mesh.shape))
     self.rules = sharding.rules(config)
+    # --- attention kernel: what runs here, or a one-line error before any compile
+    try:
+      self.kernel = kernels.resolve(
+          config.model.attention.kernel, config.model.position in ('t5_bias', 'alibi'),
+          jnp.dtype(config.model.dtype), (config.data.seq_len, config.data.seq_len))
+    except ValueError as e:
+      raise ConfigError(str(e)) from None
     self.streams = streams.local_streams(sharding.process_rows(self.mesh, batch_size),
                                          batch_size, self.num_streams)
     self.stream_rows = batch_size // self.num_streams
@@ -120,7 +129,8 @@ def _describe(setup, params, start_step):
       'streams': f'{setup.streams[0]}..{setup.streams[-1]} of {setup.num_streams}',
       'batch_per_device': config.train.batch_size // sharding.batch_shards(mesh),
       'seq_len': config.data.seq_len, 'vocab': setup.tokenizer.vocab_size,
-      'attention_kernel': 'xla', 'train_documents': len(setup.train_tokens),
+      'attention_kernel': setup.kernel[0], 'attention_kernel_why': setup.kernel[1],
+      'train_documents': len(setup.train_tokens),
   }
   print(' '.join(f'{k}={v}' for k, v in header.items()), flush=True)
   return header

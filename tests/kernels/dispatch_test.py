@@ -1,0 +1,73 @@
+"""One switch for the attention kernel: what 'auto' picks where, the cuDNN call's arguments
+(checked through XLA on CPU), and the errors for what a kernel cannot do."""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from zoo import config as config_lib
+from zoo import kernels
+from zoo.kernels import gpu
+from zoo.kernels import mask as mask_lib
+from zoo.kernels import reference
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_auto_picks_splash_on_tpu_gpu_on_gpu_and_xla_where_they_cannot_run():
+  assert kernels.resolve('auto', on='tpu', lengths=(1024, 1024))[0] == 'splash'
+  assert kernels.resolve('auto', on='gpu', dtype=jnp.bfloat16)[0] == 'gpu'
+  assert kernels.resolve('auto', on='cpu')[0] == 'xla'
+  name, why = kernels.resolve('auto', has_bias=True, on='tpu')
+  assert name == 'xla' and 'additive position bias' in why
+  assert kernels.resolve('auto', on='gpu', dtype=jnp.float32)[0] == 'xla'
+  assert kernels.resolve('auto', on='tpu', lengths=(100, 100))[0] == 'xla'
+  with kernels.target('tpu'):  # AOT compiles for a TPU slice trace as TPU
+    assert kernels.resolve('auto', lengths=(128, 128))[0] == 'splash'
+
+
+def test_kernels_that_cannot_run_say_which_field_and_what_to_use():
+  with pytest.raises(ValueError, match=r"kernel='gpu' needs a GPU, this is cpu; use 'auto'"):
+    kernels.resolve('gpu', on='cpu')
+  with pytest.raises(ValueError, match="kernel='splash' takes no additive position bias"):
+    kernels.resolve('splash', has_bias=True, on='tpu')
+  with pytest.raises(ValueError, match=r"multiples of 128, got \(100, 100\)"):
+    kernels.resolve('splash', lengths=(100, 100), on='tpu')
+
+
+@pytest.mark.parametrize('overrides, message', [
+    (['model.attention.kernel=splash'], r'data.seq_len=64 to be a multiple of 128'),
+    (['model.attention.kernel=splash', 'data.seq_len=128', 'model.max_length=128',
+      'model.attention.block_q=96'], r'model.attention.block_q=96 must be a multiple of 128'),
+    (['model.attention.kernel=splash', 'model.position=alibi'],
+     r"kernel='splash' takes no additive bias, which model.position='alibi' adds; use 'xla'"),
+])
+def test_config_rejects_a_splash_setup_it_cannot_run(overrides, message):
+  with pytest.raises(config_lib.ConfigError, match=message):
+    config_lib.load(os.path.join(REPO, 'configs', 'gpt_shakespeare.py:smoke'), overrides)
+
+
+@pytest.mark.parametrize('causal, window', [(True, 0), (False, 0), (True, 5)])
+def test_the_cudnn_call_means_the_reference_attention(causal, window):
+  rng = np.random.default_rng(0)
+  q = jnp.asarray(rng.normal(size=(2, 16, 4, 8)), jnp.float32)
+  k, v = (jnp.asarray(rng.normal(size=(2, 16, 2, 8)), jnp.float32) for _ in range(2))
+  ids = jnp.asarray([[1] * 9 + [2] * 7, [1] * 12 + [0] * 4], jnp.int32)
+  mask = mask_lib.Mask(ids, ids, causal=causal, window=window)
+  real = np.asarray(ids > 0)[..., None, None]
+  got = gpu.attention(q, k, v, mask, scale=0.3, implementation='xla')  # same call, XLA
+  want = reference.dot_product_attention(q, k, v, mask.dense(), scale=0.3)
+  np.testing.assert_allclose(got * real, want * real, atol=1e-5)
+
+
+def test_the_decoder_on_xla_and_a_dense_mask_still_work():
+  q = jnp.ones((1, 4, 2, 8))
+  out = kernels.attention(q, q, q, mask_lib.causal_mask(4), kernel='xla')
+  assert out.shape == (1, 4, 2, 8)
+  with pytest.raises(ValueError, match='needs a zoo.kernels.mask.Mask'):
+    with kernels.target('tpu'):
+      jax.eval_shape(lambda x: kernels.attention(x, x, x, None, kernel='splash'),
+                     jnp.ones((1, 128, 2, 8)))

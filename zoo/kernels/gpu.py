@@ -1,0 +1,23 @@
+"""Fused attention on NVIDIA GPUs: cuDNN through `jax.nn.dot_product_attention`.
+
+The causal flag and the sliding window go to cuDNN as mask types (it skips the masked
+blocks); segment ids (packing, padding) go as a boolean mask. cuDNN runs bfloat16/float16
+only; float32 falls back to the XLA reference (zoo.kernels says so).
+"""
+
+import jax
+import jax.numpy as jnp
+
+from zoo.kernels import mask as mask_lib
+
+DTYPES = (jnp.bfloat16, jnp.float16)
+
+
+def attention(q_BLHK, k_BSGK, v_BSGK, mask, bias=None, scale=None, implementation='cudnn'):
+  """`implementation='xla'` runs the same call through XLA (how CPU tests check it)."""
+  segments = mask_lib.segment_mask(mask.q_segment_ids, mask.kv_segment_ids)
+  window = (mask.window - 1, 0) if mask.window else None
+  return jax.nn.dot_product_attention(
+      q_BLHK, k_BSGK, v_BSGK, bias=None if bias is None else bias.astype(q_BLHK.dtype),
+      mask=segments, scale=scale, is_causal=mask.causal, local_window_size=window,
+      implementation=implementation).astype(q_BLHK.dtype)

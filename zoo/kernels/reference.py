@@ -1,0 +1,36 @@
+"""The reference attention (kernel 'xla'): plain einsums and a float32 softmax.
+
+Glossary: B batch, L query length, S key length, H heads, G kv heads, N = H // G query
+heads per kv head, K head dim. Masks are boolean, True = may attend, broadcastable to
+[B, H, L, S].
+"""
+
+import jax
+import jax.numpy as jnp
+
+MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite, so fully masked rows stay finite
+
+
+def dot_product_attention(query, key, value, mask=None, bias=None, scale=None):
+  """softmax(q k^T * scale + bias, masked) v with query [B,L,H,K], key/value [B,S,G,K].
+
+  G must divide H (GQA; G = 1 is MQA). scale defaults to K^-0.5. Logits and softmax run in
+  float32; the result has the query's dtype.
+  """
+  q_BLHK, k_BSGK, v_BSGK = query, key, value
+  B, L, H, K = q_BLHK.shape
+  G = k_BSGK.shape[2]
+  if H % G:
+    raise ValueError(f'kv heads {G} do not divide query heads {H}')
+  scale = K ** -0.5 if scale is None else scale
+  q_BLGNK = q_BLHK.reshape(B, L, G, H // G, K)
+  logits_BGNLS = jnp.einsum('BLGNK,BSGK->BGNLS', q_BLGNK, k_BSGK,
+                            preferred_element_type=jnp.float32) * scale
+  logits_BHLS = logits_BGNLS.reshape(B, H, L, -1)
+  if bias is not None:
+    logits_BHLS = logits_BHLS + bias.astype(jnp.float32)
+  if mask is not None:
+    logits_BHLS = jnp.where(mask, logits_BHLS, MASKED)
+  probs_BGNLS = jax.nn.softmax(logits_BHLS, axis=-1).reshape(logits_BGNLS.shape)
+  out_BLGNK = jnp.einsum('BGNLS,BSGK->BLGNK', probs_BGNLS.astype(v_BSGK.dtype), v_BSGK)
+  return out_BLGNK.reshape(B, L, H, K).astype(q_BLHK.dtype)
