@@ -6,10 +6,12 @@ import os
 import subprocess
 import sys
 
+import jax
 import pytest
 
 from zoo import config as config_lib
 from zoo import plan
+from zoo.plan import compiled
 from zoo.plan import sweep
 from zoo.plan import topology
 
@@ -96,3 +98,20 @@ def test_the_sweep_ranks_every_factorization_and_says_why_it_skips_some():
 def test_a_sweep_needs_a_topology():
   with pytest.raises(config_lib.ConfigError, match='--plan_sweep needs --plan_topology'):
     plan.run(_smoke(), sweep=True)
+
+
+def test_splash_compiles_for_a_tpu_slice_and_its_memory_grows_linearly_in_length():
+  devices = topology.devices(topology.parse('v5p-8'))
+
+  def config(length):
+    return config_lib.load(os.path.join(REPO, 'configs', 'llama3_8b.py:smoke'), [
+        'model.d_model=256', 'model.num_heads=2', 'model.num_kv_heads=2', 'model.head_dim=128',
+        'model.vocab_size=1024', 'model.dtype=bfloat16', f'model.max_length={length}',
+        f'data.seq_len={length}', 'mesh.data=1', 'mesh.fsdp=4', 'model.attention.kernel=splash'])
+
+  with jax.default_matmul_precision('default'):  # conftest's 'highest' is f32-only on TPU
+    hlo = compiled.lower(config(512), compiled.make_mesh(config(512), devices)).as_text()
+    assert 'tpu_custom_call' in hlo  # the Mosaic kernel, not an XLA fallback
+    short, long = (compiled.compile_step(config(n), devices, scan_corrected_cost=False)[
+        'per_device_bytes']['total'] for n in (512, 2048))
+  assert long / short <= 6.0, (short, long)  # 4x the length; xla's [B,H,L,L] grows ~16x

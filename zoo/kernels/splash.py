@@ -7,7 +7,9 @@ queries (segment 0) attend other padding keys here while the reference masks the
 entirely; no real token ever sees padding either way, and padding carries no loss.
 GQA/MQA: the MQA kernel per kv head over its N query heads; MHA: the MHA kernel.
 The softmax scale is applied to q before the kernel (splash takes unscaled logits).
-On CPU the kernel runs in Pallas interpret mode (slow, exact: for tests).
+On CPU the kernel runs in Pallas interpret mode (slow, exact: for tests). On TPU with
+bfloat16 it needs the default matmul precision: Mosaic rejects bfloat16 operands when
+jax_default_matmul_precision is 'highest' ("Bad lhs type").
 """
 
 import functools
