@@ -140,6 +140,7 @@ def base():
   t.seed = 0
   t.z_loss = 0.0  # coefficient of log(Z)^2
   t.max_nonfinite_steps = 5  # stop after this many skipped (NaN/Inf) updates in a row
+  t.init_params = ''  # an orbax params checkpoint (zoo.convert.hf) to start from, not random
 
   c.optim = o = ml_collections.ConfigDict()
   o.learning_rate = 1e-3  # peak

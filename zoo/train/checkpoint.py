@@ -94,3 +94,18 @@ class _IteratorSnapshot:
 
   def get_state(self):
     return self._state
+
+
+def save_params(path, params):
+  """Params alone (an imported model), for train.init_params."""
+  checkpointer = ocp.StandardCheckpointer()
+  checkpointer.save(os.path.abspath(path), params)
+  checkpointer.wait_until_finished()
+
+
+def restore_params(path, abstract_params):
+  """train.init_params -> params laid out as `abstract_params` (shapes and shardings) say."""
+  if not os.path.isdir(path):
+    raise FileNotFoundError(f'train.init_params={path!r} is not a directory; run '
+                            'python -m zoo.convert.hf first or clear train.init_params')
+  return ocp.StandardCheckpointer().restore(os.path.abspath(path), abstract_params)

@@ -76,6 +76,14 @@ class _Setup:
     self.checkpointer = checkpoint.Checkpointer(
         os.path.join(workdir, 'checkpoints'), config.train.keep_checkpoints)
 
+  def initial_params(self):
+    """train.init_params, restored onto this mesh."""
+    try:
+      return checkpoint.restore_params(self.config.train.init_params,
+                                       self.abstract_state['params'])
+    except FileNotFoundError as e:
+      raise ConfigError(str(e)) from None
+
   def datasets(self, train):
     """{stream: grain dataset} for this process's streams."""
     return {s: pipeline.make_dataset(
@@ -150,6 +158,8 @@ def train(config, workdir):
   else:
     start_step = 0
     state = setup.jit(setup.init_fn, None, setup.state_shardings)(jax.random.PRNGKey(t.seed))
+    if t.init_params:  # an imported model: its weights, fresh optimizer state
+      state['params'] = setup.initial_params()
   if start_step >= t.steps:
     print(f'already trained: checkpoint at step {start_step} >= train.steps={t.steps}')
     setup.checkpointer.close()
@@ -243,11 +253,14 @@ def evaluate(config, workdir):
   setup = _Setup(config, workdir)
   restored = setup.checkpointer.restore(setup.abstract_state)
   setup.checkpointer.close()
-  if not restored:
+  if restored:
+    step, params = restored[0], restored[1]['params']
+  elif config.train.init_params:  # an imported model before any training
+    step, params = 0, setup.initial_params()
+  else:
     raise ConfigError(f'--mode=eval: no checkpoint in {workdir}/checkpoints; train first '
                       'or pass the workdir of a trained run')
-  step, state = restored
-  eval_loss = setup.evaluator()(state['params'])
+  eval_loss = setup.evaluator()(params)
   if jax.process_index() == 0:
     writer = metrics_lib.Writer(workdir)
     writer.write({'step': step, 'eval_loss': eval_loss, 'mode': 'eval'})

@@ -1,0 +1,175 @@
+"""Hugging Face import/export against the committed fixtures (tiny random models and their
+float32 PyTorch logits, made by tests/fixtures/hf/make_fixtures.py)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from safetensors import numpy as safetensors_np
+
+from zoo import models
+from zoo.convert import hf
+from zoo.train import checkpoint
+from zoo.train import metrics as metrics_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURES = os.path.join(REPO, 'tests', 'fixtures', 'hf')
+NAMES = ['gpt2', 'bert', 'bert_mlm', 't5_v1_0', 't5_v1_1', 'mt5', 'llama', 'mistral', 'mixtral']
+
+
+def _batch(name, ref):
+  if name.startswith('bert'):
+    ids = ref['input_ids']
+    return {'inputs': ids, 'token_type_ids': ref['token_type_ids'],
+            'segment_ids': ref['attention_mask'],
+            'positions': np.broadcast_to(np.arange(ids.shape[1]), ids.shape)}
+  if name.startswith(('t5', 'mt5')):
+    return {'encoder_inputs': ref['input_ids'], 'decoder_inputs': ref['decoder_input_ids']}
+  return {'inputs': ref['input_ids']}
+
+
+@pytest.mark.parametrize('name', NAMES)
+def test_zoo_logits_equal_the_pytorch_logits(name):
+  config, params = hf.load(os.path.join(FIXTURES, name))
+  ref = np.load(os.path.join(FIXTURES, name, 'reference.npz'))
+  out = models.build(config.model).apply({'params': params},
+                                         jax.tree.map(jnp.asarray, _batch(name, ref)))
+  logits = out['logits'] if isinstance(out, dict) else out
+  real = ref['attention_mask'][..., None] > 0 if 'attention_mask' in ref else True
+  np.testing.assert_allclose(np.where(real, logits, 0), np.where(real, ref['logits'], 0),
+                             atol=1e-4, rtol=0)
+  if name == 'bert':
+    np.testing.assert_allclose(out['nsp_logits'], ref['nsp_logits'], atol=1e-4, rtol=0)
+
+
+def test_the_mixtral_router_picks_the_pytorch_experts():
+  config, params = hf.load(os.path.join(FIXTURES, 'mixtral'))
+  ref = np.load(os.path.join(FIXTURES, 'mixtral', 'reference.npz'))
+  with config.unlocked():  # unrolled layers, so each layer's router input can be captured
+    config.model.scan_layers = False
+  layers = params.pop('layers')
+  for i in range(config.model.num_layers):
+    params[f'layers_{i}'] = jax.tree.map(lambda x, i=i: x[i], layers)
+  _, state = models.build(config.model).apply(
+      {'params': params}, {'inputs': jnp.asarray(ref['input_ids'])},
+      capture_intermediates=lambda module, _: module.name == 'mlp_norm',
+      mutable=['intermediates'])
+  for layer in range(config.model.num_layers):
+    block = f'layers_{layer}'
+    normed = state['intermediates'][block]['block_0']['mlp_norm']['__call__'][0]
+    router = params[block]['block_0']['moe']['router']
+    logits = normed.reshape(-1, normed.shape[-1]) @ router
+    picked = np.sort(np.asarray(jax.lax.top_k(logits, 2)[1]), axis=-1)
+    np.testing.assert_array_equal(picked, np.sort(ref['experts'][layer], axis=-1))
+
+
+@pytest.mark.parametrize('name', NAMES)
+def test_load_save_load_gives_identical_params(name, tmp_path):
+  config, params = hf.load(os.path.join(FIXTURES, name))
+  hf.save(config, params, str(tmp_path))
+  again_config, again = hf.load(str(tmp_path))
+  assert again_config.model.to_dict() == config.model.to_dict()
+  jax.tree.map(np.testing.assert_array_equal, again, params)
+
+
+def _copy(name, tmp_path):
+  path = tmp_path / name
+  shutil.copytree(os.path.join(FIXTURES, name), path)
+  return path
+
+
+def _edit_config(path, **changes):
+  with open(path / 'config.json', encoding='utf-8') as f:
+    config = json.load(f)
+  config.update(changes)
+  with open(path / 'config.json', 'w', encoding='utf-8') as f:
+    json.dump(config, f)
+
+
+def test_bad_checkpoints_name_the_tensor_or_field(tmp_path):
+  with pytest.raises(hf.ConvertError, match='no config.json'):
+    hf.load(str(tmp_path))
+  path = _copy('llama', tmp_path)
+  os.remove(path / 'model.safetensors')
+  with pytest.raises(hf.ConvertError, match='no model.safetensors or model.safetensors.index'):
+    hf.load(str(path))
+
+  path = _copy('gpt2', tmp_path)
+  _edit_config(path, n_embd=48)
+  with pytest.raises(hf.ConvertError, match=r"shape mismatch: tensor 'transformer.h.0.attn.q."
+                                            r"weight' \(32, 32\) does not fit zoo parameter"):
+    hf.load(str(path))
+  _edit_config(path, n_embd=32, vocab_size=400)
+  with pytest.raises(hf.ConvertError, match=r"shape mismatch for 'token_embed/embedding': the "
+                                            r'tensors give \(384, 32\), config.json implies '
+                                            r'\(400, 32\)'):
+    hf.load(str(path))
+
+  path = _copy('mistral', tmp_path / 'missing')
+  tensors = safetensors_np.load_file(str(path / 'model.safetensors'))
+  del tensors['model.layers.1.mlp.up_proj.weight']
+  safetensors_np.save_file(tensors, str(path / 'model.safetensors'))
+  with pytest.raises(hf.ConvertError, match="tensor 'model.layers.1.mlp.up_proj.weight' is "
+                                            'missing'):
+    hf.load(str(path))
+
+  path = _copy('llama', tmp_path / 'rope')
+  _edit_config(path, rope_scaling={'rope_type': 'llama3', 'factor': 8.0})
+  with pytest.raises(hf.ConvertError, match="rope scaling 'llama3' is not built"):
+    hf.load(str(path))
+  _edit_config(path, model_type='falcon')
+  with pytest.raises(hf.ConvertError, match="model_type='falcon' is not supported"):
+    hf.load(str(path))
+
+
+def test_a_sharded_checkpoint_with_an_index_loads(tmp_path):
+  path = _copy('llama', tmp_path)
+  tensors = safetensors_np.load_file(str(path / 'model.safetensors'))
+  names = sorted(tensors)
+  shards = {'model-00001-of-00002.safetensors': names[::2],
+            'model-00002-of-00002.safetensors': names[1::2]}
+  for shard, keys in shards.items():
+    safetensors_np.save_file({k: tensors[k] for k in keys}, str(path / shard))
+  os.remove(path / 'model.safetensors')
+  with open(path / 'model.safetensors.index.json', 'w', encoding='utf-8') as f:
+    json.dump({'weight_map': {k: s for s, keys in shards.items() for k in keys}}, f)
+  _, params = hf.load(str(path))
+  _, want = hf.load(os.path.join(FIXTURES, 'llama'))
+  jax.tree.map(np.testing.assert_array_equal, params, want)
+
+
+def test_an_imported_checkpoint_fine_tunes_and_evaluates_with_zoo_launch(tmp_path):
+  workdir = tmp_path / 'run'
+  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO,
+             XLA_FLAGS='--xla_force_host_platform_device_count=1')
+  run = lambda *args: subprocess.run([sys.executable, '-m', *args], env=env,
+                                     capture_output=True, text=True, timeout=300, check=False)
+  result = run('zoo.convert.hf', f'--hf_dir={FIXTURES}/llama', f'--workdir={workdir}')
+  assert result.returncode == 0, result.stderr[-2000:]
+  config, params = hf.load(os.path.join(FIXTURES, 'llama'))
+  restored = checkpoint.restore_params(str(workdir / 'imported'), params)
+  jax.tree.map(np.testing.assert_array_equal, restored, params)
+
+  overrides = ['--config.train.steps=12', '--config.train.batch_size=8',
+               '--config.train.log_every=1', '--config.optim.learning_rate=3e-3',
+               '--config.optim.warmup_steps=2', '--config.data.seq_len=32']
+  result = run('zoo.launch', f'--config={workdir}/config.py', f'--workdir={workdir}',
+               '--mode=eval', *overrides)
+  assert result.returncode == 0, result.stderr[-2000:]
+  result = run('zoo.launch', f'--config={workdir}/config.py', f'--workdir={workdir}',
+               *overrides)
+  assert result.returncode == 0, result.stderr[-2000:]
+  rows = metrics_lib.read(str(workdir))
+  before = [r['eval_loss'] for r in rows if r.get('mode') == 'eval'][0]
+  losses = [r['loss'] for r in rows if 'loss' in r]
+  after = [r['eval_loss'] for r in rows if 'eval_loss' in r and r.get('mode') != 'eval'][-1]
+  assert losses[-1] < losses[0] and after < before
+  assert run('zoo.convert.hf', f'--hf_dir={FIXTURES}/llama',
+             f'--workdir={workdir}').returncode == 2  # never overwrites an import
+  del config

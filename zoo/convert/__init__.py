@@ -1,0 +1,1 @@
+"""Checkpoint converters: hf.py imports and exports Hugging Face checkpoints."""

@@ -1,0 +1,653 @@
+"""Hugging Face checkpoints in and out: config.json + safetensors <-> zoo config and params.
+
+    python -m zoo.convert.hf --hf_dir=DIR --workdir=W     # W/config.py + W/imported (orbax)
+    python -m zoo.launch --config=W/config.py --workdir=W   # fine-tunes from the import
+
+Architectures: GPT-2, BERT (ForPreTraining and ForMaskedLM), T5 v1.0 / v1.1 / mT5, Llama
+(1/2/3, GQA, any rope_theta), Mistral, Mixtral. Each is a table of rules between a zoo
+parameter (its layers stacked on a leading axis, as the layer scan keeps them) and the
+Hugging Face tensor of each layer (and expert); `load` and `save` read the same table in
+opposite directions. Tensors are read with safetensors' numpy API (no torch). Anything the
+zoo does not model (an option, a tensor, a rope scaling) is an error naming it, never a
+silent approximation.
+"""
+
+import dataclasses
+import json
+import os
+import re
+from typing import Callable
+
+import flax.linen as nn
+import numpy as np
+from safetensors import numpy as safetensors_np
+
+from zoo import config as config_lib
+from zoo import presets
+from zoo.config import ConfigError
+
+SINGLE, INDEX = 'model.safetensors', 'model.safetensors.index.json'
+IGNORED = re.compile(r'.*(\.attn\.bias|\.attn\.masked_bias|rotary_emb\.inv_freq|position_ids)$')
+
+
+class ConvertError(ConfigError):
+  """The checkpoint cannot become zoo params (or back); the message names the tensor/field."""
+
+
+# ----------------------------------------------------------------------------- rules
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+  """zoo leaf <- Hugging Face tensor(s). `hf` may hold {i} (layer) and {e} (expert): the zoo
+  leaf stacks them as [layers, experts, ...]. to_zoo / to_hf convert one tensor."""
+  zoo: str
+  hf: str
+  to_zoo: Callable = lambda w: w
+  to_hf: Callable = lambda w: w
+
+
+def _linear(*out_shape):
+  """torch Linear weight [out, in] <-> zoo kernel [in, *out_shape]."""
+  return (lambda w: w.T.reshape(w.shape[1], *out_shape),
+          lambda w: w.reshape(w.shape[0], -1).T)
+
+
+def _linear_in(*in_shape):
+  """torch Linear weight [out, in] <-> zoo kernel [*in_shape, out] (attention output)."""
+  return (lambda w: w.T.reshape(*in_shape, w.shape[0]),
+          lambda w: w.reshape(-1, w.shape[-1]).T)
+
+
+def _reshape(*shape):
+  return (lambda w: w.reshape(*shape), lambda w: w.reshape(-1))
+
+
+def _rule(zoo, hf, pair=None):
+  return Rule(zoo, hf, *pair) if pair else Rule(zoo, hf)
+
+
+def _attention(zoo, hf, m, names, bias=False, conv1d=False):
+  """q, k, v, out of one attention block. names: HF suffixes for q, k, v, out."""
+  H, G, K, D = m.num_heads, config_lib.kv_heads(m), config_lib.head_dim(m), m.d_model
+  rules = []
+  for part, name, heads in (('query', names[0], H), ('key', names[1], G),
+                            ('value', names[2], G)):
+    kernel = ((lambda w, h=heads: w.reshape(D, h, K), lambda w: w.reshape(D, -1))
+              if conv1d else _linear(heads, K))  # GPT-2's Conv1D is [in, out] already
+    rules.append(_rule(f'{zoo}/{part}/kernel', f'{hf}.{name}.weight', kernel))
+    if bias:
+      rules.append(_rule(f'{zoo}/{part}/bias', f'{hf}.{name}.bias', _reshape(heads, K)))
+  out = ((lambda w: w.reshape(H, K, D), lambda w: w.reshape(-1, D)) if conv1d
+         else _linear_in(H, K))
+  rules.append(_rule(f'{zoo}/out/kernel', f'{hf}.{names[3]}.weight', out))
+  if bias:
+    rules.append(_rule(f'{zoo}/out/bias', f'{hf}.{names[3]}.bias'))
+  return rules
+
+
+def _dense(zoo, hf, bias=False, conv1d=False):
+  kernel = None if conv1d else (lambda w: w.T, lambda w: w.T)
+  rules = [_rule(f'{zoo}/kernel', f'{hf}.weight', kernel)]
+  if bias:
+    rules.append(_rule(f'{zoo}/bias', f'{hf}.bias'))
+  return rules
+
+
+def _norm(zoo, hf, bias=False, scale_name='weight'):
+  rules = [_rule(f'{zoo}/scale', f'{hf}.{scale_name}')]
+  if bias:
+    rules.append(_rule(f'{zoo}/bias', f'{hf}.bias'))
+  return rules
+
+
+# ------------------------------------------------------------------- architectures
+
+def _imported(c):
+  """Compute in float32 like the checkpoint (set model.dtype=bfloat16 on accelerators);
+  sequences no longer than the model's positions."""
+  c.model.dtype = 'float32'
+  if c.model.position == 'learned':
+    c.data.seq_len = min(c.data.seq_len, c.model.max_length)
+  return c
+
+
+def _gpt2(hf, names):
+  c = config_lib.base()
+  m = c.model
+  if hf.get('activation_function', 'gelu_new') != 'gelu_new':
+    raise ConvertError(f"gpt2 activation_function={hf['activation_function']!r}: the zoo "
+                       "builds GPT-2 with 'gelu_new' (gelu_tanh) only")
+  presets.gpt2(c, max_length=hf['n_positions'])
+  m.vocab_size, m.d_model, m.num_layers = hf['vocab_size'], hf['n_embd'], hf['n_layer']
+  m.num_heads, m.mlp_dim = hf['n_head'], hf.get('n_inner') or 4 * hf['n_embd']
+  m.norm_eps = hf.get('layer_norm_epsilon', 1e-5)
+  return _imported(c)
+
+
+def _gpt2_rules(m):
+  t, layer = 'transformer', 'transformer.h.{i}'
+  return [_rule('token_embed/embedding', f'{t}.wte.weight'),
+          _rule('embeddings/position_embed/embedding', f'{t}.wpe.weight'),
+          *_norm('layers/attention_norm', f'{layer}.ln_1', bias=True),
+          *_attention('layers/attention', f'{layer}.attn', m,
+                      ('q', 'k', 'v', 'c_proj'), bias=True, conv1d=True),
+          *_norm('layers/mlp_norm', f'{layer}.ln_2', bias=True),
+          *_dense('layers/mlp/wi', f'{layer}.mlp.c_fc', bias=True, conv1d=True),
+          *_dense('layers/mlp/wo', f'{layer}.mlp.c_proj', bias=True, conv1d=True),
+          *_norm('final_norm', f'{t}.ln_f', bias=True)]
+
+
+def _gpt2_split(tensors, m):
+  """GPT-2's fused c_attn [D, 3D] (+ bias) -> separate q, k, v tensors, and back (join)."""
+  out = {}
+  for name, w in tensors.items():
+    match = re.fullmatch(r'(.*\.attn\.)c_attn\.(weight|bias)', name)
+    if match:
+      prefix, kind = match.groups()
+      for part, piece in zip('qkv', np.split(w, 3, axis=-1)):
+        out[f'{prefix}{part}.{kind}'] = piece
+    else:
+      out[name] = w
+  return out
+
+
+def _gpt2_join(tensors, m):
+  out = dict(tensors)
+  for name in tensors:
+    match = re.fullmatch(r'(.*\.attn\.)q\.(weight|bias)', name)
+    if match:
+      prefix, kind = match.groups()
+      out[f'{prefix}c_attn.{kind}'] = np.concatenate(
+          [out.pop(f'{prefix}{p}.{kind}') for p in 'qkv'], axis=-1)
+  return out
+
+
+def _bert(hf, names):
+  c = config_lib.base()
+  m = c.model
+  if hf.get('hidden_act', 'gelu') != 'gelu':
+    raise ConvertError(f"bert hidden_act={hf['hidden_act']!r}: the zoo builds BERT with 'gelu'")
+  if hf.get('position_embedding_type', 'absolute') != 'absolute':
+    raise ConvertError(f"bert position_embedding_type={hf['position_embedding_type']!r} is not "
+                       "built; only 'absolute'")
+  presets.bert(c)
+  m.vocab_size, m.d_model, m.num_layers = (hf['vocab_size'], hf['hidden_size'],
+                                           hf['num_hidden_layers'])
+  m.num_heads, m.mlp_dim = hf['num_attention_heads'], hf['intermediate_size']
+  m.max_length, m.type_vocab_size = hf['max_position_embeddings'], hf.get('type_vocab_size', 2)
+  m.norm_eps = hf.get('layer_norm_eps', 1e-12)
+  m.nsp_head = 'BertForMaskedLM' not in hf.get('architectures', ['BertForPreTraining'])
+  return _imported(c)
+
+
+def _bert_rules(m):
+  b, layer = 'bert', 'bert.encoder.layer.{i}'
+  rules = [_rule('token_embed/embedding', f'{b}.embeddings.word_embeddings.weight'),
+           _rule('embeddings/position_embed/embedding',
+                 f'{b}.embeddings.position_embeddings.weight'),
+           _rule('embeddings/type_embed/embedding', f'{b}.embeddings.token_type_embeddings.weight'),
+           *_norm('embeddings/norm', f'{b}.embeddings.LayerNorm', bias=True),
+           *_attention('layers/attention', f'{layer}.attention', m,
+                       ('self.query', 'self.key', 'self.value', 'output.dense'), bias=True),
+           *_norm('layers/attention_norm', f'{layer}.attention.output.LayerNorm', bias=True),
+           *_dense('layers/mlp/wi', f'{layer}.intermediate.dense', bias=True),
+           *_dense('layers/mlp/wo', f'{layer}.output.dense', bias=True),
+           *_norm('layers/mlp_norm', f'{layer}.output.LayerNorm', bias=True),
+           *_dense('mlm_transform', 'cls.predictions.transform.dense', bias=True),
+           *_norm('mlm_norm', 'cls.predictions.transform.LayerNorm', bias=True),
+           _rule('mlm_bias', 'cls.predictions.bias')]
+  if m.nsp_head:
+    rules += [*_dense('pooler', f'{b}.pooler.dense', bias=True),
+              *_dense('nsp', 'cls.seq_relationship', bias=True)]
+  return rules
+
+
+def _t5(hf, names):
+  c = config_lib.base()
+  m = c.model
+  projection = hf.get('feed_forward_proj', 'relu')
+  if projection not in ('relu', 'gated-gelu'):
+    raise ConvertError(f't5 feed_forward_proj={projection!r}: the zoo builds relu (v1.0) and '
+                       'gated-gelu (v1.1, mT5)')
+  m.num_encoder_layers = hf['num_layers']
+  m.num_decoder_layers = hf.get('num_decoder_layers') or hf['num_layers']
+  m.d_model, m.num_heads, m.head_dim, m.mlp_dim = (hf['d_model'], hf['num_heads'], hf['d_kv'],
+                                                   hf['d_ff'])
+  presets.t5(c, version='1.0' if projection == 'relu' else '1.1')
+  m.vocab_size = hf['vocab_size']
+  # A separate lm_head tensor means untied (safetensors keeps tied weights once). The logit
+  # scale d_model^-0.5 is `scale_decoder_outputs` (transformers 5), else it follows tying.
+  m.tie_embeddings = 'lm_head.weight' not in names
+  m.scale_tied_logits = hf.get('scale_decoder_outputs', hf.get('tie_word_embeddings', True))
+  if m.scale_tied_logits and not m.tie_embeddings:
+    raise ConvertError('t5 with an untied lm_head and scale_decoder_outputs=true is not built; '
+                       'the zoo scales tied logits only')
+  m.relative_buckets = hf.get('relative_attention_num_buckets', 32)
+  m.relative_max_distance = hf.get('relative_attention_max_distance', 128)
+  m.norm_eps = hf.get('layer_norm_epsilon', 1e-6)
+  m.dropout_rate = hf.get('dropout_rate', 0.0)
+  return _imported(c)
+
+
+def _t5_rules(m):
+  rules = [_rule('token_embed/embedding', 'shared.weight')]
+  mlp = ('wi_0', 'wi_1', 'wo') if m.activation == 'geglu' else ('wi', 'wo')
+  for stack in ('encoder', 'decoder'):
+    layer = f'{stack}.block.{{i}}.layer'
+    rules += [
+        _rule(f'{stack}/relative_bias/rel_embedding',
+              f'{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight'),
+        *_attention(f'{stack}/layers/attention', f'{layer}.0.SelfAttention', m, 'qkvo'),
+        *_norm(f'{stack}/layers/attention_norm', f'{layer}.0.layer_norm'),
+        *_norm(f'{stack}/final_norm', f'{stack}.final_layer_norm')]
+    ff = 1
+    if stack == 'decoder':
+      ff = 2
+      rules += [*_attention(f'{stack}/layers/cross_attention', f'{layer}.1.EncDecAttention', m,
+                            'qkvo'),
+                *_norm(f'{stack}/layers/cross_attention_norm', f'{layer}.1.layer_norm')]
+    rules += [*_norm(f'{stack}/layers/mlp_norm', f'{layer}.{ff}.layer_norm')]
+    rules += [r for name in mlp
+              for r in _dense(f'{stack}/layers/mlp/{name}', f'{layer}.{ff}.DenseReluDense.{name}')]
+  if not m.tie_embeddings:
+    rules += _dense('logits', 'lm_head')
+  return rules
+
+
+def _llama(hf, names):
+  c = config_lib.base()
+  m = c.model
+  if hf.get('hidden_act', 'silu') != 'silu':
+    raise ConvertError(f"{hf['model_type']} hidden_act={hf['hidden_act']!r}: the zoo builds "
+                       "SwiGLU ('silu') only")
+  rope = hf.get('rope_parameters') or {}
+  scaling = hf.get('rope_scaling') or {}
+  kind = scaling.get('rope_type', scaling.get('type')) or rope.get('rope_type', 'default')
+  if kind not in ('default', None):
+    raise ConvertError(f"{hf['model_type']} rope scaling {kind!r} is not built (only plain "
+                       'RoPE); the logits would differ at every position')
+  for flag in ('attention_bias', 'mlp_bias'):
+    if hf.get(flag):
+      raise ConvertError(f"{hf['model_type']} {flag}=true is not built; the zoo's Llama has no "
+                         'biases')
+  theta = rope.get('rope_theta', hf.get('rope_theta', 10_000.0))
+  m.vocab_size, m.d_model, m.num_layers = (hf['vocab_size'], hf['hidden_size'],
+                                           hf['num_hidden_layers'])
+  m.num_heads = hf['num_attention_heads']
+  m.num_kv_heads = hf.get('num_key_value_heads') or m.num_heads
+  m.mlp_dim = hf['intermediate_size']
+  presets.llama(c, rope_theta=float(theta), max_length=hf.get('max_position_embeddings', 4096))
+  head_dim = hf.get('head_dim') or 0
+  m.head_dim = 0 if head_dim * m.num_heads == m.d_model else head_dim  # 0: d_model / heads
+  m.norm_eps = hf.get('rms_norm_eps', 1e-5)
+  m.tie_embeddings = 'lm_head.weight' not in names
+  if hf['model_type'] in ('mistral', 'mixtral') and hf.get('sliding_window'):
+    m.attention.window = hf['sliding_window']
+  if hf['model_type'] == 'mixtral':
+    m.moe.num_experts, m.moe.top_k = hf['num_local_experts'], hf['num_experts_per_tok']
+    m.moe.every, m.moe.capacity_factor = 1, 0.0
+    m.moe.balance_loss = hf.get('router_aux_loss_coef', 0.02)
+  return _imported(c)
+
+
+def _llama_rules(m):
+  layer = 'model.layers.{i}'
+  zoo_layer = 'layers/block_0' if m.moe.num_experts else 'layers'
+  rules = [_rule('token_embed/embedding', 'model.embed_tokens.weight'),
+           *_attention(f'{zoo_layer}/attention', f'{layer}.self_attn', m,
+                       ('q_proj', 'k_proj', 'v_proj', 'o_proj')),
+           *_norm(f'{zoo_layer}/attention_norm', f'{layer}.input_layernorm'),
+           *_norm(f'{zoo_layer}/mlp_norm', f'{layer}.post_attention_layernorm'),
+           *_norm('final_norm', 'model.norm')]
+  if m.moe.num_experts:
+    moe, expert = f'{layer}.block_sparse_moe', f'{layer}.block_sparse_moe.experts.{{e}}'
+    transpose = (lambda w: w.T, lambda w: w.T)
+    rules += [_rule(f'{zoo_layer}/moe/router', f'{moe}.gate.weight', transpose),
+              _rule(f'{zoo_layer}/moe/wi_0', f'{expert}.w1.weight', transpose),
+              _rule(f'{zoo_layer}/moe/wi_1', f'{expert}.w3.weight', transpose),
+              _rule(f'{zoo_layer}/moe/wo', f'{expert}.w2.weight', transpose)]
+  else:
+    rules += [*_dense('layers/mlp/wi_0', f'{layer}.mlp.gate_proj'),
+              *_dense('layers/mlp/wi_1', f'{layer}.mlp.up_proj'),
+              *_dense('layers/mlp/wo', f'{layer}.mlp.down_proj')]
+  if not m.tie_embeddings:
+    rules += _dense('logits', 'lm_head')
+  return rules
+
+
+_T5_ALIASES = (('encoder.embed_tokens.weight', 'shared.weight'),
+               ('decoder.embed_tokens.weight', 'shared.weight'))
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+  config: Callable  # HF config dict -> zoo config
+  rules: Callable  # zoo model config -> [Rule]
+  architectures: tuple  # HF class names written by save
+  to_rules: Callable = lambda tensors, m: tensors  # fused HF tensors -> one per rule
+  from_rules: Callable = lambda tensors, m: tensors
+  aliases: tuple = ()  # (name, name it must equal): copies some files keep of a tied tensor
+
+
+ARCHITECTURES = {
+    'gpt2': Architecture(_gpt2, _gpt2_rules, ('GPT2LMHeadModel',), _gpt2_split, _gpt2_join),
+    'bert': Architecture(_bert, _bert_rules, ('BertForPreTraining',)),
+    't5': Architecture(_t5, _t5_rules, ('T5ForConditionalGeneration',), aliases=_T5_ALIASES),
+    'mt5': Architecture(_t5, _t5_rules, ('MT5ForConditionalGeneration',),
+                        aliases=_T5_ALIASES),
+    'llama': Architecture(_llama, _llama_rules, ('LlamaForCausalLM',)),
+    'mistral': Architecture(_llama, _llama_rules, ('MistralForCausalLM',)),
+    'mixtral': Architecture(_llama, _llama_rules, ('MixtralForCausalLM',)),
+}
+
+
+# ------------------------------------------------------------------------- reading
+
+def read_config(path):
+  file = os.path.join(path, 'config.json')
+  if not os.path.isfile(file):
+    raise ConvertError(f'{path}: no config.json; pass a Hugging Face checkpoint directory')
+  with open(file, encoding='utf-8') as f:
+    hf = json.load(f)
+  if hf.get('model_type') not in ARCHITECTURES:
+    raise ConvertError(f"{file}: model_type={hf.get('model_type')!r} is not supported; the zoo "
+                       f'converts {sorted(ARCHITECTURES)}')
+  return hf
+
+
+def read_tensors(path):
+  """All tensors of model.safetensors, or of the shards its index names, as numpy arrays."""
+  if os.path.isfile(os.path.join(path, INDEX)):
+    with open(os.path.join(path, INDEX), encoding='utf-8') as f:
+      shards = sorted(set(json.load(f)['weight_map'].values()))
+  elif os.path.isfile(os.path.join(path, SINGLE)):
+    shards = [SINGLE]
+  else:
+    raise ConvertError(f'{path}: no {SINGLE} or {INDEX}; the zoo reads safetensors weights '
+                       '(convert .bin checkpoints with transformers first)')
+  tensors = {}
+  for shard in shards:
+    tensors.update(safetensors_np.load_file(os.path.join(path, shard)))
+  return tensors
+
+
+def _add_prefix(tensors, rules):
+  """Files of the bare model (GPT2Model's 'h.0...', LlamaModel's 'layers.0...') lack the
+  'transformer.' / 'model.' / 'bert.' prefix the rules name; add it."""
+  prefix = rules[0].hf.split('.', 1)[0] + '.'
+  if prefix not in ('transformer.', 'model.', 'bert.') or any(
+      n.startswith(prefix) for n in tensors):
+    return tensors
+  return {prefix + n: w for n, w in tensors.items()}
+
+
+def _count(rule, m, index):
+  """How many layers / experts a rule's {i} / {e} run over."""
+  if index == 'e':
+    return m.moe.num_experts
+  stack = rule.zoo.split('/', 1)[0]
+  if stack in ('encoder', 'decoder'):
+    return m.num_encoder_layers if stack == 'encoder' else m.num_decoder_layers
+  return m.num_layers
+
+
+def _names(rule, m):
+  """Nested lists of HF names ([layer][expert]) for the rule's leaf."""
+  if '{i}' not in rule.hf:
+    return rule.hf
+  layers = range(_count(rule, m, 'i'))
+  if '{e}' in rule.hf:
+    return [[rule.hf.format(i=i, e=e) for e in range(m.moe.num_experts)] for i in layers]
+  return [rule.hf.format(i=i) for i in layers]
+
+
+def load(path):
+  """Hugging Face checkpoint directory -> (zoo config, params). The config is complete:
+  `zoo.models.build(config.model).apply({'params': params}, batch)` gives the logits."""
+  hf = read_config(path)
+  arch = ARCHITECTURES[hf['model_type']]
+  tensors = read_tensors(path)
+  config = config_lib.validate(arch.config(hf, set(tensors)))
+  m = config.model
+  rules = arch.rules(m)
+  tensors = arch.to_rules(_add_prefix(tensors, rules), m)
+  used = set()
+
+  def take(name):
+    if name not in tensors:
+      raise ConvertError(f'{path}: tensor {name!r} is missing (model_type={hf["model_type"]})')
+    used.add(name)
+    return np.asarray(tensors[name], np.float32)
+
+  def build(rule, names):
+    if not isinstance(names, str):
+      return np.stack([build(rule, n) for n in names])
+    tensor = take(names)
+    try:
+      return rule.to_zoo(tensor)
+    except ValueError:
+      raise ConvertError(f'{path}: shape mismatch: tensor {names!r} {tensor.shape} does not fit '
+                         f'zoo parameter {rule.zoo!r} as config.json shapes it') from None
+
+  params = {}
+  for rule in rules:
+    _set(params, rule.zoo, build(rule, _names(rule, m)))
+  if m.tie_embeddings:
+    used.update({'lm_head.weight', 'cls.predictions.decoder.weight',
+                 'cls.predictions.decoder.bias'})
+  for alias, target in arch.aliases:
+    if alias in tensors:
+      if not np.array_equal(tensors[alias], tensors[target]):
+        raise ConvertError(f'{path}: tensor {alias!r} differs from {target!r}; separate '
+                           'embedding tables are not built in the zoo')
+      used.add(alias)
+  unused = sorted(n for n in tensors if n not in used and not IGNORED.match(n))
+  if unused:
+    raise ConvertError(f'{path}: tensor {unused[0]!r} (and {len(unused) - 1} more) has no place '
+                       f'in the zoo {hf["model_type"]}; an option the zoo does not build')
+  _check_shapes(config, params, path)
+  return config, params
+
+
+def _set(tree, path, value):
+  *parents, leaf = path.split('/')
+  for key in parents:
+    tree = tree.setdefault(key, {})
+  tree[leaf] = value
+
+
+def _get(tree, path):
+  for key in path.split('/'):
+    tree = tree[key]
+  return tree
+
+
+def _check_shapes(config, params, path):
+  """Every leaf has the shape the zoo model expects (a config/tensor mismatch otherwise)."""
+  from zoo.plan import analytic  # pylint: disable=g-import-not-at-top
+  expected = dict(_flatten(nn.unbox(analytic.abstract_params(config))))
+  got = dict(_flatten(params))
+  for name in sorted(set(expected) | set(got)):
+    if name not in got:
+      raise ConvertError(f'{path}: no tensor maps to the zoo parameter {name!r}')
+    if name not in expected:
+      raise ConvertError(f'{path}: zoo parameter {name!r} does not exist in this config')
+    if tuple(got[name].shape) != tuple(expected[name].shape):
+      raise ConvertError(f'{path}: shape mismatch for {name!r}: the tensors give '
+                         f'{tuple(got[name].shape)}, config.json implies '
+                         f'{tuple(expected[name].shape)}')
+
+
+def _flatten(tree, prefix=''):
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      yield from _flatten(value, f'{prefix}{key}/')
+    else:
+      yield f'{prefix}{key}', value
+
+
+# ------------------------------------------------------------------------- writing
+
+def _hf_config(config):
+  """zoo config -> config.json for transformers."""
+  m = config.model
+  family = _model_type(config)
+  if family == 'gpt2':
+    return {'model_type': 'gpt2', 'vocab_size': m.vocab_size, 'n_embd': m.d_model,
+            'n_layer': m.num_layers, 'n_head': m.num_heads, 'n_inner': m.mlp_dim,
+            'n_positions': m.max_length, 'layer_norm_epsilon': m.norm_eps,
+            'activation_function': 'gelu_new', 'tie_word_embeddings': True}
+  if family == 'bert':
+    return {'model_type': 'bert', 'vocab_size': m.vocab_size, 'hidden_size': m.d_model,
+            'num_hidden_layers': m.num_layers, 'num_attention_heads': m.num_heads,
+            'intermediate_size': m.mlp_dim, 'hidden_act': 'gelu',
+            'max_position_embeddings': m.max_length, 'type_vocab_size': m.type_vocab_size,
+            'layer_norm_eps': m.norm_eps,
+            'architectures': ['BertForPreTraining' if m.nsp_head else 'BertForMaskedLM']}
+  if family == 't5':
+    return {'model_type': 't5', 'vocab_size': m.vocab_size, 'd_model': m.d_model,
+            'd_kv': config_lib.head_dim(m), 'd_ff': m.mlp_dim, 'num_layers': m.num_encoder_layers,
+            'num_decoder_layers': m.num_decoder_layers, 'num_heads': m.num_heads,
+            'relative_attention_num_buckets': m.relative_buckets,
+            'relative_attention_max_distance': m.relative_max_distance,
+            'feed_forward_proj': 'relu' if m.activation == 'relu' else 'gated-gelu',
+            'tie_word_embeddings': m.tie_embeddings, 'scale_decoder_outputs': m.scale_tied_logits,
+            'layer_norm_epsilon': m.norm_eps, 'dropout_rate': m.dropout_rate,
+            'is_encoder_decoder': True, 'decoder_start_token_id': 0, 'pad_token_id': 0,
+            'eos_token_id': 1}
+  hf = {'model_type': family, 'vocab_size': m.vocab_size, 'hidden_size': m.d_model,
+        'num_hidden_layers': m.num_layers, 'num_attention_heads': m.num_heads,
+        'num_key_value_heads': config_lib.kv_heads(m), 'head_dim': config_lib.head_dim(m),
+        'intermediate_size': m.mlp_dim, 'hidden_act': 'silu', 'rms_norm_eps': m.norm_eps,
+        'rope_theta': m.rope_theta, 'max_position_embeddings': m.max_length,
+        'tie_word_embeddings': m.tie_embeddings}
+  if family in ('mistral', 'mixtral'):
+    hf['sliding_window'] = m.attention.window or None
+  if family == 'mixtral':
+    hf.update(num_local_experts=m.moe.num_experts, num_experts_per_tok=m.moe.top_k,
+              router_aux_loss_coef=m.moe.balance_loss)
+  return hf
+
+
+def _model_type(config):
+  m = config.model
+  if m.family == 'encoder':
+    return 'bert'
+  if m.family == 'encoder_decoder':
+    return 't5'
+  if m.position == 'learned':
+    return 'gpt2'
+  if m.moe.num_experts:
+    return 'mixtral'
+  return 'mistral' if m.attention.window else 'llama'
+
+
+def save(config, params, path):
+  """Writes a Hugging Face directory (config.json + model.safetensors) for `params`."""
+  params = nn.unbox(params)
+  family = _model_type(config)
+  arch = ARCHITECTURES[family]
+  m = config.model
+  if m.moe.num_experts and (m.moe.every != 1 or m.moe.num_shared_experts or
+                            m.moe.capacity_factor):
+    raise ConvertError('save: only Mixtral-style experts (every layer, dropless, no shared '
+                       'experts) have a Hugging Face layout')
+  hf = _hf_config(config)
+  hf.setdefault('architectures', list(arch.architectures))
+  tensors = {}
+
+  def put(rule, names, value):
+    if isinstance(names, str):
+      tensors[names] = np.ascontiguousarray(rule.to_hf(np.asarray(value, np.float32)))
+    else:
+      for n, v in zip(names, value):
+        put(rule, n, v)
+
+  for rule in arch.rules(m):
+    put(rule, _names(rule, m), _get(params, rule.zoo))
+  tensors = arch.from_rules(tensors, m)
+  for alias, target in arch.aliases:  # for loaders that keep the copies as separate modules
+    tensors[alias] = tensors[target].copy()
+  os.makedirs(path, exist_ok=True)
+  safetensors_np.save_file(tensors, os.path.join(path, SINGLE), metadata={'format': 'pt'})
+  with open(os.path.join(path, 'config.json'), 'w', encoding='utf-8') as f:
+    json.dump(hf, f, indent=2)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+_DERIVED = ('data.vocab_size', 'data.tokenizer.vocab_size')  # references to model.vocab_size
+
+
+def _overrides(config):
+  """The config as 'a.b=value' overrides of config.base() (derived references left out)."""
+  def flat(tree, prefix=''):
+    for key, value in tree.items():
+      if isinstance(value, dict):
+        yield from flat(value, f'{prefix}{key}.')
+      else:
+        yield f'{prefix}{key}', value
+  base = dict(flat(config_lib.base().to_dict()))
+  return [f'{key}={value!r}' for key, value in flat(config.to_dict())
+          if key not in _DERIVED and base.get(key) != value]
+
+
+def write_workdir(hf_dir, workdir):
+  """Imports `hf_dir` into `workdir`: the params (orbax, workdir/imported) and
+  workdir/config.py, whose train.init_params points at them."""
+  from zoo.train import checkpoint  # pylint: disable=g-import-not-at-top
+  config, params = load(hf_dir)
+  imported = os.path.abspath(os.path.join(workdir, 'imported'))
+  if os.path.exists(imported):
+    raise ConvertError(f'{imported} exists; import into a new --workdir (nothing is '
+                       'overwritten)')
+  os.makedirs(workdir, exist_ok=True)
+  checkpoint.save_params(imported, params)
+  with config.unlocked():
+    config.train.init_params = imported
+  lines = ',\n    '.join(repr(o) for o in _overrides(config))
+  with open(os.path.join(workdir, 'config.py'), 'w', encoding='utf-8') as f:
+    f.write(f'''"""Imported from {os.path.abspath(hf_dir)} by zoo.convert.hf.
+
+    python -m zoo.launch --config={os.path.join(workdir, 'config.py')} --workdir={workdir}
+
+trains from the imported weights (train.init_params) until the workdir has checkpoints.
+The tokenizer is the zoo's (trained on data.path); a Hugging Face tokenizer is not read.
+"""
+
+from zoo import config as config_lib
+
+OVERRIDES = [
+    {lines},
+]
+
+
+def get_config(arg=None):
+  del arg
+  config = config_lib.base()
+  for override in OVERRIDES:
+    config_lib.apply_override(config, override)
+  return config
+''')
+  return config
+
+
+def main(argv=None):
+  import argparse  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  parser = argparse.ArgumentParser(description='Import a Hugging Face checkpoint directory.')
+  parser.add_argument('--hf_dir', required=True, help='config.json + safetensors')
+  parser.add_argument('--workdir', required=True, help='gets config.py and imported/')
+  args = parser.parse_args(argv)
+  try:
+    config = write_workdir(args.hf_dir, args.workdir)
+  except ConfigError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+  print(f'imported {config.model.family} ({_model_type(config)}) into {args.workdir}: '
+        f'config.py and imported/; next: python -m zoo.launch '
+        f'--config={os.path.join(args.workdir, "config.py")} --workdir={args.workdir}')
+
+
+if __name__ == '__main__':
+  main()
