@@ -6,6 +6,7 @@ chips. Per-chip figures: bf16 peak FLOP/s, HBM bytes and bandwidth, and ICI band
 (all links together), from the Cloud TPU system-architecture pages.
 """
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -77,17 +78,30 @@ def devices(tpu_slice):
   except ImportError:
     raise ConfigError("--plan_topology needs libtpu; pip install 'zoo[tpu]' (or "
                       "'jax[tpu]'), then rerun") from None
-  # libtpu looks for a TPU VM's metadata unless told the slice; it then stays quiet
-  os.environ.setdefault('TPU_ACCELERATOR_TYPE', tpu_slice.name)
-  os.environ.setdefault('TPU_WORKER_HOSTNAMES', 'localhost')
-  os.environ.setdefault('TPU_SKIP_MDS_QUERY', '1')
-  os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')  # plans in parallel processes
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
   shape = tpu_slice.shape if tpu_slice.chip.dims == 3 else (*tpu_slice.shape, 1)
   host = tuple(min(s, b) for s, b in zip(shape, (2, 2, 1)))
-  topology = topologies.get_topology_desc(
-      platform='tpu', topology_name=f'{tpu_slice.chip.generation}:' +
-      'x'.join(map(str, tpu_slice.shape)),
-      chip_config_name='megacore' if tpu_slice.chip.cores_per_chip == 2 else 'default',
-      chips_per_host_bounds=host, num_slices=1)
+  with _quiet_libtpu(tpu_slice):
+    topology = topologies.get_topology_desc(
+        platform='tpu', topology_name=f'{tpu_slice.chip.generation}:' +
+        'x'.join(map(str, tpu_slice.shape)),
+        chip_config_name='megacore' if tpu_slice.chip.cores_per_chip == 2 else 'default',
+        chips_per_host_bounds=host, num_slices=1)
   return topology.devices
+
+
+@contextlib.contextmanager
+def _quiet_libtpu(tpu_slice):
+  """libtpu looks for a TPU VM's metadata unless told the slice; told, it stays quiet. The
+  variables are set only while it loads (child processes must not think they are on a VM)."""
+  values = {'TPU_ACCELERATOR_TYPE': tpu_slice.name, 'TPU_WORKER_HOSTNAMES': 'localhost',
+            'TPU_SKIP_MDS_QUERY': '1',
+            'ALLOW_MULTIPLE_LIBTPU_LOAD': '1'}  # plans in parallel processes
+  saved = {k: os.environ.get(k) for k in values}
+  os.environ.update({k: v for k, v in values.items() if saved[k] is None})
+  try:
+    yield
+  finally:
+    for k, v in saved.items():
+      if v is None:
+        os.environ.pop(k, None)
