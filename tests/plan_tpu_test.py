@@ -7,10 +7,12 @@ import subprocess
 import sys
 
 import jax
+import numpy as np
 import pytest
 
 from zoo import config as config_lib
 from zoo import plan
+from zoo import sharding
 from zoo.plan import compiled
 from zoo.plan import sweep
 from zoo.plan import topology
@@ -31,7 +33,17 @@ def test_slice_names_give_chips_and_torus_shapes():
   assert len(topology.devices(topology.parse('v5p-16'))) == 8  # one device per chip
 
 
-@pytest.mark.parametrize('name', ['v5x-8', 'v5p-12', 'v5e-512', 'tpu'])
+def test_a_multi_slice_mesh_spans_the_data_axis_over_the_slices():
+  devices = topology.devices(topology.parse('2xv5p-16'))  # 2 slices of 8 chips
+  mesh = sharding.make_mesh(_smoke('mesh.data=4', 'mesh.fsdp=4', 'mesh.slices=2').mesh, devices)
+  slice_of = np.vectorize(lambda d: d.slice_index)(mesh.devices)
+  # data rows 0-1 live in slice 0 and 2-3 in slice 1: only the data axis crosses DCN
+  np.testing.assert_array_equal(slice_of[:, :, 0, 0], [[0] * 4, [0] * 4, [1] * 4, [1] * 4])
+  with pytest.raises(config_lib.ConfigError, match=r'mesh.slices=2 must divide mesh.data=1'):
+    sharding.make_mesh(_smoke('mesh.data=1', 'mesh.fsdp=16', 'mesh.slices=2').mesh, devices)
+
+
+@pytest.mark.parametrize('name', ['v5x-8', 'v5p-12', 'v5e-512', 'tpu', '0xv5p-8'])
 def test_a_slice_that_does_not_exist_is_one_line_with_examples(name):
   with pytest.raises(config_lib.ConfigError, match=r'--plan_topology=.*use one like v4-8'):
     topology.parse(name)
@@ -112,7 +124,7 @@ def test_splash_compiles_for_a_tpu_slice_and_its_memory_grows_linearly_in_length
         f'data.seq_len={length}', 'mesh.data=1', 'mesh.fsdp=4', 'model.attention.kernel=splash'])
 
   with jax.default_matmul_precision('default'):  # conftest's 'highest' is f32-only on TPU
-    hlo = compiled.lower(config(512), compiled.make_mesh(config(512), devices)).as_text()
+    hlo = compiled.lower(config(512), sharding.make_mesh(config(512).mesh, devices)).as_text()
     assert 'tpu_custom_call' in hlo  # the Mosaic kernel, not an XLA fallback
     short, long = (compiled.compile_step(config(n), devices, scan_corrected_cost=False)[
         'per_device_bytes']['total'] for n in (512, 2048))

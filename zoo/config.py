@@ -153,7 +153,8 @@ def base():
   o.eps = 1e-8
   o.clip_norm = 1.0  # 0 = no clipping
 
-  c.mesh = ml_collections.ConfigDict({'data': -1, 'fsdp': 1, 'tensor': 1, 'expert': 1})
+  c.mesh = ml_collections.ConfigDict({'data': -1, 'fsdp': 1, 'tensor': 1, 'expert': 1,
+                                      'slices': 1})  # slices: DCN split of data
   c.sharding = ml_collections.ConfigDict({'rules': DEFAULT_RULES})
   return c
 
@@ -374,6 +375,8 @@ def validate(config):
   for axis in MESH_AXES:
     if config.mesh[axis] == 0 or config.mesh[axis] < -1:
       raise ConfigError(f'mesh.{axis}={config.mesh[axis]} must be positive or -1 (the rest)')
+  if config.mesh.slices < 1:
+    raise ConfigError(f'mesh.slices={config.mesh.slices} must be >= 1 (slices joined over DCN)')
   if [config.mesh[a] for a in MESH_AXES].count(-1) > 1:
     raise ConfigError('mesh: at most one axis may be -1 (all remaining devices)')
   for rule in config.sharding.rules:

@@ -5,6 +5,7 @@ import math
 import flax.linen as nn
 import jax
 import numpy as np
+from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from zoo.config import MESH_AXES, ConfigError
@@ -35,9 +36,28 @@ def _suggest(num_devices):
 
 
 def make_mesh(mesh_config, devices=None):
+  """The mesh over `devices` (default: all). TPU devices follow the physical torus; with
+  mesh.slices > 1 the data axis spans the slices over DCN (the hybrid mesh helpers), each
+  slice (on CPU: each process) holding data/slices of it."""
   devices = jax.devices() if devices is None else devices
   sizes = mesh_shape(mesh_config, len(devices))
-  grid = np.asarray(devices).reshape([sizes[a] for a in MESH_AXES])
+  shape = [sizes[a] for a in MESH_AXES]
+  slices = mesh_config.get('slices', 1)
+  if slices > 1:
+    if sizes['data'] % slices:
+      raise ConfigError(f'mesh.slices={slices} must divide mesh.data={sizes["data"]}: the data '
+                        'axis spans the slices; make data a multiple of the slice count')
+    granules = {getattr(d, 'slice_index', 0) for d in devices}
+    if len(granules) != slices and jax.process_count() != slices:
+      raise ConfigError(f'mesh.slices={slices} but the devices form {len(granules)} slices and '
+                        f'{jax.process_count()} processes; set mesh.slices to one of those')
+    grid = mesh_utils.create_hybrid_device_mesh(
+        [sizes['data'] // slices, *shape[1:]], [slices, 1, 1, 1], devices,
+        process_is_granule=len(granules) != slices, allow_split_physical_axes=True)
+  elif devices[0].platform == 'tpu':
+    grid = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
+  else:
+    grid = np.asarray(devices).reshape(shape)
   return Mesh(grid, MESH_AXES)
 
 

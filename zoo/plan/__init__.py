@@ -56,6 +56,7 @@ def run(config, json_path=None, compile_step=False, topology_name=None, sweep=Fa
     raise ConfigError(str(e)) from None
   if tpu_slice:
     result['topology'] = {'name': tpu_slice.name, 'chips': tpu_slice.chips,
+                          'slices': tpu_slice.slices,
                           'shape': list(tpu_slice.shape),
                           'hbm_bytes_per_chip': tpu_slice.chip.hbm_bytes,
                           'peak_flops_per_chip': tpu_slice.chip.peak_flops}

@@ -12,10 +12,7 @@ import time
 import flax.linen as nn
 import jax
 import numpy as np
-from jax.experimental import mesh_utils
-from jax.sharding import Mesh
 
-from zoo import config as config_lib
 from zoo import kernels
 from zoo import models
 from zoo import sharding
@@ -23,17 +20,6 @@ from zoo.data import pipeline
 from zoo.train import optim
 from zoo.train import state as state_lib
 from zoo.train import step as step_lib
-
-
-def make_mesh(config, devices):
-  """config.mesh over `devices`; TPU devices are laid out along the physical torus."""
-  sizes = sharding.mesh_shape(config.mesh, len(devices))
-  shape = [sizes[a] for a in config_lib.MESH_AXES]
-  if devices[0].platform == 'tpu':
-    grid = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
-  else:
-    grid = np.asarray(devices).reshape(shape)
-  return Mesh(grid, config_lib.MESH_AXES)
 
 
 def lower(config, mesh):
@@ -87,7 +73,7 @@ def _unrolled_cost(config, mesh):
 def compile_step(config, devices, scan_corrected_cost=True):
   """-> dict: per-device memory from the compiler, FLOPs and HBM bytes per step, timings.
   scan_corrected_cost=False skips the two extra compiles (the cost then counts one layer)."""
-  mesh = make_mesh(config, devices)
+  mesh = sharding.make_mesh(config.mesh, devices)
   start = time.time()
   compiled = lower(config, mesh).compile()
   compile_seconds = time.time() - start

@@ -38,8 +38,9 @@ _ALIASES = {'v5litepod': 'v5e', 'v5lite': 'v5e'}
 class Slice:
   name: str
   chip: Chip
-  chips: int
-  shape: tuple  # chips along each torus dimension
+  chips: int  # in all slices
+  shape: tuple  # chips along each torus dimension of one slice
+  slices: int = 1  # 'NxNAME': N slices joined over DCN (multi-slice)
 
 
 def _torus(chips, dims):
@@ -53,22 +54,26 @@ def _torus(chips, dims):
 
 
 def parse(name):
-  """'v5p-128' -> Slice; a bad name is a ConfigError listing what works."""
-  match = re.fullmatch(r'(v4|v5p|v5e|v5litepod|v5lite|v6e)-(\d+)', name.strip().lower())
-  examples = 'v4-8 … v4-4096, v5p-8 … v5p-12288, v5e-1 … v5e-256, v6e-1 … v6e-256'
+  """'v5p-128' (or '2xv5p-128', two slices over DCN) -> Slice; a bad name is a ConfigError
+  listing what works."""
+  match = re.fullmatch(r'(?:([1-9]\d*)x)?(v4|v5p|v5e|v5litepod|v5lite|v6e)-(\d+)',
+                       name.strip().lower())
+  examples = ('v4-8 … v4-4096, v5p-8 … v5p-12288, v5e-1 … v5e-256, v6e-1 … v6e-256, and '
+              'NxNAME for N slices')
   if not match:
     raise ConfigError(f'--plan_topology={name!r} is not a TPU slice name; use one like '
                       f'{examples}')
-  generation = _ALIASES.get(match.group(1), match.group(1))
+  slices = int(match.group(1) or 1)
+  generation = _ALIASES.get(match.group(2), match.group(2))
   chip = CHIPS[generation]
-  cores = int(match.group(2))
+  cores = int(match.group(3))
   chips = cores // chip.cores_per_chip
   if cores % chip.cores_per_chip or chips < 1 or chips & (chips - 1) or (
       chip.dims == 2 and chips > 256):
     raise ConfigError(f'--plan_topology={name!r}: no such {generation} slice (its number counts '
                       f'{"TensorCores, 2 per chip" if chip.cores_per_chip == 2 else "chips"}, '
                       f'a power of two); use one like {examples}')
-  return Slice(name, chip, chips, _torus(chips, chip.dims))
+  return Slice(name, chip, chips * slices, _torus(chips, chip.dims), slices)
 
 
 def devices(tpu_slice):
@@ -86,7 +91,7 @@ def devices(tpu_slice):
         platform='tpu', topology_name=f'{tpu_slice.chip.generation}:' +
         'x'.join(map(str, tpu_slice.shape)),
         chip_config_name='megacore' if tpu_slice.chip.cores_per_chip == 2 else 'default',
-        chips_per_host_bounds=host, num_slices=1)
+        chips_per_host_bounds=host, num_slices=tpu_slice.slices)
   return topology.devices
 
 
@@ -94,7 +99,8 @@ def devices(tpu_slice):
 def _quiet_libtpu(tpu_slice):
   """libtpu looks for a TPU VM's metadata unless told the slice; told, it stays quiet. The
   variables are set only while it loads (child processes must not think they are on a VM)."""
-  values = {'TPU_ACCELERATOR_TYPE': tpu_slice.name, 'TPU_WORKER_HOSTNAMES': 'localhost',
+  values = {'TPU_ACCELERATOR_TYPE': tpu_slice.name.split('x')[-1],
+            'TPU_WORKER_HOSTNAMES': 'localhost',
             'TPU_SKIP_MDS_QUERY': '1',
             'ALLOW_MULTIPLE_LIBTPU_LOAD': '1'}  # plans in parallel processes
   saved = {k: os.environ.get(k) for k in values}
