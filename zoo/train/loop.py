@@ -16,8 +16,8 @@ from zoo import sharding
 from zoo.config import ConfigError
 from zoo.data import pipeline
 from zoo.data import streams
-from zoo.plan import analytic
 from zoo.data import tokenizer as tokenizer_lib
+from zoo.plan import analytic
 from zoo.train import checkpoint
 from zoo.train import metrics as metrics_lib
 from zoo.train import optim
