@@ -117,19 +117,3 @@ def test_a_checkpoint_restores_onto_another_mesh_and_training_continues(tmp_path
   assert header['step'] == 8 and header['devices'] == 1
   assert sorted(r['step'] for r in metrics_lib.read(str(tmp_path)) if 'loss' in r)[-2:] == [9, 10]
 
-
-@pytest.mark.parametrize('capacity_factor', [0.0, 2.0])  # dropless; capacity, generous
-def test_experts_sharded_over_the_expert_axis_give_the_data_parallel_losses(capacity_factor,
-                                                                           tmp_path):
-  losses = {}
-  for data, expert in ((8, 1), (2, 4)):
-    config = config_lib.load(
-        os.path.join(REPO, 'configs', 'mixtral_8x7b.py:smoke'),
-        [*STEPS, f'mesh.data={data}', f'mesh.expert={expert}',
-         f'model.moe.capacity_factor={capacity_factor}'])
-    workdir = tmp_path / f'expert{expert}'
-    loop.train(config, str(workdir))
-    rows = [r for r in metrics_lib.read(str(workdir)) if 'loss' in r]
-    assert rows[0]['moe_dropped_fraction'] < 0.05 and len(rows[0]['moe_load']) == 2
-    losses[expert] = [r['loss'] for r in rows]
-  assert losses[4] == pytest.approx(losses[1], rel=2e-5, abs=2e-5)
