@@ -19,7 +19,8 @@ import jax.numpy as jnp
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.sharding import PartitionSpec as P
 
-BATCH_AXES = ('data', 'fsdp', 'expert')
+from zoo import sharding
+
 DEFAULT_BLOCK = 512
 LANES = 128  # blocks (and so lengths) are multiples of this
 
@@ -93,7 +94,7 @@ def attention(q_BLHK, k_BSGK, v_BSGK, mask, scale, blocks=(0, 0), interpret=Fals
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty or mesh.size == 1:
     return fn(*args)
-  batch = tuple(a for a in BATCH_AXES if a in mesh.shape)
+  batch = tuple(a for a in sharding.BATCH_AXES if a in mesh.shape)
   rows = 1
   for a in batch:
     rows *= mesh.shape[a]

@@ -33,9 +33,9 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
+from zoo import sharding
 from zoo.models import layers
 
-BATCH_AXES = ('data', 'fsdp', 'expert')
 STATS = ('balance_loss', 'z_loss', 'dropped_fraction', 'load')
 
 
@@ -176,7 +176,7 @@ class MoE(nn.Module):
 
     x_BLD = x_BLD.astype(dtype)
     mesh = jax.sharding.get_abstract_mesh()
-    batch_axes = () if mesh.empty else tuple(a for a in BATCH_AXES if a in mesh.shape)
+    batch_axes = () if mesh.empty else tuple(a for a in sharding.BATCH_AXES if a in mesh.shape)
     if mesh.empty or mesh.size == 1 or x_BLD.shape[0] % math.prod(
         mesh.shape[a] for a in batch_axes):  # no mesh, or init's one-row example batch
       y_BLD, stats = _moe_shard(x_BLD, router_DE, w, cfg, 1, ())
