@@ -129,3 +129,14 @@ def test_splash_compiles_for_a_tpu_slice_and_its_memory_grows_linearly_in_length
     short, long = (compiled.compile_step(config(n), devices, scan_corrected_cost=False)[
         'per_device_bytes']['total'] for n in (512, 2048))
   assert long / short <= 6.0, (short, long)  # 4x the length; xla's [B,H,L,L] grows ~16x
+
+
+def test_dropless_expert_parallelism_compiles_to_ragged_all_to_alls_for_a_tpu_slice():
+  devices = topology.devices(topology.parse('v5p-8'))
+  config = config_lib.load(os.path.join(REPO, 'configs', 'mixtral_8x7b.py:smoke'), [
+      'mesh.data=1', 'mesh.expert=4', 'model.moe.capacity_factor=0.0',
+      'model.dtype=bfloat16'])
+  with jax.default_matmul_precision('default'):
+    hlo = compiled.lower(config, sharding.make_mesh(config.mesh, devices)).compile().as_text()
+  # dispatch and return, forward and backward (the layer scan has one body)
+  assert hlo.count('ragged-all-to-all(') == 4

@@ -6,9 +6,9 @@
   pass on the residual. With expert parallelism the [experts, slots] buffers travel to their
   expert's shard and back with two explicit all-to-alls over the `expert` mesh axis.
 - dropless (capacity_factor = 0): the (token, choice) pairs sorted by expert and multiplied
-  with `jax.lax.ragged_dot`; nothing is dropped. With expert parallelism each shard
-  all-gathers the tokens of its expert group, runs its own experts, and the partial outputs
-  are summed back with a reduce-scatter (an explicit all-gather + reduce-scatter pair).
+  with `jax.lax.ragged_dot`; nothing is dropped. With expert parallelism the sorted pairs
+  go to their experts' shards and back with two ragged all-to-alls (zoo/collectives.py), so
+  each pair's activations cross the network once each way, however many shards there are.
 
 Both run under `shard_map` over the batch axes (data, fsdp, expert) with the expert weights
 split over `expert`, so the communication is what is written here, not the partitioner's
@@ -21,7 +21,8 @@ balance = E x sum_i f_i P_i with f_i the share of (token, choice) pairs sent to 
 P_i the mean router probability of i (1 at uniform routing); z = mean (logsumexp logits)^2.
 
 Glossary: B batch, L length, D d_model, F expert mlp, E experts, K top_k, C capacity slots,
-T tokens, X expert-parallel shards.
+T tokens, N (token, choice) pairs, R rows received from other shards, X expert-parallel
+shards.
 """
 
 import functools
@@ -33,6 +34,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
+from zoo import collectives
 from zoo import sharding
 from zoo.models import layers
 
@@ -101,28 +103,63 @@ def _capacity_experts(x_BLD, gates_BLK, experts_BLK, w, cfg, num_shards):
   return y_BLD, jnp.sum(~kept_BLK)
 
 
+def _grouped_mlp(x_ND, experts_N, num_groups, w, activation):
+  """Rows tagged with their group (num_groups = past the last group: skipped) through
+  ragged_dot, sorted and back; -> [N, D] in the rows' order (skipped rows 0)."""
+  order_N = jnp.argsort(experts_N, stable=True)
+  group_sizes = jnp.bincount(experts_N, length=num_groups).astype(jnp.int32)
+  y_ND = _expert_mlp(x_ND[order_N], w, activation, group_sizes)
+  return jnp.zeros_like(y_ND).at[order_N].set(y_ND)
+
+
 def _dropless_experts(x_BLD, gates_BLK, experts_BLK, w, cfg, num_shards):
-  """Sorted (token, choice) pairs through ragged_dot; -> (y, 0 dropped)."""
+  """(token, choice) pairs through ragged_dot, on their experts' shards; -> (y, 0 dropped)."""
   B, L, D = x_BLD.shape
-  E, K = cfg['num_experts'], cfg['top_k']
-  x_TD, experts_TK, gates_TK = (x_BLD.reshape(B * L, D), experts_BLK.reshape(B * L, K),
-                                gates_BLK.reshape(B * L, K))
-  if num_shards > 1:  # every shard sees its expert group's tokens
-    gather = lambda a: jax.lax.all_gather(a, 'expert', axis=0, tiled=True)
-    x_TD, experts_TK, gates_TK = gather(x_TD), gather(experts_TK), gather(gates_TK)
-  local = E // num_shards
-  first = jax.lax.axis_index('expert') * local if num_shards > 1 else 0
-  # this shard's experts first (in order), the others after: they fall outside the groups
-  key_N = ((experts_TK - first) % E).reshape(-1)
-  order_N = jnp.argsort(key_N, stable=True)
-  token_N = order_N // K
-  group_sizes = jnp.bincount(key_N, length=E)[:local].astype(jnp.int32)
-  y_ND = _expert_mlp(x_TD[token_N], w, cfg['activation'], group_sizes)
-  weighted_ND = y_ND * gates_TK.reshape(-1)[order_N][:, None].astype(y_ND.dtype)
-  y_TD = jnp.zeros_like(x_TD).at[token_N].add(weighted_ND)
-  if num_shards > 1:  # sum the shards' partial outputs, each keeps its own tokens
-    y_TD = jax.lax.psum_scatter(y_TD, 'expert', scatter_dimension=0, tiled=True)
-  return y_TD.reshape(B, L, D), jnp.zeros((), jnp.int32)
+  K = cfg['top_k']
+  experts_N = experts_BLK.reshape(-1)  # N = B*L*K pairs, token-major
+  x_ND = jnp.repeat(x_BLD.reshape(B * L, D), K, axis=0)
+  if num_shards == 1:
+    y_ND = _grouped_mlp(x_ND, experts_N, cfg['num_experts'], w, cfg['activation'])
+  else:
+    y_ND = _expert_parallel_mlp(x_ND, experts_N, w, cfg, num_shards)
+  y_ND = y_ND * gates_BLK.reshape(-1, 1).astype(y_ND.dtype)
+  return jnp.sum(y_ND.reshape(B, L, K, D), axis=2), jnp.zeros((), jnp.int32)
+
+
+def _expert_parallel_mlp(x_ND, experts_N, w, cfg, num_shards):
+  """Pairs sorted by expert travel to their experts' shards and back with two ragged
+  all-to-alls over `expert`: each pair's D values cross the network once each way.
+
+  Shard s holds experts [s*E/X, (s+1)*E/X). The receive buffer has room for X*N rows (every
+  shard's pairs choosing this shard's experts), so nothing is ever dropped."""
+  N, _ = x_ND.shape
+  E, X = cfg['num_experts'], num_shards
+  local = E // X
+  me = jax.lax.axis_index('expert')
+  order_N = jnp.argsort(experts_N, stable=True)  # by expert, so by destination shard
+  counts_XE = jax.lax.all_gather(jnp.bincount(experts_N, length=E), 'expert')  # [source, e]
+  sends_XX = jnp.sum(counts_XE.reshape(X, X, local), axis=-1).astype(jnp.int32)  # [src, dst]
+  exclusive = lambda a, axis: jnp.cumsum(a, axis=axis) - a
+  # dispatch: my pairs for shard j start at my row offset for j and land after the pairs
+  # of the shards before me; on the way back the roles swap
+  send_X, recv_X = sends_XX[me], sends_XX[:, me]
+  send_offsets_X, land_offsets_X = exclusive(sends_XX, 1)[me], exclusive(sends_XX, 0)[me]
+  recv_offsets_X, back_offsets_X = exclusive(sends_XX, 0)[:, me], exclusive(sends_XX, 1)[:, me]
+
+  x_ND = x_ND[order_N]
+  x_RD = collectives.ragged_all_to_all(
+      x_ND, jnp.zeros((X * N,) + x_ND.shape[1:], x_ND.dtype), send_offsets_X, send_X,
+      land_offsets_X, recv_X, 'expert')
+  # received rows run (source 0: my experts in order), (source 1: ...), ...: tag each with
+  # its local expert (rows past the received ones: `local`, skipped)
+  mine_XE = jax.lax.dynamic_slice_in_dim(counts_XE, me * local, local, axis=1)
+  ends = jnp.cumsum(mine_XE.reshape(-1))
+  segment_R = jnp.searchsorted(ends, jnp.arange(X * N), side='right')
+  expert_R = jnp.where(segment_R < X * local, segment_R % local, local)
+  y_RD = _grouped_mlp(x_RD, expert_R, local, w, cfg['activation'])
+  y_ND = collectives.ragged_all_to_all(
+      y_RD, jnp.zeros_like(x_ND), recv_offsets_X, recv_X, back_offsets_X, send_X, 'expert')
+  return jnp.zeros_like(y_ND).at[order_N].set(y_ND)
 
 
 def _moe_shard(x_BLD, router_DE, w, cfg, num_shards, batch_axes):

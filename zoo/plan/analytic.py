@@ -66,16 +66,14 @@ def moe_communication(m, expert_shards):
   """Bytes a token moves over the `expert` mesh axis per MoE layer (zoo/models/moe.py).
 
   capacity: two all-to-alls (dispatch, combine) of its k slots of D values, padded by the
-  capacity factor: 2 k cf D bytes x (X-1)/X. dropless: an all-gather of the token to the
-  other X-1 shards and a reduce-scatter of the partial outputs: 2 (X-1) D bytes. Training
-  moves the same again backward.
+  capacity factor: 2 k cf D bytes x (X-1)/X. dropless: two ragged all-to-alls of its k
+  (token, choice) pairs, unpadded: 2 k D bytes x (X-1)/X under uniform routing (the pairs
+  whose expert lives on the token's own shard stay). Training moves the same again backward.
   """
   moe, x = m.moe, expert_shards
   value_bytes = np.dtype(m.dtype).itemsize
-  if moe.capacity_factor:
-    forward = 2 * moe.top_k * moe.capacity_factor * m.d_model * value_bytes * (x - 1) / x
-  else:
-    forward = 2 * (x - 1) * m.d_model * value_bytes
+  slots = moe.top_k * (moe.capacity_factor or 1.0)
+  forward = 2 * slots * m.d_model * value_bytes * (x - 1) / x
   layers = config_lib.total_layers(m) // moe.every
   return {'dispatch': 'capacity' if moe.capacity_factor else 'dropless',
           'num_experts': moe.num_experts, 'top_k': moe.top_k, 'moe_layers': layers,
