@@ -100,6 +100,10 @@ def base():
       'num_shared_experts': 0,  # always-on experts beside the routed ones (DeepSeek)
       'balance_loss': 0.01,  # coefficient of the Switch load-balancing loss
       'z_loss': 0.001,  # coefficient of the router z-loss
+      # auxiliary-loss-free balancing (Wang et al. 2024; DeepSeek-V3 used 0.001): a per-expert
+      # bias added to the router scores for selection only, moved by this much after each
+      # step toward the experts that got fewer tokens; 0 = off
+      'bias_update_rate': 0.0,
       'collapse_share': 0.5,  # warn when one expert gets more than this share of the tokens
       'collapse_rows': 5,  # ... in this many logged rows in a row
   })
@@ -254,7 +258,8 @@ def _validate_moe(m, mesh):
   if mesh.expert > 1 and moe.num_experts % mesh.expert:
     raise ConfigError(f'model.moe.num_experts={moe.num_experts} does not split over '
                       f'mesh.expert={mesh.expert}; use a divisor of the expert count')
-  for name in ('balance_loss', 'z_loss', 'expert_mlp_dim', 'num_shared_experts'):
+  for name in ('balance_loss', 'z_loss', 'bias_update_rate', 'expert_mlp_dim',
+               'num_shared_experts'):
     if moe[name] < 0:
       raise ConfigError(f'model.moe.{name}={moe[name]} must be >= 0')
 

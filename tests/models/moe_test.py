@@ -73,11 +73,45 @@ def test_capacity_slots_follow_priority_and_count_by_hand():
   assert moe.capacity(seq_len=4, num_experts=3, top_k=2, capacity_factor=1.0) == 3
 
 
-def _layer(num_experts=4, top_k=2, capacity_factor=0.0, activation='swiglu', shared=0):
+def test_a_selection_bias_changes_the_chosen_experts_but_not_the_gate_values():
+  logits = np.random.default_rng(4).normal(size=(12, 6)).astype(np.float32)
+  bias = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 5.0], np.float32)  # expert 5 always chosen
+  probs, gates, experts = moe.route(jnp.asarray(logits), 2, jnp.asarray(bias))
+  want_probs, _, want_experts = _np_route(logits.astype(np.float64), 2)
+  want_experts = np.argsort(-(want_probs + bias), axis=-1, kind='stable')[:, :2]
+  assert np.all(want_experts[:, 0] == 5)
+  np.testing.assert_array_equal(experts, want_experts)
+  raw = np.take_along_axis(want_probs, want_experts, -1)  # the router's own probabilities
+  np.testing.assert_allclose(gates, raw / raw.sum(-1, keepdims=True), rtol=1e-6)
+
+
+def test_training_moves_the_bias_toward_underloaded_experts_and_eval_leaves_it():
+  layer = _layer(num_experts=4, top_k=2, bias_update_rate=0.01)
+  x = jnp.asarray(np.random.default_rng(5).normal(size=(2, 6, 16)), jnp.float32)
+  variables = layer.init(jax.random.PRNGKey(6), x)
+  assert 'bias' not in variables['params']  # not a parameter: no gradient, no optimizer
+  np.testing.assert_array_equal(variables['moe_bias']['bias'], np.zeros(4))
+  bias = np.array([0.02, -0.01, 0.0, 0.01], np.float32)
+  start = {'params': variables['params'], 'moe_bias': {'bias': jnp.asarray(bias)}}
+  _, state = layer.apply(start, x, mutable=['moe', 'moe_bias'])
+  router = np.asarray(nn.unbox(variables['params'])['router'], np.float64)
+  probs, _, _ = _np_route(np.asarray(x, np.float64).reshape(-1, 16) @ router, 2)
+  experts = np.argsort(-(probs + bias), axis=-1, kind='stable')[:, :2]
+  load = np.bincount(experts.ravel(), minlength=4) / 12  # share of tokens; balanced: 2/4
+  assert np.any(load != 0.5)  # something to balance
+  np.testing.assert_allclose(state['moe_bias']['bias'],
+                             bias + 0.01 * np.sign(0.5 - load), atol=1e-7)
+  _, state = layer.apply(start, x, mutable=['moe'])  # eval: the bias is read, not moved
+  assert 'moe_bias' not in state
+
+
+def _layer(num_experts=4, top_k=2, capacity_factor=0.0, activation='swiglu', shared=0,
+           bias_update_rate=0.0):
   config = helpers.tiny_config(d_model=16, mlp_dim=8, num_heads=2, activation=activation)
   with config.unlocked():
     config.model.moe.update(num_experts=num_experts, top_k=top_k,
-                            capacity_factor=capacity_factor, num_shared_experts=shared)
+                            capacity_factor=capacity_factor, num_shared_experts=shared,
+                            bias_update_rate=bias_update_rate)
   return moe.MoE(ml_collections.FrozenConfigDict(config.model))
 
 
@@ -145,6 +179,8 @@ def test_shared_experts_add_a_dense_mlp():
      r'model.moe.capacity_factor=-1.* must be >= 0'),
     (['model.moe.num_experts=4', 'model.moe.every=3'], r'model.moe.every=3 must divide'),
     (['mesh.expert=2', 'mesh.data=4'], r'mesh.expert=2 needs experts'),
+    (['model.moe.num_experts=4', 'model.moe.bias_update_rate=-0.001'],
+     r'model.moe.bias_update_rate=-0.001 must be >= 0'),
 ])
 def test_bad_moe_settings_name_the_field(overrides, message):
   with pytest.raises(config_lib.ConfigError, match=message):

@@ -24,9 +24,11 @@ def test_cross_entropy_matches_float64_reference():
   assert weight == 4
 
 
-def _setup(**optim_overrides):
+def _setup(moe=None, **optim_overrides):
   config = helpers.tiny_config()
   config.train.steps = 300
+  if moe:
+    config.model.moe.update(moe)
   config.optim.update(warmup_steps=10, learning_rate=3e-3, weight_decay=0.0, **optim_overrides)
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
   model = models.build(config.model)
@@ -71,3 +73,17 @@ def test_a_nonfinite_loss_skips_the_update_and_is_counted():
   assert int(after['step']) == int(before['step']) + 2 and int(after['nonfinite_total']) == 2
   state, metrics = train_step(state, _batch(2))
   assert int(metrics['nonfinite_streak']) == 0 and int(metrics['nonfinite_total']) == 2
+
+
+def test_selection_biases_move_once_a_step_without_gradients_and_hold_on_a_nonfinite_step():
+  config, state, train_step = _setup(moe=dict(num_experts=4, top_k=2, bias_update_rate=0.01))
+  bias = lambda s: np.asarray(jax.tree.leaves(s['moe_bias'])[0])
+  np.testing.assert_array_equal(bias(state), np.zeros((2, 4)))  # [layers, experts]
+  state, _ = train_step(state, _batch())
+  moved = bias(state)
+  assert set(np.round(moved.ravel() / 0.01).astype(int)) <= {-1, 0, 1} and np.any(moved)
+  state, _ = train_step(state, dict(_batch(1), loss_weights=np.full((4, 16), np.nan,
+                                                                  np.float32)))
+  np.testing.assert_array_equal(bias(state), moved)
+  eval_step = jax.jit(step_lib.make_eval_step(models.build(config.model), config))
+  assert np.isfinite(eval_step(step_lib.model_variables(state), _batch())['loss_sum'])

@@ -41,10 +41,15 @@ from zoo.models import layers
 STATS = ('balance_loss', 'z_loss', 'dropped_fraction', 'load')
 
 
-def route(logits_TE, top_k):
-  """-> (probabilities [T, E] float32, gates [T, K], expert ids [T, K])."""
+def route(logits_TE, top_k, bias_E=None):
+  """-> (probabilities [T, E] float32, gates [T, K], expert ids [T, K]). A balancing bias
+  moves which experts are chosen, never the gates' values."""
   probs_TE = jax.nn.softmax(logits_TE.astype(jnp.float32), axis=-1)
-  gates_TK, experts_TK = jax.lax.top_k(probs_TE, top_k)
+  if bias_E is None:
+    gates_TK, experts_TK = jax.lax.top_k(probs_TE, top_k)
+  else:
+    _, experts_TK = jax.lax.top_k(probs_TE + jnp.broadcast_to(bias_E, probs_TE.shape), top_k)
+    gates_TK = jnp.take_along_axis(probs_TE, experts_TK, axis=-1)
   if top_k > 1:
     gates_TK = gates_TK / jnp.sum(gates_TK, axis=-1, keepdims=True)
   return probs_TE, gates_TK, experts_TK
@@ -162,12 +167,12 @@ def _expert_parallel_mlp(x_ND, experts_N, w, cfg, num_shards):
   return jnp.zeros_like(y_ND).at[order_N].set(y_ND)
 
 
-def _moe_shard(x_BLD, router_DE, w, cfg, num_shards, batch_axes):
+def _moe_shard(x_BLD, router_DE, bias_E, w, cfg, num_shards, batch_axes):
   """One shard's tokens (and its experts' weights) -> (y, statistics over the global batch)."""
   B, L, _ = x_BLD.shape
   E, K = cfg['num_experts'], cfg['top_k']
   logits_BLE = jnp.einsum('bld,de->ble', x_BLD.astype(jnp.float32), router_DE)
-  probs_BLE, gates_BLK, experts_BLK = route(logits_BLE, K)
+  probs_BLE, gates_BLK, experts_BLK = route(logits_BLE, K, bias_E)
   experts_fn = _dropless_experts if cfg['capacity_factor'] == 0 else _capacity_experts
   y_BLD, dropped = experts_fn(x_BLD, gates_BLK, experts_BLK, w, cfg, num_shards)
 
@@ -188,7 +193,12 @@ def _moe_shard(x_BLD, router_DE, w, cfg, num_shards, batch_axes):
 class MoE(nn.Module):
   """Drop-in for the MLP: routed experts (+ optional shared experts). Sows its statistics
   into the 'moe' collection: balance_loss, z_loss, dropped_fraction (of (token, choice)
-  pairs) and load (per expert, the share of tokens that chose it; K/E when balanced)."""
+  pairs) and load (per expert, the share of tokens that chose it; K/E when balanced).
+
+  With moe.bias_update_rate > 0 it keeps a selection bias per expert in the 'moe_bias'
+  collection (not a parameter: no gradient, no optimizer). Where that collection is mutable
+  (training) the bias moves by the rate after routing, up for experts below the balanced
+  load and down for those above, so it steers the next step's choices."""
   config: Any  # frozen model config
   out_init_scale: float = 1.0
 
@@ -211,22 +221,30 @@ class MoE(nn.Module):
     cfg = {'num_experts': E, 'top_k': moe.top_k, 'capacity_factor': moe.capacity_factor,
            'activation': m.activation}
 
+    rate, bias, bias_E = moe.bias_update_rate, None, None
+    if rate:
+      bias = self.variable('moe_bias', 'bias', jnp.zeros, (E,), jnp.float32)
+      bias_E = bias.value
+
     x_BLD = x_BLD.astype(dtype)
     mesh = jax.sharding.get_abstract_mesh()
     batch_axes = () if mesh.empty else tuple(a for a in sharding.BATCH_AXES if a in mesh.shape)
     if mesh.empty or mesh.size == 1 or x_BLD.shape[0] % math.prod(
         mesh.shape[a] for a in batch_axes):  # no mesh, or init's one-row example batch
-      y_BLD, stats = _moe_shard(x_BLD, router_DE, w, cfg, 1, ())
+      y_BLD, stats = _moe_shard(x_BLD, router_DE, bias_E, w, cfg, 1, ())
     else:
       num_shards = mesh.shape.get('expert', 1)
       expert_spec = P('expert') if num_shards > 1 else P()
       fn = jax.shard_map(
           functools.partial(_moe_shard, cfg=cfg, num_shards=num_shards, batch_axes=batch_axes),
-          mesh=mesh, in_specs=(P(batch_axes), P(), {k: expert_spec for k in w}),
+          mesh=mesh, in_specs=(P(batch_axes), P(), P(), {k: expert_spec for k in w}),
           out_specs=(P(batch_axes), P()), check_vma=False)
-      y_BLD, stats = fn(x_BLD, router_DE, w)
+      y_BLD, stats = fn(x_BLD, router_DE, bias_E, w)
     for name in STATS:
       self.sow('moe', name, stats[name])
+    if bias is not None and self.is_mutable_collection('moe_bias') and (
+        not self.is_initializing()):
+      bias.value = bias_E + rate * jnp.sign(moe.top_k / E - stats['load'])
 
     if moe.num_shared_experts:
       y_BLD = y_BLD + layers.MLP(

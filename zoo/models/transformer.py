@@ -104,7 +104,7 @@ def stack(m, train, num_layers, name):
   if m.remat != 'none':
     unit = nn.remat(unit, policy=REMAT_POLICIES[m.remat], prevent_cse=not m.scan_layers)
   if m.scan_layers:
-    scanned = nn.scan(unit, variable_axes={'params': 0, 'moe': 0},
+    scanned = nn.scan(unit, variable_axes={'params': 0, 'moe': 0, 'moe_bias': 0},
                       split_rngs={'params': True, 'dropout': True},
                       in_axes=(nn.broadcast,) * 5, length=length,
                       metadata_params={nn.PARTITION_NAME: 'layers'})

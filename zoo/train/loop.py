@@ -105,9 +105,11 @@ class _Setup:
     return call
 
   def evaluator(self):
-    """-> evaluate(params) -> mean eval loss over the first train.eval_batches batches."""
+    """-> evaluate(model variables) -> mean eval loss over the first train.eval_batches
+    batches."""
     eval_step = self.jit(step_lib.make_eval_step(self.model, self.config),
-                         (self.state_shardings['params'], sharding.batch_sharding(self.mesh)),
+                         (step_lib.model_variables(self.state_shardings),
+                          sharding.batch_sharding(self.mesh)),
                          sharding.replicated(self.mesh))
     limit = self.config.train.eval_batches
 
@@ -117,10 +119,10 @@ class _Setup:
       count = int(multihost_utils.process_allgather(np.int32(count)).max())
     batches += [streams.padding(batches[0])] * (count - len(batches))
 
-    def evaluate(params):
+    def evaluate(variables):
       loss_sum = weight_sum = 0.0
       for batch in batches:
-        out = jax.device_get(eval_step(params, self.to_global(batch)))
+        out = jax.device_get(eval_step(variables, self.to_global(batch)))
         loss_sum, weight_sum = loss_sum + out['loss_sum'], weight_sum + out['weight_sum']
       return float(loss_sum / max(weight_sum, 1.0))
     return evaluate
@@ -229,7 +231,7 @@ def train(config, workdir):
         finish(*pending)
         pending = None
         eval_start = time.time()
-        eval_loss = evaluate(state['params'])
+        eval_loss = evaluate(step_lib.model_variables(state))
         writer.write({'step': step, 'eval_loss': eval_loss})
         print(f'step {step} eval_loss {eval_loss:.4f}', flush=True)
         window_start += time.time() - eval_start  # tokens/s counts training time only
@@ -254,13 +256,16 @@ def evaluate(config, workdir):
   restored = setup.checkpointer.restore(setup.abstract_state)
   setup.checkpointer.close()
   if restored:
-    step, params = restored[0], restored[1]['params']
+    step, variables = restored[0], step_lib.model_variables(restored[1])
   elif config.train.init_params:  # an imported model before any training
-    step, params = 0, setup.initial_params()
+    step, variables = 0, {'params': setup.initial_params()}
+    for key in step_lib.model_variables(setup.abstract_state).keys() - {'params'}:  # zeros
+      variables[key] = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype, device=a.sharding),
+                                    setup.abstract_state[key])
   else:
     raise ConfigError(f'--mode=eval: no checkpoint in {workdir}/checkpoints; train first '
                       'or pass the workdir of a trained run')
-  eval_loss = setup.evaluator()(params)
+  eval_loss = setup.evaluator()(variables)
   if jax.process_index() == 0:
     writer = metrics_lib.Writer(workdir)
     writer.write({'step': step, 'eval_loss': eval_loss, 'mode': 'eval'})

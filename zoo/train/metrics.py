@@ -113,6 +113,7 @@ class CollapseWatch:
       layer, expert = np.unravel_index(int(np.argmax(load)), np.shape(load))
       print(f'warning: routing collapse at step {step}: expert {expert} of MoE layer {layer} '
             f'takes {worst:.0%} of its tokens ({self.rows} logged rows over '
-            f'moe.collapse_share={self.share}); raise model.moe.balance_loss', flush=True)
+            f'moe.collapse_share={self.share}); raise model.moe.balance_loss or '
+            'model.moe.bias_update_rate', flush=True)
       return True
     return False

@@ -20,11 +20,15 @@ def make(model, optimizer, config, mesh):
 
   def init_fn(rng):
     params_rng, state_rng = jax.random.split(rng)
-    params = nn.unbox(model.init(params_rng, batch)['params'])
-    return {'step': jnp.zeros((), jnp.int32), 'params': params,
-            'opt_state': optimizer.init(params), 'rng': state_rng,
-            'nonfinite_streak': jnp.zeros((), jnp.int32),
-            'nonfinite_total': jnp.zeros((), jnp.int32)}
+    variables = model.init(params_rng, batch)
+    params = nn.unbox(variables['params'])
+    state = {'step': jnp.zeros((), jnp.int32), 'params': params,
+             'opt_state': optimizer.init(params), 'rng': state_rng,
+             'nonfinite_streak': jnp.zeros((), jnp.int32),
+             'nonfinite_total': jnp.zeros((), jnp.int32)}
+    if 'moe_bias' in variables:  # experts' selection biases (moe.bias_update_rate)
+      state['moe_bias'] = variables['moe_bias']
+    return state
 
   rng = jax.random.PRNGKey(0)
   abstract = jax.eval_shape(init_fn, rng)
@@ -33,7 +37,7 @@ def make(model, optimizer, config, mesh):
   opt_specs = optax.tree_utils.tree_map_params(
       optimizer, lambda _, spec: spec, abstract['opt_state'], param_specs,
       transform_non_params=lambda _: P(), is_leaf=is_spec)
-  specs = {key: P() for key in abstract}
+  specs = jax.tree.map(lambda _: P(), abstract)
   specs.update(params=param_specs, opt_state=opt_specs)
   shardings = sharding.logical_to_shardings(specs, mesh, sharding.rules(config))
   shardings = jax.tree.map(lambda s, x: sharding.fit(s, x.shape), shardings, abstract)

@@ -1,6 +1,8 @@
 """Loss, train_step and eval_step: pure functions of (state, batch), jitted by the loop.
 
-State is a dict: step, params, opt_state, rng, nonfinite_streak, nonfinite_total.
+State is a dict: step, params, opt_state, rng, nonfinite_streak, nonfinite_total, and
+moe_bias where experts balance without a loss (moe.bias_update_rate): the model's
+variables are params (+ moe_bias).
 Glossary: B batch, L length, V vocab.
 """
 
@@ -41,19 +43,29 @@ def moe_stats(collection):
           'moe_load': per_layer['load']}
 
 
-def _batch_loss(model, params, batch, family, z_loss, rng=None):
+MODEL_VARIABLES = ('params', 'moe_bias')
+
+
+def model_variables(state):
+  """The variables model.apply takes, out of the train state."""
+  return {k: state[k] for k in MODEL_VARIABLES if k in state}
+
+
+def _batch_loss(model, variables, batch, family, z_loss, rng=None):
   """Weighted sums of the token loss, plus the next-sentence loss where the model has one,
-  plus the MoE statistics (`moe`) where the model has experts."""
+  plus the MoE statistics (`moe`) where the model has experts, plus the experts' updated
+  selection biases (`moe_bias`) when training moves them."""
   targets_key, weights_key = LOSS_KEYS[family]
   train = rng is not None
   has_experts = bool(model.config.moe.num_experts)
-  outputs = model.apply({'params': params}, batch, train=train,
+  mutable = ['moe'] + (['moe_bias'] if train and 'moe_bias' in variables else [])
+  outputs = model.apply(variables, batch, train=train,
                         rngs={'dropout': rng} if train else None,
-                        mutable=['moe'] if has_experts else False)
-  moe = None
+                        mutable=mutable if has_experts else False)
+  moe, moe_bias = None, None
   if has_experts:
     outputs, collections = outputs
-    moe = moe_stats(collections['moe'])
+    moe, moe_bias = moe_stats(collections['moe']), collections.get('moe_bias')
   logits_BLV = outputs['logits'] if isinstance(outputs, dict) else outputs
   sums = dict(zip(('nll', 'z', 'weight'), cross_entropy(
       logits_BLV, batch[targets_key], batch[weights_key], z_loss)))
@@ -65,6 +77,8 @@ def _batch_loss(model, params, batch, family, z_loss, rng=None):
     sums.update(nsp_nll=nsp_nll, nsp_weight=nsp_weight)
   if moe:
     sums['moe'] = moe
+  if moe_bias is not None:
+    sums['moe_bias'] = moe_bias
   return sums
 
 
@@ -73,8 +87,10 @@ def make_train_step(model, optimizer, learning_rate_fn, config):
   family, z_loss = config.model.family, config.train.z_loss
   moe_config = config.model.moe
 
-  def loss_fn(params, batch, rng):
-    sums = _batch_loss(model, params, batch, family, z_loss, rng)
+  def loss_fn(params, moe_bias, batch, rng):
+    variables = {'params': params} if moe_bias is None else {'params': params,
+                                                             'moe_bias': moe_bias}
+    sums = _batch_loss(model, variables, batch, family, z_loss, rng)
     weight = jnp.maximum(sums['weight'], 1.0)
     aux = {'loss': sums['nll'] / weight, 'z_loss': sums['z'] / weight}
     total = (sums['nll'] + sums['z']) / weight
@@ -85,12 +101,12 @@ def make_train_step(model, optimizer, learning_rate_fn, config):
       aux.update(sums['moe'])
       total = (total + moe_config.balance_loss * sums['moe']['moe_aux_loss'] +
                moe_config.z_loss * sums['moe']['moe_z_loss'])
-    return total, aux
+    return total, (aux, sums.get('moe_bias'))
 
   def train_step(state, batch):
     rng = jax.random.fold_in(state['rng'], state['step'])
-    (total, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state['params'], batch, rng)
+    (total, (aux, moe_bias)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state['params'], state.get('moe_bias'), batch, rng)
     grad_norm = optax.tree.norm(grads)
     updates, opt_state = optimizer.update(grads, state['opt_state'], state['params'])
     params = optax.apply_updates(state['params'], updates)
@@ -104,6 +120,8 @@ def make_train_step(model, optimizer, learning_rate_fn, config):
         opt_state=keep_if_finite(opt_state, state['opt_state']),
         nonfinite_streak=streak,
         nonfinite_total=state['nonfinite_total'] + (~finite).astype(jnp.int32))
+    if moe_bias is not None:
+      new_state['moe_bias'] = keep_if_finite(moe_bias, state['moe_bias'])
     metrics = {**aux, 'grad_norm': grad_norm,
                'learning_rate': learning_rate_fn(state['step']),
                'nonfinite_streak': streak, 'nonfinite_total': new_state['nonfinite_total']}
@@ -113,8 +131,8 @@ def make_train_step(model, optimizer, learning_rate_fn, config):
 
 
 def make_eval_step(model, config):
-  """(params, batch) -> summed loss and weight, so batches combine exactly."""
-  def eval_step(params, batch):
-    sums = _batch_loss(model, params, batch, config.model.family, 0.0)
+  """(model variables, batch) -> summed loss and weight, so batches combine exactly."""
+  def eval_step(variables, batch):
+    sums = _batch_loss(model, variables, batch, config.model.family, 0.0)
     return {'loss_sum': sums['nll'], 'weight_sum': sums['weight']}
   return eval_step
