@@ -161,3 +161,44 @@ def test_repeated_nonfinite_updates_stop_with_a_clear_message(tmp_path):
   assert 'updates in a row had a NaN/Inf loss or gradient' in result.stderr.strip().splitlines()[-1]
   rows = [r for r in metrics_lib.read(tmp_path) if 'loss' in r]
   assert rows[-1]['nonfinite_total'] >= 4
+
+
+def _generate(workdir, *args, config=SMOKE):
+  command = [sys.executable, '-m', 'zoo.launch', f'--config={config}', f'--workdir={workdir}',
+             '--mode=generate', *args]
+  return subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300,
+                        check=False)
+
+
+def test_generate_continues_each_prompt_from_the_newest_checkpoint(reference):
+  result = _generate(reference, '--prompt=ROMEO:', '--prompt=First Citizen:',
+                     '--config.generate.max_new_tokens=12')
+  assert result.returncode == 0, result.stderr[-3000:]
+  blocks = result.stdout.split('--- step 120: ')[1:]
+  assert len(blocks) == 2 and blocks[0].split('\n', 1)[1].startswith('ROMEO:')
+  assert blocks[1].split('\n', 1)[1].startswith('First Citizen:')
+  counts = [int(b.split(' tokens')[0]) for b in blocks]
+  assert all(0 <= n <= 12 for n in counts) and max(counts) > 0
+
+
+@pytest.mark.parametrize('args, message', [
+    ([], r'--mode=generate needs at least one --prompt'),
+    (['--prompt=hi', '--config.generate.top_p=0'], r'generate.top_p=0.0 must be in \(0, 1\]'),
+    (['--prompt=hi', '--config.model.position=learned', '--config.data.seq_len=32',
+      '--config.model.max_length=32', '--config.generate.max_new_tokens=40'],
+     r'generate.max_new_tokens=40 exceed model.max_length=32'),
+    (['--prompt=hi'], r'no checkpoint in .*; train first'),
+])
+def test_generate_bad_input_is_one_line_naming_the_field(tmp_path, args, message):
+  result = _generate(tmp_path, *args)
+  assert result.returncode == 2, result.stderr[-2000:]
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith('error: '), result.stderr[-2000:]
+  import re  # pylint: disable=g-import-not-at-top
+  assert re.search(message, lines[0]), lines[0]
+
+
+def test_an_encoder_does_not_generate(tmp_path):
+  result = _generate(tmp_path, '--prompt=hi',
+                     config=os.path.join(REPO, 'configs', 'bert_base.py') + ':smoke')
+  assert result.returncode == 2 and "'encoder' (BERT) fills in masked tokens" in result.stderr

@@ -157,6 +157,13 @@ def base():
   o.eps = 1e-8
   o.clip_norm = 1.0  # 0 = no clipping
 
+  c.generate = g = ml_collections.ConfigDict()  # --mode=generate (zoo/infer)
+  g.max_new_tokens = 128
+  g.temperature = 0.0  # 0 = greedy
+  g.top_k = 0  # sample among the k likeliest tokens; 0 = all
+  g.top_p = 1.0  # nucleus: the smallest set of tokens holding this much probability
+  g.seed = 0
+
   c.mesh = ml_collections.ConfigDict({'data': -1, 'fsdp': 1, 'tensor': 1, 'expert': 1,
                                       'slices': 1})  # slices: DCN split of data
   c.sharding = ml_collections.ConfigDict({'rules': DEFAULT_RULES})
@@ -365,6 +372,14 @@ def validate(config):
     _positive(f'train.{name}', t[name])
   if t.eval_batches < 0 or t.z_loss < 0:
     raise ConfigError('train.eval_batches and train.z_loss must be >= 0')
+
+  g = config.generate
+  _positive('generate.max_new_tokens', g.max_new_tokens)
+  if g.temperature < 0 or g.top_k < 0:
+    raise ConfigError(f'generate.temperature={g.temperature} and generate.top_k={g.top_k} '
+                      'must be >= 0 (0 = greedy, 0 = no top-k)')
+  if not 0 < g.top_p <= 1:
+    raise ConfigError(f'generate.top_p={g.top_p} must be in (0, 1]')
 
   _positive('optim.learning_rate', o.learning_rate)
   _one_of('optim.schedule', o.schedule, SCHEDULES)

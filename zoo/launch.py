@@ -15,7 +15,9 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string('config', None, 'configs/NAME.py[:arg]', required=True)
 flags.DEFINE_string('workdir', None, 'metrics.jsonl, TensorBoard events, checkpoints/ '
                     '(not needed for --mode=plan)')
-flags.DEFINE_enum('mode', 'train', ['train', 'eval', 'plan'], 'what to run')
+flags.DEFINE_enum('mode', 'train', ['train', 'eval', 'generate', 'plan'], 'what to run')
+flags.DEFINE_multi_string('prompt', [], '--mode=generate: a prompt to continue (repeatable; '
+                          'settings in config.generate)')
 flags.DEFINE_string('plan_json', None, '--mode=plan: also write the plan as JSON here')
 flags.DEFINE_bool('plan_compile', False, '--mode=plan: compile the train step for the mesh on '
                   "this machine's devices and report the compiler's memory use")
@@ -61,6 +63,7 @@ def run(overrides):
   """Loads the config, runs the mode; bad input -> one line on stderr and exit 2."""
   from zoo import config as config_lib  # pylint: disable=g-import-not-at-top
   from zoo import plan  # pylint: disable=g-import-not-at-top
+  from zoo.infer import run as infer_run  # pylint: disable=g-import-not-at-top
   from zoo.train import loop  # pylint: disable=g-import-not-at-top
   if not any(a.startswith(('-v', '--verbosity')) for a in sys.argv):
     logging.set_verbosity(logging.WARNING)  # orbax and grain log every save at INFO
@@ -72,11 +75,15 @@ def run(overrides):
       return
     if not FLAGS.workdir:
       raise config_lib.ConfigError(f'--workdir is required for --mode={FLAGS.mode}')
+    if FLAGS.mode == 'generate':
+      infer_run.check(config, FLAGS.prompt)
     _initialize_distributed()
     if FLAGS.mode == 'train':
       loop.train(config, FLAGS.workdir)
-    else:
+    elif FLAGS.mode == 'eval':
       loop.evaluate(config, FLAGS.workdir)
+    else:
+      infer_run.run(config, FLAGS.workdir, FLAGS.prompt)
   except config_lib.ConfigError as e:
     print(f'error: {e}', file=sys.stderr, flush=True)
     sys.exit(2)

@@ -34,17 +34,26 @@ def sliding_window_mask(length, window):
 @flax.struct.dataclass
 class Mask:
   """Which keys each query may attend: same segment (and not padding), at or before it when
-  `causal`, and within the last `window` positions when window > 0 (causal only)."""
+  `causal`, and within the last `window` positions when window > 0 (causal only).
+
+  Query i sits at key slot q_start + i (0 when queries and keys are the same tokens; the
+  cache index when decoding). `kv_cache`: the keys are the self-attention layer's cache of
+  S slots, which the queries' keys and values are first written into (zoo/infer); only
+  the xla kernel takes such a mask."""
   q_segment_ids: jax.Array  # [B, L] int, 0 = padding
   kv_segment_ids: jax.Array  # [B, S]
   causal: bool = flax.struct.field(pytree_node=False, default=False)
   window: int = flax.struct.field(pytree_node=False, default=0)
+  q_start: jax.Array | int = 0  # int32 scalar
+  kv_cache: bool = flax.struct.field(pytree_node=False, default=False)
 
   def dense(self):
     """[B, 1, L, S] boolean."""
     mask = segment_mask(self.q_segment_ids, self.kv_segment_ids)
+    q_slot_L = self.q_start + jnp.arange(self.q_segment_ids.shape[1])
+    kv_slot_S = jnp.arange(self.kv_segment_ids.shape[1])
     if self.causal:
-      mask &= causal_mask(self.q_segment_ids.shape[1])
+      mask &= (kv_slot_S[None, :] <= q_slot_L[:, None])[None, None]
     if self.window:
-      mask &= sliding_window_mask(self.q_segment_ids.shape[1], self.window)
+      mask &= (kv_slot_S[None, :] > q_slot_L[:, None] - self.window)[None, None]
     return mask

@@ -8,6 +8,7 @@ Masks are boolean, True = may attend, broadcastable to [B, H, L, S]; modules pas
 """
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -26,7 +27,9 @@ Mask = mask_lib.Mask
 # --------------------------------------------------------------------------- module
 
 class MultiHeadAttention(nn.Module):
-  """Self- or cross-attention with H query heads sharing G kv heads."""
+  """Self- or cross-attention with H query heads sharing G kv heads. Given a `Mask` with
+  kv_cache (decoding), self-attention writes its keys and values into the 'cache'
+  collection at the cache index and attends over all S cached slots."""
   num_heads: int
   num_kv_heads: int
   head_dim: int
@@ -56,12 +59,30 @@ class MultiHeadAttention(nn.Module):
       q_BLHK = layers.apply_rope(q_BLHK, q_positions_BL, self.rope_theta)
       k_BSGK = layers.apply_rope(k_BSGK, kv_positions_BS, self.rope_theta)
     q_BLHK = nn.with_logical_constraint(q_BLHK, ('batch', 'length', 'heads', 'head_dim'))
+    if isinstance(mask, Mask) and mask.kv_cache:
+      k_BSGK, v_BSGK, mask = self._cached(k_BSGK, v_BSGK, mask)
     out_BLHK = kernels.attention(q_BLHK, k_BSGK, v_BSGK, mask, bias=bias_BHLS,
                                  scale=1.0 if self.fold_scale else None, kernel=self.kernel,
                                  block_sizes=self.block_sizes)
     out_BLHK = nn.with_logical_constraint(out_BLHK, ('batch', 'length', 'heads', 'head_dim'))
     return dense('out', x_BLD.shape[-1], ('heads', 'head_dim', 'embed'), num_in=2,
                  scale=self.out_init_scale)(out_BLHK)
+
+  def _cached(self, k_BLGK, v_BLGK, mask):
+    """Writes the new keys and values at the cache index -> (all S cached keys, values,
+    the mask with the queries at their slots)."""
+    B, L, G, K = k_BLGK.shape
+    S = mask.kv_segment_ids.shape[1]
+    axes = ('batch', 'length', 'kv_heads', 'head_dim')
+    slot = lambda name: self.variable('cache', name, jnp.zeros, (B, S, G, K), k_BLGK.dtype)
+    key, value = slot('cached_key'), slot('cached_value')
+    index = self.variable('cache', 'cache_index', jnp.zeros, (), jnp.int32)
+    start = index.value
+    write = lambda cache, new: nn.with_logical_constraint(
+        jax.lax.dynamic_update_slice(cache, new.astype(cache.dtype), (0, start, 0, 0)), axes)
+    key.value, value.value = write(key.value, k_BLGK), write(value.value, v_BLGK)
+    index.value = start + L
+    return key.value, value.value, mask.replace(q_start=start)
 
 
 # ----------------------------------------------------------- T5 relative position bias

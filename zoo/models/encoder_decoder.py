@@ -22,14 +22,18 @@ class _Stack(nn.Module):
 
   @nn.compact
   def __call__(self, x_BLD, segment_ids_BL, positions_BL, train, encoded_BSD=None,
-               encoder_segment_ids_BS=None):
+               encoder_segment_ids_BS=None, cache_slots=None):
+    """cache_slots: (segment ids, positions) [B, S] of the decoder's cache when decoding."""
     m = self.config
-    mask = attention.Mask(segment_ids_BL, segment_ids_BL, causal=self.decoder)
+    kv_segment_ids_BS, kv_positions_BS = cache_slots or (segment_ids_BL, positions_BL)
+    mask = attention.Mask(segment_ids_BL, kv_segment_ids_BS, causal=self.decoder,
+                          kv_cache=cache_slots is not None)
     bias_BHLS = None
     if m.position == 't5_bias':
       bias_BHLS = attention.RelativePositionBias(
           m.num_heads, bidirectional=not self.decoder, num_buckets=m.relative_buckets,
-          max_distance=m.relative_max_distance, name='relative_bias')(positions_BL, positions_BL)
+          max_distance=m.relative_max_distance, name='relative_bias')(positions_BL,
+                                                                      kv_positions_BS)
     cross_mask = None
     if encoded_BSD is not None:
       cross_mask = attention.Mask(segment_ids_BL, encoder_segment_ids_BS)
@@ -71,13 +75,17 @@ class EncoderDecoder(nn.Module):
                         positions_BS, train)
 
   def decode(self, encoded_BSD, batch, train=False):
-    """Encoder output + decoder inputs -> float32 logits [B, L, V]."""
+    """Encoder output + decoder inputs -> float32 logits [B, L, V]. Decoding (zoo/infer)
+    adds decoder_kv_segment_ids and decoder_kv_positions [B, S] for the decoder's cache."""
     segment_ids_BL, positions_BL = transformer.default_positions(
         batch, 'decoder_inputs', 'decoder_positions', 'decoder_segment_ids')
     encoder_segment_ids_BS, _ = transformer.default_positions(
         batch, 'encoder_inputs', 'encoder_positions', 'encoder_segment_ids')
+    cache_slots = None
+    if 'decoder_kv_segment_ids' in batch:
+      cache_slots = (batch['decoder_kv_segment_ids'], batch['decoder_kv_positions'])
     x_BLD = self.decoder(self._embed(batch['decoder_inputs'], positions_BL), segment_ids_BL,
-                         positions_BL, train, encoded_BSD, encoder_segment_ids_BS)
+                         positions_BL, train, encoded_BSD, encoder_segment_ids_BS, cache_slots)
     m = self.config
     if m.tie_embeddings:
       logits_BLV = self.token_embed.attend(

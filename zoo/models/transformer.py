@@ -104,7 +104,7 @@ def stack(m, train, num_layers, name):
   if m.remat != 'none':
     unit = nn.remat(unit, policy=REMAT_POLICIES[m.remat], prevent_cse=not m.scan_layers)
   if m.scan_layers:
-    scanned = nn.scan(unit, variable_axes={'params': 0, 'moe': 0, 'moe_bias': 0},
+    scanned = nn.scan(unit, variable_axes={'params': 0, 'moe': 0, 'moe_bias': 0, 'cache': 0},
                       split_rngs={'params': True, 'dropout': True},
                       in_axes=(nn.broadcast,) * 5, length=length,
                       metadata_params={nn.PARTITION_NAME: 'layers'})
@@ -206,7 +206,10 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-  """Decoder-only LM: batch {inputs, segment_ids?, positions?} -> float32 logits [B, L, V]."""
+  """Decoder-only LM: batch {inputs, segment_ids?, positions?} -> float32 logits [B, L, V].
+
+  Decoding (zoo/infer) adds kv_segment_ids and kv_positions [B, S] for the S slots of the
+  'cache' collection: the inputs are appended to the cache and attend to it."""
   config: Any  # frozen model config
 
   @nn.compact
@@ -218,11 +221,14 @@ class Decoder(nn.Module):
                          **dtypes(m))
     x_BLD = Embeddings(m, name='embeddings')(embed(ids_BL), positions_BL, None, train)
 
-    mask = attention.Mask(segment_ids_BL, segment_ids_BL, causal=True,
-                          window=m.attention.window)
+    kv_cache = 'kv_segment_ids' in batch
+    kv_segment_ids_BS = batch['kv_segment_ids'] if kv_cache else segment_ids_BL
+    kv_positions_BS = batch['kv_positions'] if kv_cache else positions_BL
+    mask = attention.Mask(segment_ids_BL, kv_segment_ids_BS, causal=True,
+                          window=m.attention.window, kv_cache=kv_cache)
     bias_BHLS = None
     if m.position == 'alibi':
-      bias_BHLS = attention.alibi_bias(positions_BL, positions_BL, m.num_heads)
+      bias_BHLS = attention.alibi_bias(positions_BL, kv_positions_BS, m.num_heads)
     x_BLD, _ = stack(m, train, m.num_layers, 'layers')(x_BLD, mask, positions_BL, bias_BHLS)
 
     if m.norm_position == 'pre':

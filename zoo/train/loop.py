@@ -29,7 +29,7 @@ class TrainingError(RuntimeError):
   """Training cannot go on (e.g. repeated NaN/Inf); the message says why."""
 
 
-class _Setup:
+class Setup:
   """Everything both train and eval need, built in one pass before anything compiles."""
 
   def __init__(self, config, workdir):
@@ -83,6 +83,23 @@ class _Setup:
                                        self.abstract_state['params'])
     except FileNotFoundError as e:
       raise ConfigError(str(e)) from None
+
+  def restore_variables(self, mode):
+    """For --mode=`mode`: the newest checkpoint's model variables, else train.init_params'
+    (an imported model before any training; selection biases, if any, start at zero)
+    -> (step, variables)."""
+    restored = self.checkpointer.restore(self.abstract_state)
+    self.checkpointer.close()
+    if restored:
+      return restored[0], step_lib.model_variables(restored[1])
+    if not self.config.train.init_params:
+      raise ConfigError(f'--mode={mode}: no checkpoint in {self.workdir}/checkpoints; train '
+                        'first or pass the workdir of a trained run')
+    variables = {'params': self.initial_params()}
+    for key in step_lib.model_variables(self.abstract_state).keys() - {'params'}:
+      variables[key] = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype, device=a.sharding),
+                                    self.abstract_state[key])
+    return 0, variables
 
   def datasets(self, train):
     """{stream: grain dataset} for this process's streams."""
@@ -148,7 +165,7 @@ def _describe(setup, params, start_step):
 
 def train(config, workdir):
   """Trains (or resumes) per config; returns the last train metrics row."""
-  setup = _Setup(config, workdir)
+  setup = Setup(config, workdir)
   t = config.train
   is_main = jax.process_index() == 0
 
@@ -252,19 +269,8 @@ def train(config, workdir):
 
 def evaluate(config, workdir):
   """--mode=eval: the newest checkpoint's eval loss, printed and logged."""
-  setup = _Setup(config, workdir)
-  restored = setup.checkpointer.restore(setup.abstract_state)
-  setup.checkpointer.close()
-  if restored:
-    step, variables = restored[0], step_lib.model_variables(restored[1])
-  elif config.train.init_params:  # an imported model before any training
-    step, variables = 0, {'params': setup.initial_params()}
-    for key in step_lib.model_variables(setup.abstract_state).keys() - {'params'}:  # zeros
-      variables[key] = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype, device=a.sharding),
-                                    setup.abstract_state[key])
-  else:
-    raise ConfigError(f'--mode=eval: no checkpoint in {workdir}/checkpoints; train first '
-                      'or pass the workdir of a trained run')
+  setup = Setup(config, workdir)
+  step, variables = setup.restore_variables('eval')
   eval_loss = setup.evaluator()(variables)
   if jax.process_index() == 0:
     writer = metrics_lib.Writer(workdir)
