@@ -4,8 +4,8 @@
     python -m zoo.launch --config=configs/llama3_405b.py:smoke --workdir=/tmp/zoo/llama3_405b
 
 Source: meta-llama/Llama-3.1-405B config.json; Dubey et al. 2024, Table 3.
-Context 8192 (Llama 3). Llama 3.1 extends it to 128k with "llama3" RoPE scaling, which
-the zoo does not implement yet; positions beyond 8192 are not supported.
+Context 131072 through "llama3" RoPE scaling of the 8192-token pretraining context
+(rope_scaling in the same config.json); data.seq_len stays 4096 by default.
 """
 
 from zoo import config as config_lib
@@ -21,7 +21,9 @@ def get_config(arg=None):
   m.num_heads = 128  # head_dim 128
   m.num_kv_heads = 8  # GQA
   m.mlp_dim = 53248
-  presets.llama(c, rope_theta=500_000.0, max_length=8192)
+  presets.llama(c, rope_theta=500_000.0, max_length=131_072)
+  m.rope_scaling.update(type='llama3', factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                        original_max_length=8192)  # config.json rope_scaling
 
   if arg == 'smoke':
     return presets.smoke(c)

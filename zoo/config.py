@@ -69,6 +69,12 @@ def base():
   m.position = 'rope'
   m.max_length = 2048  # learned positions: table size; others: longest supported
   m.rope_theta = 10_000.0
+  # Llama 3.1 RoPE scaling: low frequencies (wavelength > original_max_length /
+  # low_freq_factor) divided by `factor`, high ones (< original / high_freq_factor) kept,
+  # the band between interpolated; type 'none' = plain RoPE
+  m.rope_scaling = ml_collections.ConfigDict({
+      'type': 'none', 'factor': 8.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0,
+      'original_max_length': 8192})
   m.relative_buckets = 32  # t5_bias: buckets per stack's table
   m.relative_max_distance = 128  # t5_bias: offsets beyond share the last bucket
   m.use_bias = False
@@ -241,6 +247,14 @@ def kv_heads(m):
   return m.num_kv_heads or m.num_heads
 
 
+def rope_scaling(m):
+  """-> (factor, low_freq_factor, high_freq_factor, original_max_length), or () for none."""
+  r = m.rope_scaling
+  if r.type == 'none':
+    return ()
+  return (r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_length)
+
+
 def _validate_moe(m, mesh):
   moe = m.moe
   if moe.num_experts < 0:
@@ -332,6 +346,13 @@ def validate(config):
                       f'model.family={m.family!r}')
   if m.position == 'rope' and head_dim(m) % 2:
     raise ConfigError(f'model.position=rope needs an even head_dim, got {head_dim(m)}')
+  r = m.rope_scaling
+  _one_of('model.rope_scaling.type', r.type, ('none', 'llama3'))
+  if r.type != 'none' and not (r.factor >= 1 and 0 < r.low_freq_factor < r.high_freq_factor
+                               and r.original_max_length > 0):
+    raise ConfigError(f'model.rope_scaling: factor={r.factor} must be >= 1, 0 < '
+                      f'low_freq_factor={r.low_freq_factor} < high_freq_factor='
+                      f'{r.high_freq_factor}, original_max_length={r.original_max_length} > 0')
   _validate_moe(m, config.mesh)
   if not 0 <= m.dropout_rate < 1:
     raise ConfigError(f'model.dropout_rate={m.dropout_rate} must be in [0, 1)')

@@ -20,7 +20,8 @@ from zoo.train import metrics as metrics_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = os.path.join(REPO, 'tests', 'fixtures', 'hf')
-NAMES = ['gpt2', 'bert', 'bert_mlm', 't5_v1_0', 't5_v1_1', 'mt5', 'llama', 'mistral', 'mixtral']
+NAMES = ['gpt2', 'bert', 'bert_mlm', 't5_v1_0', 't5_v1_1', 'mt5', 'llama', 'mistral', 'mixtral',
+         'llama3_1']
 
 
 def _batch(name, ref):
@@ -120,8 +121,8 @@ def test_bad_checkpoints_name_the_tensor_or_field(tmp_path):
     hf.load(str(path))
 
   path = _copy('llama', tmp_path / 'rope')
-  _edit_config(path, rope_scaling={'rope_type': 'llama3', 'factor': 8.0})
-  with pytest.raises(hf.ConvertError, match="rope scaling 'llama3' is not built"):
+  _edit_config(path, rope_scaling={'rope_type': 'yarn', 'factor': 8.0})
+  with pytest.raises(hf.ConvertError, match="rope scaling 'yarn' is not built"):
     hf.load(str(path))
   _edit_config(path, model_type='falcon')
   with pytest.raises(hf.ConvertError, match="model_type='falcon' is not supported"):

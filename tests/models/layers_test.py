@@ -93,6 +93,27 @@ def test_rope_rotates_the_first_pair_by_the_position_angle():
   np.testing.assert_allclose(got[0, 0, 0], [np.cos(2), 0, np.sin(2), 0], atol=1e-6)
 
 
+def test_llama3_rope_scaling_slows_low_frequencies_keeps_high_ones_and_blends_between():
+  theta, K, scaling = 10_000.0, 16, (8.0, 1.0, 4.0, 32)
+  want = []
+  for i in range(K // 2):  # the Llama 3.1 rule, one frequency at a time
+    freq = theta ** (-2 * i / K)
+    wavelength = 2 * np.pi / freq
+    if wavelength < 32 / 4.0:
+      want.append(freq)
+    elif wavelength > 32 / 1.0:
+      want.append(freq / 8.0)
+    else:
+      smooth = (32 / wavelength - 1.0) / (4.0 - 1.0)
+      want.append((1 - smooth) * freq / 8.0 + smooth * freq)
+  got = layers.rope_frequencies(K, theta, scaling)
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  plain = layers.rope_frequencies(K, theta)
+  # wavelengths 6.3 (kept), 19.9 (blended), 62.8 and longer (divided by 8)
+  assert got[0] == plain[0] and plain[1] / 8 < got[1] < plain[1]
+  np.testing.assert_allclose(got[2:], plain[2:] / 8, rtol=1e-6)
+
+
 def test_sinusoidal_positions_hand_computed():
   got = layers.sinusoidal(jnp.array([[0, 1]]), 4)
   np.testing.assert_allclose(got[0, 0], [0, 0, 1, 1], atol=1e-7)

@@ -4,10 +4,10 @@
     python -m zoo.launch --config=W/config.py --workdir=W   # fine-tunes from the import
 
 Architectures: GPT-2, BERT (ForPreTraining and ForMaskedLM), T5 v1.0 / v1.1 / mT5, Llama
-(1/2/3, GQA, any rope_theta), Mistral, Mixtral. Each is a table of rules between a zoo
-parameter (its layers stacked on a leading axis, as the layer scan keeps them) and the
-Hugging Face tensor of each layer (and expert); `load` and `save` read the same table in
-opposite directions. Tensors are read with safetensors' numpy API (no torch). Anything the
+(1/2/3/3.1+: GQA, any rope_theta, 'llama3' rope scaling), Mistral, Mixtral. Each is a table
+of rules between a zoo parameter (its layers stacked on a leading axis, as the layer scan
+keeps them) and the Hugging Face tensor of each layer (and expert); `load` and `save` read
+the same table in opposite directions. Tensors are read with safetensors' numpy API (no torch). Anything the
 zoo does not model (an option, a tensor, a rope scaling) is an error naming it, never a
 silent approximation.
 """
@@ -260,12 +260,11 @@ def _llama(hf, names):
   if hf.get('hidden_act', 'silu') != 'silu':
     raise ConvertError(f"{hf['model_type']} hidden_act={hf['hidden_act']!r}: the zoo builds "
                        "SwiGLU ('silu') only")
-  rope = hf.get('rope_parameters') or {}
-  scaling = hf.get('rope_scaling') or {}
-  kind = scaling.get('rope_type', scaling.get('type')) or rope.get('rope_type', 'default')
-  if kind not in ('default', None):
-    raise ConvertError(f"{hf['model_type']} rope scaling {kind!r} is not built (only plain "
-                       'RoPE); the logits would differ at every position')
+  rope = {**(hf.get('rope_parameters') or {}), **(hf.get('rope_scaling') or {})}
+  kind = rope.get('rope_type', rope.get('type')) or 'default'
+  if kind not in ('default', 'llama3'):
+    raise ConvertError(f"{hf['model_type']} rope scaling {kind!r} is not built (plain RoPE "
+                       "and 'llama3' are); the logits would differ at every position")
   for flag in ('attention_bias', 'mlp_bias'):
     if hf.get(flag):
       raise ConvertError(f"{hf['model_type']} {flag}=true is not built; the zoo's Llama has no "
@@ -281,6 +280,11 @@ def _llama(hf, names):
   m.head_dim = 0 if head_dim * m.num_heads == m.d_model else head_dim  # 0: d_model / heads
   m.norm_eps = hf.get('rms_norm_eps', 1e-5)
   m.tie_embeddings = 'lm_head.weight' not in names
+  if kind == 'llama3':
+    m.rope_scaling.update(type='llama3', factor=rope['factor'],
+                          low_freq_factor=rope['low_freq_factor'],
+                          high_freq_factor=rope['high_freq_factor'],
+                          original_max_length=rope['original_max_position_embeddings'])
   if hf['model_type'] in ('mistral', 'mixtral') and hf.get('sliding_window'):
     m.attention.window = hf['sliding_window']
   if hf['model_type'] == 'mixtral':
@@ -521,6 +525,11 @@ def _hf_config(config):
         'intermediate_size': m.mlp_dim, 'hidden_act': 'silu', 'rms_norm_eps': m.norm_eps,
         'rope_theta': m.rope_theta, 'max_position_embeddings': m.max_length,
         'tie_word_embeddings': m.tie_embeddings}
+  if m.rope_scaling.type == 'llama3':  # the hub's Llama 3.1 layout
+    hf['rope_scaling'] = {'rope_type': 'llama3', 'factor': m.rope_scaling.factor,
+                          'low_freq_factor': m.rope_scaling.low_freq_factor,
+                          'high_freq_factor': m.rope_scaling.high_freq_factor,
+                          'original_max_position_embeddings': m.rope_scaling.original_max_length}
   if family in ('mistral', 'mixtral'):
     hf['sliding_window'] = m.attention.window or None
   if family == 'mixtral':

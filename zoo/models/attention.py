@@ -35,6 +35,7 @@ class MultiHeadAttention(nn.Module):
   head_dim: int
   use_bias: bool = False
   rope_theta: float | None = None  # None = no rotary embedding
+  rope_scaling: tuple = ()  # config.rope_scaling(m): Llama 3.1 frequency scaling
   fold_scale: bool = False  # T5: logits unscaled, K^-0.5 folded into the query init
   init_std: float = 0.0
   out_init_scale: float = 1.0
@@ -56,8 +57,8 @@ class MultiHeadAttention(nn.Module):
     k_BSGK = dense('key', (G, K), ('embed', 'kv_heads', 'head_dim'))(kv_BSD)
     v_BSGK = dense('value', (G, K), ('embed', 'kv_heads', 'head_dim'))(kv_BSD)
     if self.rope_theta is not None:
-      q_BLHK = layers.apply_rope(q_BLHK, q_positions_BL, self.rope_theta)
-      k_BSGK = layers.apply_rope(k_BSGK, kv_positions_BS, self.rope_theta)
+      q_BLHK = layers.apply_rope(q_BLHK, q_positions_BL, self.rope_theta, self.rope_scaling)
+      k_BSGK = layers.apply_rope(k_BSGK, kv_positions_BS, self.rope_theta, self.rope_scaling)
     q_BLHK = nn.with_logical_constraint(q_BLHK, ('batch', 'length', 'heads', 'head_dim'))
     if isinstance(mask, Mask) and mask.kv_cache:
       k_BSGK, v_BSGK, mask = self._cached(k_BSGK, v_BSGK, mask)

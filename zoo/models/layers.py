@@ -146,10 +146,24 @@ def sinusoidal(positions_BL, features, max_timescale=10_000.0):
   return jnp.concatenate([jnp.sin(angles_BLk), jnp.cos(angles_BLk)], axis=-1)
 
 
-def apply_rope(x_BLHK, positions_BL, theta):
-  """Rotates channel pairs (i, i + K/2) by position * theta^(-2i/K), in float32."""
+def rope_frequencies(head_dim, theta, scaling=()):
+  """theta^(-2i/K) for the K/2 channel pairs (float32), with Llama 3.1 scaling when given
+  (factor, low_freq_factor, high_freq_factor, original_max_length): wavelengths beyond
+  original / low_freq_factor slow down by `factor`, those under original / high_freq_factor
+  stay, and the band between blends the two by where original / wavelength falls."""
+  freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+  if scaling:
+    factor, low, high, original = scaling
+    blend = np.clip((original * freq / (2 * np.pi) - low) / (high - low), 0.0, 1.0)
+    freq = (1 - blend) * freq / factor + blend * freq
+  return freq.astype(np.float32)
+
+
+def apply_rope(x_BLHK, positions_BL, theta, scaling=()):
+  """Rotates channel pairs (i, i + K/2) by position * frequency i (rope_frequencies), in
+  float32."""
   half = x_BLHK.shape[-1] // 2
-  inv_freq = theta ** (-np.arange(half, dtype=np.float32) * 2 / x_BLHK.shape[-1])
+  inv_freq = rope_frequencies(x_BLHK.shape[-1], theta, scaling)
   angles_BLk = positions_BL[..., None].astype(jnp.float32) * inv_freq[None, None]
   sin_BL1k, cos_BL1k = jnp.sin(angles_BLk)[:, :, None], jnp.cos(angles_BLk)[:, :, None]
   x = x_BLHK.astype(jnp.float32)

@@ -46,6 +46,7 @@ class Block(nn.Module):
     attention_module = lambda name, rope: attention.MultiHeadAttention(
         m.num_heads, config_lib.kv_heads(m), config_lib.head_dim(m), use_bias=m.use_bias,
         rope_theta=m.rope_theta if rope and m.position == 'rope' else None,
+        rope_scaling=config_lib.rope_scaling(m),
         fold_scale=m.position == 't5_bias', init_std=m.kernel_init_std,
         out_init_scale=_out_init_scale(m), kernel=m.attention.kernel,
         block_sizes=(m.attention.block_q, m.attention.block_kv), name=name, **dtypes(m))
