@@ -49,6 +49,8 @@ def test_bad_overrides_name_the_key(override, message):
     ({'model.rope_scaling.type': 'llama3', 'model.rope_scaling.high_freq_factor': 0.5},
      r'model.rope_scaling: .* low_freq_factor=1.0 < high_freq_factor=0.5'),
     ({'generate.temperature': -1.0}, r'generate.temperature=-1.0 .* must be >= 0'),
+    ({'generate.num_beams': 4, 'generate.temperature': 0.7},
+     r'generate.num_beams=4 searches, it does not sample; set generate.temperature=0'),
     ({'model.family': 'encoder_decoder', 'data.objective': 'span_corruption'},
      'needs model.num_encoder_layers and model.num_decoder_layers'),
     ({'data.objective': 'mlm'}, "data.objective='mlm' does not train model.family='decoder'"),

@@ -169,6 +169,8 @@ def base():
   g.top_k = 0  # sample among the k likeliest tokens; 0 = all
   g.top_p = 1.0  # nucleus: the smallest set of tokens holding this much probability
   g.seed = 0
+  g.num_beams = 1  # > 1: beam search (deterministic; temperature must be 0)
+  g.length_alpha = 0.0  # beam scores: log prob / ((5 + length) / 6)^alpha (GNMT; T5 used 0.6)
 
   c.mesh = ml_collections.ConfigDict({'data': -1, 'fsdp': 1, 'tensor': 1, 'expert': 1,
                                       'slices': 1})  # slices: DCN split of data
@@ -401,6 +403,12 @@ def validate(config):
                       'must be >= 0 (0 = greedy, 0 = no top-k)')
   if not 0 < g.top_p <= 1:
     raise ConfigError(f'generate.top_p={g.top_p} must be in (0, 1]')
+  _positive('generate.num_beams', g.num_beams)
+  if g.num_beams > 1 and g.temperature:
+    raise ConfigError(f'generate.num_beams={g.num_beams} searches, it does not sample; set '
+                      f'generate.temperature=0 (now {g.temperature}) or num_beams=1')
+  if g.length_alpha < 0:
+    raise ConfigError(f'generate.length_alpha={g.length_alpha} must be >= 0')
 
   _positive('optim.learning_rate', o.learning_rate)
   _one_of('optim.schedule', o.schedule, SCHEDULES)

@@ -5,6 +5,7 @@ top-k / top-p filtering matches numpy."""
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -12,6 +13,7 @@ from tests import helpers
 from zoo import models
 from zoo import presets
 from zoo.infer import generate
+from zoo.infer import run
 
 PROMPTS = [[2, 10, 11, 12, 13, 14], [2, 20, 21]]  # the second is left-padded by 3
 TEACHER = [30, 31, 32, 33]  # tokens fed after the prompts
@@ -126,3 +128,13 @@ def test_top_k_and_top_p_keep_the_likeliest_tokens_as_numpy_does():
   for seed in range(3):
     draw = generate.sample(jnp.asarray(logits), jax.random.PRNGKey(seed), 1.5, top_k=1)
     np.testing.assert_array_equal(draw, [0, 2])
+
+
+def test_ids_past_the_tokenizer_print_as_t5_sentinels_or_as_ids():
+  class Letters:  # ids 0-9 are the letters a-j
+    vocab_size = 10
+    decode = staticmethod(lambda ids: ''.join(chr(97 + i) for i in ids))
+  data = lambda objective: ml_collections.ConfigDict({'objective': objective, 'vocab_size': 20})
+  assert run._text(Letters, [0, 1, 19, 2, 18], data('span_corruption')) == (
+      'ab<extra_id_0>c<extra_id_1>')
+  assert run._text(Letters, [0, 15, 1], data('causal_lm')) == 'a<id 15>b'

@@ -4,10 +4,11 @@ Decoder-only: prompts are left-padded to the longest, so every row's next token 
 same cache slot; padding has segment id 0 (never attended) and positions count from each
 row's first real token. Encoder-decoder: the encoder runs once, the decoder starts from
 id 0 (as in training) with its own cache; cross-attention reads the encoder output.
-Sampling: temperature (0 = greedy), then top-k and top-p (nucleus) filtering. A row stops
-at EOS; its later tokens are padding. The whole loop is one jitted `lax.while_loop`.
+Sampling: temperature (0 = greedy), then top-k and top-p (nucleus) filtering; or beam
+search (zoo/infer/beam.py) over the same cache, its rows reordered with the beams. A row
+stops at EOS; its later tokens are padding. The whole loop is one jitted `lax.while_loop`.
 
-Glossary: B batch, P prompt length, N new tokens, S cache slots, V vocab.
+Glossary: B batch, P prompt length, N new tokens, S cache slots, V vocab, W beams.
 """
 
 import functools
@@ -16,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zoo.infer import beam
 from zoo.models import encoder_decoder
 
 
@@ -83,9 +85,8 @@ def _decode_loop(step_fn, logits_BV, cache, rng, max_new_tokens, sampling, eos_i
   return jax.lax.while_loop(cond, body, carry)[3]
 
 
-def decoder_generate(model, variables, ids_BP, segments_BP, rng, max_new_tokens, sampling,
-                     eos_id, pad_id):
-  """Decoder-only: left-padded prompts -> new tokens [B, N] (padding after EOS)."""
+def decoder_start(model, variables, ids_BP, segments_BP, max_new_tokens):
+  """Decoder-only: left-padded prompts prefilled -> (first logits [B, V], cache, step)."""
   B, P = ids_BP.shape
   S = P + max_new_tokens
   kv_segments_BS = jnp.concatenate([segments_BP, jnp.ones((B, max_new_tokens), jnp.int32)], 1)
@@ -104,13 +105,12 @@ def decoder_generate(model, variables, ids_BP, segments_BP, rng, max_new_tokens,
     return logits_BLV[:, -1], mutated['cache']
 
   logits_BV, cache = run(_empty_cache(model, (batch_at(ids_BP, 0),)), ids_BP, 0)
-  step = lambda token_B, i, cache: run(cache, token_B[:, None], P + i)
-  return _decode_loop(step, logits_BV, cache, rng, max_new_tokens, sampling, eos_id, pad_id)
+  return logits_BV, cache, lambda token_B, i, cache: run(cache, token_B[:, None], P + i)
 
 
-def encoder_decoder_generate(model, variables, ids_BS, segments_BS, rng, max_new_tokens,
-                             sampling, eos_id, pad_id):
-  """Encoder-decoder: encoder inputs (padding anywhere, segment 0) -> new tokens [B, N]."""
+def encoder_decoder_start(model, variables, ids_BS, segments_BS, max_new_tokens):
+  """Encoder-decoder: encoder inputs (padding anywhere, segment 0) encoded, the start token
+  decoded -> (first logits [B, V], cache, step)."""
   B, N = ids_BS.shape[0], max_new_tokens
   encoder_batch = {'encoder_inputs': ids_BS, 'encoder_segment_ids': segments_BS}
   encoded_BSD = model.apply(variables, encoder_batch, method=encoder_decoder.EncoderDecoder.encode)
@@ -135,13 +135,35 @@ def encoder_decoder_generate(model, variables, ids_BS, segments_BS, rng, max_new
   cache = _empty_cache(model, (encoded_BSD, batch_at(start_B, 0)),
                        method=encoder_decoder.EncoderDecoder.decode)
   logits_BV, cache = run(cache, start_B, 0)
-  step = lambda token_B, i, cache: run(cache, token_B, i + 1)
-  return _decode_loop(step, logits_BV, cache, rng, N, sampling, eos_id, pad_id)
+  return logits_BV, cache, lambda token_B, i, cache: run(cache, token_B, i + 1)
 
 
-def make(model, family, max_new_tokens, sampling, eos_id, pad_id):
+STARTS = {'decoder': decoder_start, 'encoder_decoder': encoder_decoder_start}
+
+
+def reorder_cache(cache, rows):
+  """The KV cache of the given batch rows (the batch axis sits before [S, G, K]; the layer
+  scan stacks layers in front)."""
+  def pick(path, leaf):
+    if path[-1].key in ('cached_key', 'cached_value'):
+      return jnp.take(leaf, rows, axis=leaf.ndim - 4)
+    return leaf  # cache_index: the same for every row
+  return jax.tree_util.tree_map_with_path(pick, cache)
+
+
+def make(model, family, max_new_tokens, sampling, eos_id, pad_id, num_beams=1,
+         length_alpha=0.0):
   """-> fn(variables, ids, segment ids, rng) -> new tokens [B, N], to jit (one trace: the
-  decode loop is a lax.while_loop)."""
-  fn = {'decoder': decoder_generate, 'encoder_decoder': encoder_decoder_generate}[family]
-  return functools.partial(fn, model, max_new_tokens=max_new_tokens, sampling=dict(sampling),
-                           eos_id=eos_id, pad_id=pad_id)
+  decode loop is a lax.while_loop). num_beams > 1: beam search (sampling unused)."""
+  start = functools.partial(STARTS[family], model, max_new_tokens=max_new_tokens)
+
+  def fn(variables, ids, segments, rng):
+    if num_beams == 1:
+      logits_BV, cache, step = start(variables, ids, segments)
+      return _decode_loop(step, logits_BV, cache, rng, max_new_tokens, dict(sampling), eos_id,
+                          pad_id)
+    repeat = lambda a: jnp.repeat(jnp.asarray(a), num_beams, axis=0)  # rows b*W .. b*W+W-1
+    logits_XV, cache, step = start(variables, repeat(ids), repeat(segments))
+    return beam.search(step, logits_XV, cache, reorder_cache, num_beams, max_new_tokens,
+                       eos_id, pad_id, length_alpha)[0]
+  return fn

@@ -44,6 +44,23 @@ def _tokenize(config, tokenizer, prompts):
   return ids, (np.arange(length)[None] < np.array([[len(r)] for r in rows])).astype(np.int32)
 
 
+def _text(tokenizer, ids, data_config):
+  """Ids -> text; ids past the tokenizer are T5 sentinels (<extra_id_k>, counting down from
+  data.vocab_size) or, elsewhere, shown as <id N>."""
+  parts, pieces = [], []
+  for i in ids:
+    if i < tokenizer.vocab_size:
+      pieces.append(i)
+      continue
+    parts.append(tokenizer.decode(pieces))
+    pieces = []
+    if data_config.objective == 'span_corruption' and i < data_config.vocab_size:
+      parts.append(f'<extra_id_{data_config.vocab_size - 1 - i}>')
+    else:
+      parts.append(f'<id {i}>')
+  return ''.join(parts) + tokenizer.decode(pieces)
+
+
 def run(config, workdir, prompts):
   """-> the completions (text), also printed after their prompts."""
   check(config, prompts)
@@ -53,7 +70,8 @@ def run(config, workdir, prompts):
   g = config.generate
   fn = generate.make(setup.model, config.model.family, g.max_new_tokens,
                      {'temperature': g.temperature, 'top_k': g.top_k, 'top_p': g.top_p},
-                     setup.tokenizer.eos_id, setup.tokenizer.pad_id)
+                     setup.tokenizer.eos_id, setup.tokenizer.pad_id, g.num_beams,
+                     g.length_alpha)
   replicated = sharding.replicated(setup.mesh)
   jitted = setup.jit(fn, (step_lib.model_variables(setup.state_shardings), replicated,
                           replicated, replicated), replicated)
@@ -63,7 +81,8 @@ def run(config, workdir, prompts):
   for prompt, row in zip(prompts, tokens):
     ended = setup.tokenizer.eos_id in row
     row = list(row[:list(row).index(setup.tokenizer.eos_id)] if ended else row)
-    completions.append(setup.tokenizer.decode(row))
+    completions.append(_text(setup.tokenizer, row, config.data))
+    joint = '' if config.model.family == 'decoder' else '\n=> '  # a continuation, or an answer
     print(f'--- step {step}: {len(row)} tokens{" then EOS" if ended else ""}\n'
-          f'{prompt}{completions[-1]}', flush=True)
+          f'{prompt}{joint}{completions[-1]}', flush=True)
   return completions
