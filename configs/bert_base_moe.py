@@ -26,8 +26,4 @@ def get_config(arg=None):
   c.optim.learning_rate = 1e-4
   c.optim.b1, c.optim.b2, c.optim.weight_decay = 0.9, 0.999, 0.01
 
-  if arg == 'smoke':
-    return presets.smoke(c)
-  if arg:
-    raise ValueError(f'unknown variant {arg!r}; use :smoke or nothing')
-  return c
+  return presets.variant(c, arg)

@@ -23,8 +23,4 @@ def get_config(arg=None):
   c.optim.learning_rate = 1e-4  # sec. A.2
   c.optim.b1, c.optim.b2, c.optim.weight_decay = 0.9, 0.999, 0.01  # sec. A.2
 
-  if arg == 'smoke':
-    return presets.smoke(c)
-  if arg:
-    raise ValueError(f'unknown variant {arg!r}; use :smoke or nothing')
-  return c
+  return presets.variant(c, arg)

@@ -27,8 +27,4 @@ def get_config(arg=None):
   m.moe.num_shared_experts = 2
   m.moe.capacity_factor = 0.0  # dropless
 
-  if arg == 'smoke':
-    return presets.smoke(c)
-  if arg:
-    raise ValueError(f'unknown variant {arg!r}; use :smoke or nothing')
-  return c
+  return presets.variant(c, arg)

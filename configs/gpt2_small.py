@@ -20,8 +20,4 @@ def get_config(arg=None):
   m.mlp_dim = 3072  # 4 * d_model
   presets.gpt2(c)
 
-  if arg == 'smoke':
-    return presets.smoke(c)
-  if arg:
-    raise ValueError(f'unknown variant {arg!r}; use :smoke or nothing')
-  return c
+  return presets.variant(c, arg)

@@ -24,8 +24,4 @@ def get_config(arg=None):
   c.optim.learning_rate = 6e-05  # Table 2.1
   c.optim.b1, c.optim.b2, c.optim.eps = 0.9, 0.95, 1e-8  # Appendix B
 
-  if arg == 'smoke':
-    return presets.smoke(c)
-  if arg:
-    raise ValueError(f'unknown variant {arg!r}; use :smoke or nothing')
-  return c
+  return presets.variant(c, arg)

@@ -25,8 +25,4 @@ def get_config(arg=None):
   m.rope_scaling.update(type='llama3', factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                         original_max_length=8192)  # config.json rope_scaling
 
-  if arg == 'smoke':
-    return presets.smoke(c)
-  if arg:
-    raise ValueError(f'unknown variant {arg!r}; use :smoke or nothing')
-  return c
+  return presets.variant(c, arg)

@@ -21,8 +21,4 @@ def get_config(arg=None):
   m.mlp_dim = 28672
   presets.llama(c, rope_theta=500_000.0, max_length=8192)
 
-  if arg == 'smoke':
-    return presets.smoke(c)
-  if arg:
-    raise ValueError(f'unknown variant {arg!r}; use :smoke or nothing')
-  return c
+  return presets.variant(c, arg)

@@ -22,8 +22,4 @@ def get_config(arg=None):
   m.attention.window = 4096  # sliding-window attention
   presets.llama(c, rope_theta=10_000.0, max_length=32768)
 
-  if arg == 'smoke':
-    return presets.smoke(c)
-  if arg:
-    raise ValueError(f'unknown variant {arg!r}; use :smoke or nothing')
-  return c
+  return presets.variant(c, arg)

@@ -25,8 +25,4 @@ def get_config(arg=None):
   m.moe.capacity_factor = 0.0  # dropless
   m.moe.balance_loss = 0.02
 
-  if arg == 'smoke':
-    return presets.smoke(c)
-  if arg:
-    raise ValueError(f'unknown variant {arg!r}; use :smoke or nothing')
-  return c
+  return presets.variant(c, arg)

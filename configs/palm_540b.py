@@ -18,8 +18,4 @@ def get_config(arg=None):
   m.num_heads = 48  # head_dim 256 (set by the preset), multi-query
   presets.palm(c)
 
-  if arg == 'smoke':
-    return presets.smoke(c)
-  if arg:
-    raise ValueError(f'unknown variant {arg!r}; use :smoke or nothing')
-  return c
+  return presets.variant(c, arg)

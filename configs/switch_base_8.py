@@ -26,8 +26,4 @@ def get_config(arg=None):
   m.moe.capacity_factor = 1.25
   c.train.batch_size = 128
 
-  if arg == 'smoke':
-    return presets.smoke(c)
-  if arg:
-    raise ValueError(f'unknown variant {arg!r}; use :smoke or nothing')
-  return c
+  return presets.variant(c, arg)

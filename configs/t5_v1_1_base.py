@@ -23,8 +23,4 @@ def get_config(arg=None):
   presets.t5(c, version='1.1')
   c.train.batch_size = 128  # sequences of 512 (sec. 3.1.2)
 
-  if arg == 'smoke':
-    return presets.smoke(c)
-  if arg:
-    raise ValueError(f'unknown variant {arg!r}; use :smoke or nothing')
-  return c
+  return presets.variant(c, arg)

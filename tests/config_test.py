@@ -34,6 +34,12 @@ def test_bad_overrides_name_the_key(override, message):
     config_lib.load(CONFIG + ':smoke', [override])
 
 
+@pytest.mark.parametrize('name', ['t5_base', 'mixtral_8x7b', 'gpt_shakespeare'])
+def test_an_unknown_variant_is_a_config_error_naming_it(name):
+  with pytest.raises(config_lib.ConfigError, match=r"unknown variant 'tiny'.*use :smoke"):
+    config_lib.load(f'configs/{name}.py:tiny')
+
+
 @pytest.mark.parametrize('overrides,message', [
     ({'model.num_heads': 3}, 'model.num_heads=3 does not divide model.d_model=32'),
     ({'model.num_kv_heads': 3}, 'model.num_kv_heads=3 does not divide model.num_heads=4'),

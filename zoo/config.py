@@ -188,7 +188,10 @@ def load(spec, overrides=()):
   module_spec = importlib.util.spec_from_file_location('zoo_config_file', path)
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
-  config = module.get_config(arg) if arg else module.get_config()
+  try:
+    config = module.get_config(arg) if arg else module.get_config()
+  except ValueError as e:  # e.g. an unknown variant after the ':'
+    raise ConfigError(f'--config={spec}: {e}') from None
   config.lock()
   for override in overrides:
     apply_override(config, override)

@@ -89,6 +89,15 @@ def t5(c, version):
   return c
 
 
+def variant(c, arg):
+  """The variant `arg` of a published shape: none = as published, 'smoke' = smoke(c)."""
+  if arg == 'smoke':
+    return smoke(c)
+  if arg:
+    raise ValueError(f'unknown variant {arg!r}; use :smoke or nothing')
+  return c
+
+
 def smoke(c):
   """Shrinks every dimension so a few steps train on a CPU in seconds; keeps the switches."""
   m = c.model

@@ -75,14 +75,16 @@ def run(config, workdir, prompts):
   replicated = sharding.replicated(setup.mesh)
   jitted = setup.jit(fn, (step_lib.model_variables(setup.state_shardings), replicated,
                           replicated, replicated), replicated)
-  tokens = np.asarray(jax.device_get(jitted(variables, ids, segments,
-                                            jax.random.PRNGKey(g.seed))))
+  # every process holds the same prompts: one replicated array across the pod
+  inputs = [jax.device_put(a, replicated) for a in (ids, segments, jax.random.PRNGKey(g.seed))]
+  tokens = np.asarray(jitted(variables, *inputs).addressable_data(0))
   completions = []
   for prompt, row in zip(prompts, tokens):
     ended = setup.tokenizer.eos_id in row
     row = list(row[:list(row).index(setup.tokenizer.eos_id)] if ended else row)
     completions.append(_text(setup.tokenizer, row, config.data))
     joint = '' if config.model.family == 'decoder' else '\n=> '  # a continuation, or an answer
-    print(f'--- step {step}: {len(row)} tokens{" then EOS" if ended else ""}\n'
-          f'{prompt}{joint}{completions[-1]}', flush=True)
+    if jax.process_index() == 0:
+      print(f'--- step {step}: {len(row)} tokens{" then EOS" if ended else ""}\n'
+            f'{prompt}{joint}{completions[-1]}', flush=True)
   return completions
