@@ -66,10 +66,13 @@ def test_cached_decoding_gives_the_full_forward_logits(overrides):
 
 
 def _greedy_without_cache(model, variables, prompt, steps):
-  tokens = list(prompt)
-  for _ in range(steps):
-    tokens.append(int(np.argmax(_full_logits(model, variables, tokens)[-1])))
-  return tokens[len(prompt):]
+  """Full forward passes over a fixed buffer (causal: the zeros after a position do not
+  change its logits), one per new token."""
+  forward = jax.jit(lambda ids: model.apply(variables, {'inputs': ids})[0])
+  tokens = np.asarray([prompt + [0] * steps])
+  for i in range(len(prompt), len(prompt) + steps):
+    tokens[0, i] = int(np.argmax(forward(tokens)[i - 1]))
+  return list(tokens[0, len(prompt):])
 
 
 def test_greedy_generation_equals_greedy_decoding_without_a_cache_and_stops_at_eos():
@@ -102,13 +105,14 @@ def test_t5_greedy_generation_equals_greedy_decoding_without_a_cache():
   segments = (inputs > 0).astype(np.int32)
   got = np.asarray(jax.jit(generate.make(model, 'encoder_decoder', 5, {'temperature': 0.0}, 3,
                                         0))(variables, inputs, segments, jax.random.PRNGKey(0)))
-  for row in range(2):
-    decoded = [0]
-    for _ in range(5):
+  forward = jax.jit(lambda batch: model.apply(variables, batch)[0])
+  for row in range(2):  # full forward passes over a fixed (causal) decoder buffer
+    decoded = np.zeros((1, 6), np.int32)  # starts from id 0
+    for i in range(5):
       batch = {'encoder_inputs': inputs[row:row + 1], 'encoder_segment_ids': segments[row:row + 1],
-               'decoder_inputs': jnp.asarray([decoded])}
-      decoded.append(int(np.argmax(model.apply(variables, batch)[0, -1])))
-    want = decoded[1:]
+               'decoder_inputs': decoded}
+      decoded[0, i + 1] = int(np.argmax(forward(batch)[i]))
+    want = [int(t) for t in decoded[0, 1:]]
     if 3 in want:
       want = want[:want.index(3) + 1] + [0] * (4 - want.index(3))
     assert list(got[row]) == want
