@@ -290,6 +290,23 @@ def _validate_moe(m, mesh):
       raise ConfigError(f'model.moe.{name}={moe[name]} must be >= 0')
 
 
+def _validate_generate(g, m):
+  _positive('generate.max_new_tokens', g.max_new_tokens)
+  if g.temperature < 0 or g.top_k < 0:
+    raise ConfigError(f'generate.temperature={g.temperature} and generate.top_k={g.top_k} '
+                      'must be >= 0 (0 = greedy, 0 = no top-k)')
+  if not 0 < g.top_p <= 1:
+    raise ConfigError(f'generate.top_p={g.top_p} must be in (0, 1]')
+  if g.top_k > m.vocab_size:
+    raise ConfigError(f'generate.top_k={g.top_k} exceeds model.vocab_size={m.vocab_size}')
+  _positive('generate.num_beams', g.num_beams)
+  if g.num_beams > 1 and g.temperature:
+    raise ConfigError(f'generate.num_beams={g.num_beams} searches, it does not sample; set '
+                      f'generate.temperature=0 (now {g.temperature}) or num_beams=1')
+  if g.length_alpha < 0:
+    raise ConfigError(f'generate.length_alpha={g.length_alpha} must be >= 0')
+
+
 def validate(config):
   """Raises ConfigError naming the first field that cannot work; returns the config."""
   m, d, t, o = config.model, config.data, config.train, config.optim
@@ -399,19 +416,7 @@ def validate(config):
   if t.eval_batches < 0 or t.z_loss < 0:
     raise ConfigError('train.eval_batches and train.z_loss must be >= 0')
 
-  g = config.generate
-  _positive('generate.max_new_tokens', g.max_new_tokens)
-  if g.temperature < 0 or g.top_k < 0:
-    raise ConfigError(f'generate.temperature={g.temperature} and generate.top_k={g.top_k} '
-                      'must be >= 0 (0 = greedy, 0 = no top-k)')
-  if not 0 < g.top_p <= 1:
-    raise ConfigError(f'generate.top_p={g.top_p} must be in (0, 1]')
-  _positive('generate.num_beams', g.num_beams)
-  if g.num_beams > 1 and g.temperature:
-    raise ConfigError(f'generate.num_beams={g.num_beams} searches, it does not sample; set '
-                      f'generate.temperature=0 (now {g.temperature}) or num_beams=1')
-  if g.length_alpha < 0:
-    raise ConfigError(f'generate.length_alpha={g.length_alpha} must be >= 0')
+  _validate_generate(config.generate, m)
 
   _positive('optim.learning_rate', o.learning_rate)
   _one_of('optim.schedule', o.schedule, SCHEDULES)

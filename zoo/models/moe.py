@@ -157,8 +157,8 @@ def _expert_parallel_mlp(x_ND, experts_N, w, cfg, num_shards):
       land_offsets_X, recv_X, 'expert')
   # received rows run (source 0: my experts in order), (source 1: ...), ...: tag each with
   # its local expert (rows past the received ones: `local`, skipped)
-  mine_XE = jax.lax.dynamic_slice_in_dim(counts_XE, me * local, local, axis=1)
-  ends = jnp.cumsum(mine_XE.reshape(-1))
+  local_counts = jax.lax.dynamic_slice_in_dim(counts_XE, me * local, local, axis=1)  # [X, E/X]
+  ends = jnp.cumsum(local_counts.reshape(-1))
   segment_R = jnp.searchsorted(ends, jnp.arange(X * N), side='right')
   expert_R = jnp.where(segment_R < X * local, segment_R % local, local)
   y_RD = _grouped_mlp(x_RD, expert_R, local, w, cfg['activation'])
