@@ -163,22 +163,28 @@ def test_repeated_nonfinite_updates_stop_with_a_clear_message(tmp_path):
   assert rows[-1]['nonfinite_total'] >= 4
 
 
-def _generate(workdir, *args, config=SMOKE):
+def _generate(workdir, *args, config=SMOKE, devices=1):
   command = [sys.executable, '-m', 'zoo.launch', f'--config={config}', f'--workdir={workdir}',
              '--mode=generate', *args]
-  return subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300,
-                        check=False)
+  return subprocess.run(command, env=_env(devices), capture_output=True, text=True,
+                        timeout=300, check=False)
 
 
 def test_generate_continues_each_prompt_from_the_newest_checkpoint(reference):
-  result = _generate(reference, '--prompt=ROMEO:', '--prompt=First Citizen:',
-                     '--config.generate.max_new_tokens=12')
+  args = ('--prompt=ROMEO:', '--prompt=First Citizen:', '--config.generate.max_new_tokens=12',
+          '--config.generate.temperature=0.9')
+  result = _generate(reference, *args)
   assert result.returncode == 0, result.stderr[-3000:]
   blocks = result.stdout.split('--- step 120: ')[1:]
   assert len(blocks) == 2 and blocks[0].split('\n', 1)[1].startswith('ROMEO:')
   assert blocks[1].split('\n', 1)[1].startswith('First Citizen:')
   counts = [int(b.split(' tokens')[0]) for b in blocks]
   assert all(0 <= n <= 12 for n in counts) and max(counts) > 0
+  # the same draws with the parameters (and the cache) sharded over 8 devices
+  sharded = _generate(reference, *args, '--config.mesh.data=2', '--config.mesh.fsdp=2',
+                      '--config.mesh.tensor=2', devices=8)
+  assert sharded.returncode == 0, sharded.stderr[-3000:]
+  assert sharded.stdout == result.stdout
 
 
 @pytest.mark.parametrize('args, message', [

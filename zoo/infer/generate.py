@@ -151,6 +151,15 @@ def reorder_cache(cache, rows):
   return jax.tree_util.tree_map_with_path(pick, cache)
 
 
+def decode_rules(rules):
+  """The logical-axis rules to trace decoding under: the training rules without the residual
+  stream's `activation_embed` constraint. With it, [B, 1, D] steps on a data x fsdp x tensor
+  mesh (batch over two axes, D over tensor) came out wrong from XLA's SPMD partitioner
+  (jax 0.10.2, CPU; tests/infer/generate_test.py keeps the check); the parameters' own
+  shardings still place every matmul."""
+  return tuple(rule for rule in rules if rule[0] != 'activation_embed')
+
+
 def make(model, family, max_new_tokens, sampling, eos_id, pad_id, num_beams=1,
          length_alpha=0.0):
   """-> fn(variables, ids, segment ids, rng) -> new tokens [B, N], to jit (one trace: the

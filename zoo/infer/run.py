@@ -5,6 +5,7 @@ as encoder inputs), generated together in one batch with the config's `generate`
 and printed with their completions.
 """
 
+import flax.linen as nn
 import jax
 import numpy as np
 
@@ -73,11 +74,13 @@ def run(config, workdir, prompts):
                      setup.tokenizer.eos_id, setup.tokenizer.pad_id, g.num_beams,
                      g.length_alpha)
   replicated = sharding.replicated(setup.mesh)
-  jitted = setup.jit(fn, (step_lib.model_variables(setup.state_shardings), replicated,
-                          replicated, replicated), replicated)
+  jitted = jax.jit(fn, in_shardings=(step_lib.model_variables(setup.state_shardings),
+                                     replicated, replicated, replicated),
+                   out_shardings=replicated)
   # every process holds the same prompts: one replicated array across the pod
   inputs = [jax.device_put(a, replicated) for a in (ids, segments, jax.random.PRNGKey(g.seed))]
-  tokens = np.asarray(jitted(variables, *inputs).addressable_data(0))
+  with jax.set_mesh(setup.mesh), nn.logical_axis_rules(generate.decode_rules(setup.rules)):
+    tokens = np.asarray(jitted(variables, *inputs).addressable_data(0))
   completions = []
   for prompt, row in zip(prompts, tokens):
     ended = setup.tokenizer.eos_id in row
