@@ -71,3 +71,22 @@ def test_the_decoder_on_xla_and_a_dense_mask_still_work():
     with kernels.target('tpu'):
       jax.eval_shape(lambda x: kernels.attention(x, x, x, None, kernel='splash'),
                      jnp.ones((1, 128, 2, 8)))
+
+
+@pytest.mark.parametrize('kernel', ['splash', 'auto'])
+def test_a_cache_mask_runs_xla_whatever_kernel_is_configured(kernel):
+  # decoding: 1 query at slot 5 of a 7-slot cache (no multiple of 128 for splash), window 3
+  rng = np.random.default_rng(1)
+  q = jnp.asarray(rng.normal(size=(2, 1, 4, 8)), jnp.float32)
+  k, v = (jnp.asarray(rng.normal(size=(2, 7, 2, 8)), jnp.float32) for _ in range(2))
+  kv_ids = jnp.asarray([[0, 1, 1, 1, 1, 1, 1], [1] * 7], jnp.int32)
+  mask = mask_lib.Mask(jnp.ones((2, 1), jnp.int32), kv_ids, causal=True, window=3, q_start=5,
+                       kv_cache=True)
+  with kernels.target('tpu'):
+    got = kernels.attention(q, k, v, mask, kernel=kernel)
+  # by hand: slots 3, 4, 5 (the window up to the query), all real in both rows
+  allowed = np.zeros((2, 1, 1, 7), bool)
+  allowed[..., 3:6] = True
+  np.testing.assert_array_equal(mask.dense(), allowed)
+  want = reference.dot_product_attention(q, k, v, jnp.asarray(allowed))
+  np.testing.assert_allclose(got, want, atol=1e-6)

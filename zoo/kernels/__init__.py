@@ -68,9 +68,10 @@ def attention(query, key, value, mask=None, bias=None, scale=None, kernel='xla',
   """query [B, L, H, K], key/value [B, S, G, K]; `mask` a mask.Mask (or, for 'xla', a boolean
   array or None). -> [B, L, H, K]."""
   scale = query.shape[-1] ** -0.5 if scale is None else scale
-  name, _ = resolve(kernel, bias is not None, query.dtype, (query.shape[1], key.shape[1]))
   if isinstance(mask, mask_lib.Mask) and mask.kv_cache:  # decoding: a few queries, the cache
     name = 'xla'
+  else:
+    name, _ = resolve(kernel, bias is not None, query.dtype, (query.shape[1], key.shape[1]))
   if name != 'xla' and not isinstance(mask, mask_lib.Mask):
     raise ValueError(f'kernel {name!r} needs a zoo.kernels.mask.Mask (segment ids, causal, '
                      "window), not a dense mask; use kernel 'xla' for arbitrary masks")

@@ -9,9 +9,11 @@ import jax
 import jax.numpy as jnp
 
 
-def causal_mask(length):
-  """[1, 1, L, L]: query i attends keys j <= i."""
-  return jnp.tril(jnp.ones((length, length), jnp.bool_))[None, None]
+def causal_mask(length, kv_length=None, q_start=0):
+  """[1, 1, L, S]: query i (at key slot q_start + i) attends keys j <= q_start + i; S = L
+  unless given (decoding against a cache)."""
+  q_slot_L1 = (q_start + jnp.arange(length))[:, None]
+  return (jnp.arange(kv_length or length)[None, :] <= q_slot_L1)[None, None]
 
 
 def padding_mask(q_valid_BL, kv_valid_BS):
@@ -25,10 +27,11 @@ def segment_mask(q_segment_ids_BL, kv_segment_ids_BS):
   return (same_BLS & (kv_segment_ids_BS[:, None, :] > 0))[:, None]
 
 
-def sliding_window_mask(length, window):
-  """[1, 1, L, L]: query i attends keys with i - window < j (combine with causal)."""
-  i = jnp.arange(length)
-  return (i[None, :] > i[:, None] - window)[None, None]
+def sliding_window_mask(length, window, kv_length=None, q_start=0):
+  """[1, 1, L, S]: query i (at key slot q_start + i) attends keys j > q_start + i - window
+  (combine with causal)."""
+  q_slot_L1 = (q_start + jnp.arange(length))[:, None]
+  return (jnp.arange(kv_length or length)[None, :] > q_slot_L1 - window)[None, None]
 
 
 @flax.struct.dataclass
@@ -50,10 +53,10 @@ class Mask:
   def dense(self):
     """[B, 1, L, S] boolean."""
     mask = segment_mask(self.q_segment_ids, self.kv_segment_ids)
-    q_slot_L = self.q_start + jnp.arange(self.q_segment_ids.shape[1])
-    kv_slot_S = jnp.arange(self.kv_segment_ids.shape[1])
+    lengths = dict(length=self.q_segment_ids.shape[1], kv_length=self.kv_segment_ids.shape[1],
+                   q_start=self.q_start)
     if self.causal:
-      mask &= (kv_slot_S[None, :] <= q_slot_L[:, None])[None, None]
+      mask &= causal_mask(**lengths)
     if self.window:
-      mask &= (kv_slot_S[None, :] > q_slot_L[:, None] - self.window)[None, None]
+      mask &= sliding_window_mask(window=self.window, **lengths)
     return mask
