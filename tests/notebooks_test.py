@@ -23,4 +23,5 @@ def test_the_notebook_runs(path, monkeypatch):
   namespace = {'__name__': '__main__'}
   for number, cell in enumerate(cells):
     source = ''.join(cell['source'])
-    exec(compile(source, f'{os.path.basename(path)}[code cell {number}]', 'exec'), namespace)  # pylint: disable=exec-used
+    code = compile(source, f'{os.path.basename(path)}[code cell {number}]', 'exec')
+    exec(code, namespace)  # pylint: disable=exec-used

@@ -7,9 +7,9 @@ Architectures: GPT-2, BERT (ForPreTraining and ForMaskedLM), T5 v1.0 / v1.1 / mT
 (1/2/3/3.1+: GQA, any rope_theta, 'llama3' rope scaling), Mistral, Mixtral. Each is a table
 of rules between a zoo parameter (its layers stacked on a leading axis, as the layer scan
 keeps them) and the Hugging Face tensor of each layer (and expert); `load` and `save` read
-the same table in opposite directions. Tensors are read with safetensors' numpy API (no torch). Anything the
-zoo does not model (an option, a tensor, a rope scaling) is an error naming it, never a
-silent approximation.
+the same table in opposite directions. Tensors are read with safetensors' numpy API (no
+torch). Anything the zoo does not model (an option, a tensor, a rope scaling) is an error
+naming it, never a silent approximation.
 """
 
 import dataclasses
