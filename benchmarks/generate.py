@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zoo import config as config_lib
-from zoo import models
+from zoo import families
 from zoo.infer import generate
 
 
@@ -43,11 +43,11 @@ def main():
   parser.add_argument('--repeats', type=int, default=3)
   args = parser.parse_args()
   config = config_lib.load(args.config)
-  model = models.build(config.model)
+  model = families.build(config.model)
   P, N = args.prompt_len, args.new_tokens
-  variables = {'params': jax.jit(model.init)(jax.random.PRNGKey(0), models.example_batch(
+  variables = {'params': jax.jit(model.init)(jax.random.PRNGKey(0), families.example_batch(
       config.model, 1, P + N))['params']}
-  cached = jax.jit(generate.make(model, 'decoder', N, {'temperature': 0.0}, eos_id=-1,
+  cached = jax.jit(generate.make(model, N, {'temperature': 0.0}, eos_id=-1,
                                  pad_id=0))
 
   @jax.jit

@@ -13,6 +13,7 @@ import tempfile
 import time
 
 from zoo import config as config_lib
+from zoo import families
 from zoo.data import pipeline
 from zoo.data import tokenizer as tokenizer_lib
 
@@ -33,7 +34,7 @@ def main():
     tokens = pipeline.tokenize(train_docs, tokenizer)
     setup_s = time.time() - start
 
-  ds = pipeline.make_dataset(tokens, config.data, config.train.batch_size, train=True)
+  ds = pipeline.make_dataset(tokens, config.data, families.batch_spec(config), train=True)
   it = iter(ds)
   next(it)
   start, real = time.time(), 0.0

@@ -19,9 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from zoo import config as config_lib
-from zoo import models
+from zoo import families
 from zoo import sharding
-from zoo.data import pipeline
 from zoo.train import optim
 from zoo.train import state as state_lib
 from zoo.train import step as step_lib
@@ -30,14 +29,14 @@ from zoo.train import step as step_lib
 def time_path(spec, overrides, steps, batch_size):
   config = config_lib.load(spec, [*overrides, f'train.batch_size={batch_size}', 'mesh.data=1'])
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
-  model = models.build(config.model)
+  model = families.build(config.model)
   optimizer = optim.make(config.optim, config.train.steps)
   init_fn, _, shardings = state_lib.make(model, optimizer, config, mesh)
   train_step = jax.jit(step_lib.make_train_step(
-      model, optimizer, optim.schedule(config.optim, config.train.steps), config),
-                       donate_argnums=(0,))
+      families.loss_fn(model, config), optimizer,
+      optim.schedule(config.optim, config.train.steps)), donate_argnums=(0,))
   rng = np.random.default_rng(0)
-  shapes = pipeline.batch_shapes(config.data, batch_size)
+  shapes = families.batch_spec(config, batch_size)
   batch = {k: (rng.integers(0, config.model.vocab_size, shape).astype(dtype) if dtype == np.int32
                else np.ones(shape, dtype)) for k, (shape, dtype) in shapes.items()}
   batch['segment_ids'] = np.ones_like(batch['segment_ids'])

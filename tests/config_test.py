@@ -5,6 +5,7 @@ import pytest
 
 from tests import helpers
 from zoo import config as config_lib
+from zoo.models import dims
 
 CONFIG = os.path.join(helpers.__file__.rsplit('/tests/', 1)[0], 'configs', 'gpt_shakespeare.py')
 
@@ -75,7 +76,7 @@ def test_validate_names_the_field(overrides, message):
 
 def test_explicit_head_dim_lifts_the_divisibility_requirement():
   c = helpers.tiny_config(num_heads=3, num_kv_heads=1, head_dim=8)
-  assert config_lib.head_dim(c.model) == 8
+  assert dims.head_dim(c.model) == 8
 
 
 def test_every_config_file_has_a_smoke_variant():

@@ -11,11 +11,11 @@ import os
 
 import pytest
 
+from tests.helpers import REPO
 from zoo import config as config_lib
 from zoo.train import loop
 from zoo.train import metrics as metrics_lib
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(glob.glob(os.path.join(REPO, 'configs', '*.py')))
 SMOKE = ['train.steps=12', 'optim.warmup_steps=3']
 

@@ -18,17 +18,9 @@ os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
 
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
-import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 jax.config.update('jax_default_matmul_precision', 'highest')
 jax.config.update('jax_numpy_rank_promotion', 'raise')
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture
-def repo():
-  return REPO
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -1,15 +1,14 @@
 """Expert parallelism changes no numbers: experts split over the expert axis train like
 experts replicated over data (8 simulated devices, float32)."""
 
-import os
 
 import pytest
 
+from tests import helpers
 from zoo import config as config_lib
 from zoo.train import loop
 from zoo.train import metrics as metrics_lib
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = ['train.steps=5', 'train.eval_every=100', 'train.checkpoint_every=5',
          'optim.warmup_steps=1']
 
@@ -20,7 +19,7 @@ def test_experts_sharded_over_the_expert_axis_give_the_data_parallel_losses(capa
   losses = {}
   for data, expert in ((8, 1), (2, 4)):
     config = config_lib.load(
-        os.path.join(REPO, 'configs', 'mixtral_8x7b.py:smoke'),
+        helpers.config_file('mixtral_8x7b'),
         [*STEPS, f'mesh.data={data}', f'mesh.expert={expert}',
          f'model.moe.capacity_factor={capacity_factor}'])
     workdir = tmp_path / f'expert{expert}'

@@ -1,9 +1,25 @@
 """Tiny configs and batches shared by the tests (kept small so compiled steps are cheap)."""
 
+import os
+
 import jax.numpy as jnp
 import numpy as np
 
 from zoo import config as config_lib
+from zoo import families
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EMBEDDED_CORPUS = os.path.join(REPO, 'zoo', 'data', 'assets', 'tinyshakespeare.txt')
+
+
+def config_file(name, arg='smoke'):
+  """configs/NAME.py[:arg], as --config takes it."""
+  return os.path.join(REPO, 'configs', f'{name}.py') + (f':{arg}' if arg else '')
+
+
+def smoke(name, *overrides):
+  """The loaded :smoke variant of configs/NAME.py, with 'a.b=value' overrides."""
+  return config_lib.load(config_file(name), list(overrides))
 
 
 def tiny_config(**model_overrides):
@@ -28,3 +44,9 @@ def batch(ids, **optional):
   rows.update({key: jnp.asarray(value)[None] for key, value in optional.items()
                if value is not None})
   return rows
+
+
+def batch_spec(data_config, rows):
+  """The batch spec of the family that data_config.objective trains, for `rows` rows."""
+  family = next(f for f in families.FAMILIES.values() if data_config.objective in f.OBJECTIVES)
+  return family.batch_spec(data_config, rows)

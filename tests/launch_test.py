@@ -2,6 +2,7 @@
 a corrupt checkpoint and a diverging run."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -9,10 +10,11 @@ import time
 
 import pytest
 
+from tests import helpers
+from tests.helpers import EMBEDDED_CORPUS, REPO
 from zoo.train import metrics as metrics_lib
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SMOKE = os.path.join(REPO, 'configs', 'gpt_shakespeare.py') + ':smoke'
+SMOKE = helpers.config_file('gpt_shakespeare')
 
 
 def _env(devices=1):
@@ -66,7 +68,6 @@ def test_bad_input_is_one_line_naming_the_field(tmp_path, overrides, devices, me
   lines = result.stderr.strip().splitlines()
   assert 'Traceback' not in result.stderr and len(lines) == 1, result.stderr[-2000:]
   assert lines[0].startswith('error: ')
-  import re  # pylint: disable=g-import-not-at-top
   assert re.search(message, lines[0]), lines[0]
   assert not (tmp_path / 'run' / 'metrics.jsonl').exists()
 
@@ -193,18 +194,36 @@ def test_generate_continues_each_prompt_from_the_newest_checkpoint(reference):
     (['--prompt=hi', '--config.model.position=learned', '--config.data.seq_len=32',
       '--config.model.max_length=32', '--config.generate.max_new_tokens=40'],
      r'generate.max_new_tokens=40 exceed model.max_length=32'),
-    (['--prompt=hi'], r'no checkpoint in .*; train first'),
 ])
-def test_generate_bad_input_is_one_line_naming_the_field(tmp_path, args, message):
-  result = _generate(tmp_path, *args)
+def test_generate_bad_input_is_one_line_naming_the_field(reference, args, message):
+  _assert_one_line_error(_generate(reference, *args), message)
+
+
+def test_generate_in_an_untrained_workdir_says_train_first(tmp_path):
+  _assert_one_line_error(_generate(tmp_path, '--prompt=hi'), r'no tokenizer in .*; train first')
+
+
+def _assert_one_line_error(result, message):
   assert result.returncode == 2, result.stderr[-2000:]
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith('error: '), result.stderr[-2000:]
-  import re  # pylint: disable=g-import-not-at-top
   assert re.search(message, lines[0]), lines[0]
+
+
+def test_generate_reads_no_corpus(tmp_path):
+  corpus = tmp_path / 'corpus.txt'
+  corpus.write_text(open(EMBEDDED_CORPUS, encoding='utf-8').read()[:60_000])
+  workdir = tmp_path / 'run'
+  trained = launch(workdir, f'data.path={corpus}', 'train.steps=3', 'train.checkpoint_every=3')
+  assert trained.returncode == 0, trained.stderr[-3000:]
+  corpus.unlink()
+  result = _generate(workdir, '--prompt=ROMEO:', f'--config.data.path={corpus}',
+                     '--config.generate.max_new_tokens=4')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert '--- step 3: ' in result.stdout and 'ROMEO:' in result.stdout
 
 
 def test_an_encoder_does_not_generate(tmp_path):
   result = _generate(tmp_path, '--prompt=hi',
-                     config=os.path.join(REPO, 'configs', 'bert_base.py') + ':smoke')
-  assert result.returncode == 2 and "'encoder' (BERT) fills in masked tokens" in result.stderr
+                     config=helpers.config_file('bert_base'))
+  assert result.returncode == 2 and "model.family='encoder' does not" in result.stderr

@@ -6,8 +6,8 @@ import json
 import os
 
 import pytest
+from tests.helpers import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(glob.glob(os.path.join(REPO, 'notebooks', '*.ipynb')))
 
 

@@ -6,10 +6,10 @@ import sys
 import pytest
 
 from tests import helpers
+from tests.helpers import REPO
 from zoo import config as config_lib
-from zoo import plan
+from zoo.plan import analytic
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Published parameter counts (each config file names its source). GPT-3's paper prints
 # rounded sizes; the exact counts follow from Table 2.1's shapes (see the config files).
@@ -33,16 +33,16 @@ PUBLISHED = {
 
 @pytest.mark.parametrize('name', sorted(PUBLISHED))
 def test_plan_counts_equal_the_published_architecture(name):
-  result = plan.plan(config_lib.load(os.path.join(REPO, 'configs', f'{name}.py')), 1)
+  result = analytic.plan(config_lib.load(helpers.config_file(name, arg=None)), 1)
   assert result['params_total'] == PUBLISHED[name]
   if name != 'mixtral_8x7b':
     assert result['params_active'] == PUBLISHED[name]
 
 
 def test_mixtral_active_parameters_and_expert_traffic_by_hand():
-  config = config_lib.load(os.path.join(REPO, 'configs', 'mixtral_8x7b.py'),
+  config = config_lib.load(helpers.config_file('mixtral_8x7b', arg=None),
                            ['mesh.data=1', 'mesh.expert=8'])
-  result = plan.plan(config, 8)
+  result = analytic.plan(config, 8)
   expert = 3 * 4096 * 14336  # one SwiGLU expert: wi_0, wi_1, wo
   # every token uses 2 of the 8 experts of each of 32 layers, and everything else
   assert result['params_active'] == PUBLISHED['mixtral_8x7b'] - 32 * 6 * expert
@@ -54,8 +54,8 @@ def test_mixtral_active_parameters_and_expert_traffic_by_hand():
 
 
 def test_kv_cache_and_flops_for_llama3_8b_by_hand():
-  config = config_lib.load(os.path.join(REPO, 'configs', 'llama3_8b.py'))
-  result = plan.plan(config, 1)
+  config = config_lib.load(helpers.config_file('llama3_8b', arg=None))
+  result = analytic.plan(config, 1)
   assert result['kv_cache_bytes_per_token'] == 2 * 32 * 8 * 128 * 2  # bf16: 128 KiB
   n_matmul = PUBLISHED['llama3_8b'] - 128_256 * 4096  # input embedding table is a gather
   assert result['flops_per_token'] == 6 * n_matmul + 6 * 32 * 4096 * 32 * 128
@@ -64,18 +64,18 @@ def test_kv_cache_and_flops_for_llama3_8b_by_hand():
 def test_per_device_bytes_follow_the_sharding_rules():
   config = helpers.tiny_config(vocab_size=64, d_model=32, mlp_dim=64, num_layers=2,
                                num_heads=4, num_kv_heads=4)
-  replicated = plan.plan(config, 8)  # mesh data=-1 -> data=8: nothing is split
+  replicated = analytic.plan(config, 8)  # mesh data=-1 -> data=8: nothing is split
   params = replicated['params_total']
   assert replicated['per_device_bytes']['params'] == 4 * params
   assert replicated['per_device_bytes']['optimizer_state'] == 8 * params
   assert replicated['per_device_bytes']['total'] == 16 * params
   config.mesh.data, config.mesh.fsdp = 1, 8
-  split = plan.plan(config, 8)
+  split = analytic.plan(config, 8)
   # every kernel, embedding and norm scale has an 'embed' dim (32, divisible by fsdp=8)
   assert split['per_device_bytes']['params'] == 4 * params // 8
   assert split['mesh'] == {'data': 1, 'fsdp': 8, 'tensor': 1, 'expert': 1}
   config.mesh.fsdp, config.mesh.tensor = 1, 3
-  uneven = plan.plan(config, 3)
+  uneven = analytic.plan(config, 3)
   assert any('over tensor=3' in line for line in uneven['not_divisible'])
 
 

@@ -10,6 +10,8 @@ import jax
 import numpy as np
 import pytest
 
+from tests import helpers
+from tests.helpers import REPO
 from zoo import config as config_lib
 from zoo import plan
 from zoo import sharding
@@ -17,12 +19,11 @@ from zoo.plan import compiled
 from zoo.plan import sweep
 from zoo.plan import topology
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SMOKE = os.path.join(REPO, 'configs', 'gpt_shakespeare.py') + ':smoke'
+SMOKE = helpers.config_file('gpt_shakespeare')
 
 
 def _smoke(*overrides):
-  return config_lib.load(SMOKE, list(overrides))
+  return helpers.smoke('gpt_shakespeare', *overrides)
 
 
 def test_slice_names_give_chips_and_torus_shapes():
@@ -118,7 +119,7 @@ def test_splash_compiles_for_a_tpu_slice_and_its_memory_grows_linearly_in_length
   devices = topology.devices(topology.parse('v5p-8'))
 
   def config(length):
-    return config_lib.load(os.path.join(REPO, 'configs', 'llama3_8b.py:smoke'), [
+    return config_lib.load(helpers.config_file('llama3_8b'), [
         'model.d_model=256', 'model.num_heads=2', 'model.num_kv_heads=2', 'model.head_dim=128',
         'model.vocab_size=1024', 'model.dtype=bfloat16', f'model.max_length={length}',
         f'data.seq_len={length}', 'mesh.data=1', 'mesh.fsdp=4', 'model.attention.kernel=splash'])
@@ -133,7 +134,7 @@ def test_splash_compiles_for_a_tpu_slice_and_its_memory_grows_linearly_in_length
 
 def test_dropless_expert_parallelism_compiles_to_ragged_all_to_alls_for_a_tpu_slice():
   devices = topology.devices(topology.parse('v5p-8'))
-  config = config_lib.load(os.path.join(REPO, 'configs', 'mixtral_8x7b.py:smoke'), [
+  config = config_lib.load(helpers.config_file('mixtral_8x7b'), [
       'mesh.data=1', 'mesh.expert=4', 'model.moe.capacity_factor=0.0',
       'model.dtype=bfloat16'])
   with jax.default_matmul_precision('default'):

@@ -9,13 +9,14 @@ import time
 
 import pytest
 
+from tests import helpers
+from tests.helpers import REPO
 from zoo import config as config_lib
 from zoo.data import streams
 from zoo.train import loop
 from zoo.train import metrics as metrics_lib
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SMOKE = os.path.join(REPO, 'configs', 'gpt_shakespeare.py') + ':smoke'
+SMOKE = helpers.config_file('gpt_shakespeare')
 OVERRIDES = ['mesh.data=8', 'data.num_streams=2', 'optim.schedule=constant',
              'optim.warmup_steps=1', 'train.eval_every=100', 'train.checkpoint_every=100']
 

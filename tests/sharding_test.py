@@ -9,15 +9,16 @@ import jax
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from tests import helpers
+from tests.helpers import REPO
 from zoo import config as config_lib
-from zoo import models
+from zoo import families
 from zoo import sharding
 from zoo.train import loop
 from zoo.train import metrics as metrics_lib
 from zoo.train import optim
 from zoo.train import state as state_lib
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAMILIES = {'decoder': 'gpt_shakespeare', 'encoder': 'bert_base',
             'encoder_decoder': 't5_v1_1_base'}
 STEPS = ['train.steps=5', 'train.eval_every=100', 'train.checkpoint_every=5',
@@ -27,9 +28,8 @@ MESHES = {'data8': (8, 1, 1), 'data2_fsdp2_tensor2': (2, 2, 2), 'fsdp4_tensor2':
 
 def _config(family, mesh=(8, 1, 1), extra=()):
   data, fsdp, tensor = mesh
-  return config_lib.load(os.path.join(REPO, 'configs', FAMILIES[family] + '.py:smoke'),
-                         [*STEPS, f'mesh.data={data}', f'mesh.fsdp={fsdp}',
-                          f'mesh.tensor={tensor}', *extra])
+  return helpers.smoke(FAMILIES[family], *STEPS, f'mesh.data={data}', f'mesh.fsdp={fsdp}',
+                       f'mesh.tensor={tensor}', *extra)
 
 
 def _losses(workdir):
@@ -46,7 +46,7 @@ def test_a_mesh_that_does_not_factor_the_devices_names_the_valid_sizes():
 def test_parameter_shardings_follow_the_rules():
   config = _config('decoder', (2, 2, 2))
   mesh = sharding.make_mesh(config.mesh)
-  model = models.build(config.model)
+  model = families.build(config.model)
   _, _, shardings = state_lib.make(model, optim.make(config.optim, 5), config, mesh)
   specs = jax.tree.map(lambda s: s.spec, shardings['params'])
   assert specs['layers']['mlp']['wi_0']['kernel'] == P(None, 'fsdp', 'tensor')
@@ -62,7 +62,7 @@ def test_a_dim_the_mesh_does_not_divide_stays_replicated_instead_of_failing():
   config = _config('decoder', (1, 1, 8), ['model.vocab_size=500', 'model.num_heads=8',
                                           'model.num_kv_heads=8'])
   mesh = sharding.make_mesh(config.mesh)
-  _, _, shardings = state_lib.make(models.build(config.model), optim.make(config.optim, 5),
+  _, _, shardings = state_lib.make(families.build(config.model), optim.make(config.optim, 5),
                                    config, mesh)
   assert shardings['params']['token_embed']['embedding'].spec == P(None, 'fsdp')  # 500 % 8
   assert shardings['params']['layers']['mlp']['wo']['kernel'].spec == P(None, 'tensor', 'fsdp')

@@ -11,24 +11,23 @@ import os
 
 import ml_collections
 
-class ConfigError(ValueError):
-  """A config value that cannot work; the message names the field and the fix."""
+from zoo import families
+from zoo import kernels
+from zoo import sharding
+from zoo.errors import ConfigError  # the error of every layer, raised here the most
+from zoo.models import dims
+from zoo.models import transformer
 
-FAMILIES = ('decoder', 'encoder', 'encoder_decoder')
 ACTIVATIONS = ('relu', 'gelu', 'gelu_tanh', 'swiglu', 'geglu')
 NORMS = ('layernorm', 'rmsnorm')
 NORM_POSITIONS = ('pre', 'post')
 BLOCKS = ('sequential', 'parallel')
 POSITIONS = ('learned', 'sinusoidal', 'rope', 'alibi', 't5_bias', 'none')
-REMAT_POLICIES = ('none', 'full', 'dots', 'dots_no_batch')
-KERNELS = ('auto', 'xla', 'splash', 'gpu')  # zoo/kernels
+REMAT_POLICIES = ('none', *transformer.REMAT_POLICIES)
 OBJECTIVES = ('causal_lm', 'mlm', 'span_corruption')
-FAMILY_OBJECTIVES = {'decoder': ('causal_lm',), 'encoder': ('mlm',),
-                     'encoder_decoder': ('span_corruption',)}
 TOKENIZERS = ('bpe', 'unigram')
 SCHEDULES = ('cosine', 'linear', 'constant')
 DTYPES = ('float32', 'bfloat16', 'float16')
-MESH_AXES = ('data', 'fsdp', 'tensor', 'expert')
 
 DEFAULT_RULES = (
     ('batch', ('data', 'fsdp', 'expert')),
@@ -50,7 +49,19 @@ DEFAULT_RULES = (
 def base():
   """Every field with its default; config files override what their shape needs."""
   c = ml_collections.ConfigDict()
-  c.model = m = ml_collections.ConfigDict()
+  c.model = _model()
+  c.data = _data(c.model)
+  c.train = _train()
+  c.optim = _optim()
+  c.generate = _generate()
+  c.mesh = ml_collections.ConfigDict({'data': -1, 'fsdp': 1, 'tensor': 1, 'expert': 1,
+                                      'slices': 1})  # slices: DCN split of data
+  c.sharding = ml_collections.ConfigDict({'rules': DEFAULT_RULES})
+  return c
+
+
+def _model():
+  m = ml_collections.ConfigDict()
   m.family = 'decoder'  # 'decoder' | 'encoder' | 'encoder_decoder'
   m.vocab_size = 32000  # tokens; the tokenizer is trained to this size
   m.d_model = 512
@@ -113,8 +124,11 @@ def base():
       'collapse_share': 0.5,  # warn when one expert gets more than this share of the tokens
       'collapse_rows': 5,  # ... in this many logged rows in a row
   })
+  return m
 
-  c.data = d = ml_collections.ConfigDict()
+
+def _data(m):
+  d = ml_collections.ConfigDict()
   d.path = ''  # '' = the embedded tiny Shakespeare; else a text file or a directory of them
   d.document_separator = '\n\n'  # a file splits into documents at this string
   d.seq_len = 256
@@ -138,8 +152,11 @@ def base():
       'vocab_size': m.get_ref('vocab_size') - d.get_ref('reserved_ids'),  # derived
       'path': '',  # '' = train on the corpus and cache in WORKDIR/tokenizer
   })
+  return d
 
-  c.train = t = ml_collections.ConfigDict()
+
+def _train():
+  t = ml_collections.ConfigDict()
   t.steps = 1000
   t.batch_size = 16  # global, in sequences
   t.log_every = 10
@@ -151,8 +168,11 @@ def base():
   t.z_loss = 0.0  # coefficient of log(Z)^2
   t.max_nonfinite_steps = 5  # stop after this many skipped (NaN/Inf) updates in a row
   t.init_params = ''  # an orbax params checkpoint (zoo.convert.hf) to start from, not random
+  return t
 
-  c.optim = o = ml_collections.ConfigDict()
+
+def _optim():
+  o = ml_collections.ConfigDict()
   o.learning_rate = 1e-3  # peak
   o.schedule = 'cosine'  # after linear warmup: 'cosine' | 'linear' | 'constant'
   o.warmup_steps = 100
@@ -162,8 +182,11 @@ def base():
   o.b2 = 0.95
   o.eps = 1e-8
   o.clip_norm = 1.0  # 0 = no clipping
+  return o
 
-  c.generate = g = ml_collections.ConfigDict()  # --mode=generate (zoo/infer)
+
+def _generate():
+  g = ml_collections.ConfigDict()  # --mode=generate (zoo/infer)
   g.max_new_tokens = 128
   g.temperature = 0.0  # 0 = greedy
   g.top_k = 0  # sample among the k likeliest tokens; 0 = all
@@ -171,11 +194,7 @@ def base():
   g.seed = 0
   g.num_beams = 1  # > 1: beam search (deterministic; temperature must be 0)
   g.length_alpha = 0.0  # beam scores: log prob / ((5 + length) / 6)^alpha (GNMT; T5 used 0.6)
-
-  c.mesh = ml_collections.ConfigDict({'data': -1, 'fsdp': 1, 'tensor': 1, 'expert': 1,
-                                      'slices': 1})  # slices: DCN split of data
-  c.sharding = ml_collections.ConfigDict({'rules': DEFAULT_RULES})
-  return c
+  return g
 
 
 # ---------------------------------------------------------------------------- loading
@@ -237,29 +256,6 @@ def _positive(name, value):
     raise ConfigError(f'{name}={value} must be positive')
 
 
-def total_layers(m):
-  """Blocks in the model (encoder + decoder for encoder_decoder)."""
-  if m.family == 'encoder_decoder':
-    return m.num_encoder_layers + m.num_decoder_layers
-  return m.num_layers
-
-
-def head_dim(m):
-  return m.head_dim or m.d_model // m.num_heads
-
-
-def kv_heads(m):
-  return m.num_kv_heads or m.num_heads
-
-
-def rope_scaling(m):
-  """-> (factor, low_freq_factor, high_freq_factor, original_max_length), or () for none."""
-  r = m.rope_scaling
-  if r.type == 'none':
-    return ()
-  return (r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_length)
-
-
 def _validate_moe(m, mesh):
   moe = m.moe
   if moe.num_experts < 0:
@@ -275,9 +271,7 @@ def _validate_moe(m, mesh):
   if moe.capacity_factor < 0:
     raise ConfigError(f'model.moe.capacity_factor={moe.capacity_factor} must be >= 0 '
                       '(0 = dropless)')
-  layer_counts = ([m.num_encoder_layers, m.num_decoder_layers]
-                  if m.family == 'encoder_decoder' else [m.num_layers])
-  for n in layer_counts:
+  for n in (m[field] for field in families.get(m).LAYER_FIELDS):
     if not 1 <= moe.every <= n or n % moe.every:
       raise ConfigError(f'model.moe.every={moe.every} must divide the layer count {n} '
                         '(a MoE in every k-th layer)')
@@ -309,29 +303,29 @@ def _validate_generate(g, m):
 
 def validate(config):
   """Raises ConfigError naming the first field that cannot work; returns the config."""
-  m, d, t, o = config.model, config.data, config.train, config.optim
-  _one_of('model.family', m.family, FAMILIES)
+  family = families.get(config.model)
+  _validate_model(config.model)
+  family.validate(config)
+  _validate_attention(config.model, config.data)
+  _validate_moe(config.model, config.mesh)
+  d = config.data
+  if d.objective not in family.OBJECTIVES:
+    raise ConfigError(f'data.objective={d.objective!r} does not train model.family='
+                      f'{family.NAME!r}; use one of {family.OBJECTIVES}')
+  _validate_data(d, config.model, config.train)
+  _validate_train(config.train, config.optim)
+  _validate_generate(config.generate, config.model)
+  _validate_mesh(config.mesh, config.sharding)
+  return config
+
+
+def _validate_model(m):
   for name in ('vocab_size', 'd_model', 'num_heads', 'mlp_dim', 'max_length'):
     _positive(f'model.{name}', m[name])
-  if m.family != 'encoder_decoder':
-    _positive('model.num_layers', m.num_layers)
-  if m.family == 'encoder_decoder' and not (m.num_encoder_layers > 0 and
-                                            m.num_decoder_layers > 0):
-    raise ConfigError('model.family=encoder_decoder needs model.num_encoder_layers and '
-                      'model.num_decoder_layers (num_layers alone does not say the split)')
-  if m.position == 't5_bias' and m.family != 'encoder_decoder':
-    raise ConfigError(f"model.position='t5_bias' is built for encoder_decoder only; use "
-                      f"'rope' or 'learned' for model.family={m.family!r}")
-  if m.position == 'alibi' and m.family != 'decoder':
-    raise ConfigError(f"model.position='alibi' is built for the decoder only; use 'learned' or "
-                      f"'t5_bias' for model.family={m.family!r}")
-  if m.position == 'learned' and m.family == 'encoder_decoder':
-    raise ConfigError("model.position='learned' is not built for encoder_decoder; use "
-                      "'t5_bias' or 'sinusoidal'")
   if m.head_dim == 0 and m.d_model % m.num_heads:
     raise ConfigError(f'model.num_heads={m.num_heads} does not divide model.d_model={m.d_model}; '
                       'change num_heads or set model.head_dim')
-  if m.num_kv_heads < 0 or m.num_heads % kv_heads(m):
+  if m.num_kv_heads < 0 or m.num_heads % dims.kv_heads(m):
     raise ConfigError(f'model.num_kv_heads={m.num_kv_heads} does not divide '
                       f'model.num_heads={m.num_heads}; use a divisor (1 = MQA)')
   _one_of('model.activation', m.activation, ACTIVATIONS)
@@ -342,32 +336,10 @@ def validate(config):
   _one_of('model.remat', m.remat, REMAT_POLICIES)
   _one_of('model.dtype', m.dtype, DTYPES)
   _one_of('model.param_dtype', m.param_dtype, DTYPES)
-  _one_of('model.attention.kernel', m.attention.kernel, KERNELS)
-  if m.attention.kernel in ('splash', 'gpu') and m.position in ('t5_bias', 'alibi'):
-    raise ConfigError(f"model.attention.kernel={m.attention.kernel!r} takes no additive bias, "
-                      f"which model.position={m.position!r} adds; use 'xla' (or 'auto', which "
-                      'runs xla for it)')
-  if m.attention.kernel == 'splash':
-    if d.seq_len % 128:
-      raise ConfigError(f"model.attention.kernel='splash' needs data.seq_len={d.seq_len} to be a "
-                        "multiple of 128 (its block width); change seq_len or use 'xla'")
-    for name in ('block_q', 'block_kv'):
-      block = m.attention[name]
-      if block < 0 or block % 128 or (block and d.seq_len % block):
-        raise ConfigError(f'model.attention.{name}={block} must be a multiple of 128 dividing '
-                          f'data.seq_len={d.seq_len}; or 0 for min(512, seq_len)')
-  if m.attention.window < 0:
-    raise ConfigError(f'model.attention.window={m.attention.window} must be >= 0 (0 = none)')
   if m.block == 'parallel' and m.norm_position != 'pre':
     raise ConfigError("model.block='parallel' needs model.norm_position='pre'")
-  if m.block == 'parallel' and m.family == 'encoder_decoder':
-    raise ConfigError("model.block='parallel' has no cross-attention; use 'sequential' for "
-                      'model.family=encoder_decoder')
-  if m.attention.window and m.family != 'decoder':
-    raise ConfigError(f'model.attention.window is built for the decoder only; set it to 0 for '
-                      f'model.family={m.family!r}')
-  if m.position == 'rope' and head_dim(m) % 2:
-    raise ConfigError(f'model.position=rope needs an even head_dim, got {head_dim(m)}')
+  if m.position == 'rope' and dims.head_dim(m) % 2:
+    raise ConfigError(f'model.position=rope needs an even head_dim, got {dims.head_dim(m)}')
   r = m.rope_scaling
   _one_of('model.rope_scaling.type', r.type, ('none', 'llama3'))
   if r.type != 'none' and not (r.factor >= 1 and 0 < r.low_freq_factor < r.high_freq_factor
@@ -375,14 +347,32 @@ def validate(config):
     raise ConfigError(f'model.rope_scaling: factor={r.factor} must be >= 1, 0 < '
                       f'low_freq_factor={r.low_freq_factor} < high_freq_factor='
                       f'{r.high_freq_factor}, original_max_length={r.original_max_length} > 0')
-  _validate_moe(m, config.mesh)
   if not 0 <= m.dropout_rate < 1:
     raise ConfigError(f'model.dropout_rate={m.dropout_rate} must be in [0, 1)')
 
+
+def _validate_attention(m, d):
+  a = m.attention
+  _one_of('model.attention.kernel', a.kernel, kernels.KERNELS)
+  if a.kernel in ('splash', 'gpu') and dims.has_position_bias(m):
+    raise ConfigError(f"model.attention.kernel={a.kernel!r} takes no additive bias, "
+                      f"which model.position={m.position!r} adds; use 'xla' (or 'auto', which "
+                      'runs xla for it)')
+  if a.kernel == 'splash':
+    if d.seq_len % 128:
+      raise ConfigError(f"model.attention.kernel='splash' needs data.seq_len={d.seq_len} to be a "
+                        "multiple of 128 (its block width); change seq_len or use 'xla'")
+    for name in ('block_q', 'block_kv'):
+      block = a[name]
+      if block < 0 or block % 128 or (block and d.seq_len % block):
+        raise ConfigError(f'model.attention.{name}={block} must be a multiple of 128 dividing '
+                          f'data.seq_len={d.seq_len}; or 0 for min(512, seq_len)')
+  if a.window < 0:
+    raise ConfigError(f'model.attention.window={a.window} must be >= 0 (0 = none)')
+
+
+def _validate_data(d, m, t):
   _one_of('data.objective', d.objective, OBJECTIVES)
-  if d.objective not in FAMILY_OBJECTIVES[m.family]:
-    raise ConfigError(f'data.objective={d.objective!r} does not train model.family='
-                      f'{m.family!r}; use one of {FAMILY_OBJECTIVES[m.family]}')
   if d.objective == 'span_corruption':
     _positive('data.target_seq_len', d.target_seq_len)
     if not 0 < d.noise_density < 1 or d.mean_noise_span_length < 1:
@@ -410,14 +400,13 @@ def validate(config):
     raise ConfigError(f'data.tokenizer.vocab_size={d.tokenizer.vocab_size} exceeds '
                       f'model.vocab_size={m.vocab_size}')
 
+
+def _validate_train(t, o):
   for name in ('steps', 'batch_size', 'log_every', 'eval_every', 'checkpoint_every',
                'keep_checkpoints', 'max_nonfinite_steps'):
     _positive(f'train.{name}', t[name])
   if t.eval_batches < 0 or t.z_loss < 0:
     raise ConfigError('train.eval_batches and train.z_loss must be >= 0')
-
-  _validate_generate(config.generate, m)
-
   _positive('optim.learning_rate', o.learning_rate)
   _one_of('optim.schedule', o.schedule, SCHEDULES)
   if o.warmup_steps < 0 or o.warmup_steps >= t.steps:
@@ -429,19 +418,26 @@ def validate(config):
     if not 0 <= o[name] < 1:
       raise ConfigError(f'optim.{name}={o[name]} must be in [0, 1)')
 
-  for axis in MESH_AXES:
-    if config.mesh[axis] == 0 or config.mesh[axis] < -1:
-      raise ConfigError(f'mesh.{axis}={config.mesh[axis]} must be positive or -1 (the rest)')
-  if config.mesh.slices < 1:
-    raise ConfigError(f'mesh.slices={config.mesh.slices} must be >= 1 (slices joined over DCN)')
-  if [config.mesh[a] for a in MESH_AXES].count(-1) > 1:
-    raise ConfigError('mesh: at most one axis may be -1 (all remaining devices)')
-  for rule in config.sharding.rules:
+
+def _validate_mesh(mesh, sharding_config):
+  for axis in sharding.MESH_AXES:
+    if mesh[axis] == 0 or mesh[axis] < -1:
+      raise ConfigError(f'mesh.{axis}={mesh[axis]} must be positive or -1 (the rest)')
+  if mesh.slices < 1:
+    raise ConfigError(f'mesh.slices={mesh.slices} must be >= 1 (slices joined over DCN)')
+  rest = [axis for axis in sharding.MESH_AXES if mesh[axis] == -1]
+  if len(rest) > 1:
+    keep = next(axis for axis in rest if axis != 'data')  # the one set on purpose
+    fix = ' '.join(f'--config.mesh.{axis}=1' for axis in rest if axis != keep)
+    raise ConfigError(f'mesh: {" and ".join(f"mesh.{a}=-1" for a in rest)}, but at most one '
+                      'axis may take the remaining devices' +
+                      (' (mesh.data is -1 by default)' if 'data' in rest else '') +
+                      f'; give the others a size, e.g. {fix} to keep mesh.{keep}=-1')
+  for rule in sharding_config.rules:
     if len(rule) != 2:
       raise ConfigError(f'sharding.rules entry {rule!r}: write (logical_axis, mesh_axes)')
     targets = rule[1] if isinstance(rule[1], (tuple, list)) else (rule[1],)
     for target in targets:
-      if target is not None and target not in MESH_AXES:
+      if target is not None and target not in sharding.MESH_AXES:
         raise ConfigError(f'sharding.rules: {rule[0]!r} -> unknown mesh axis {target!r}; '
-                          f'use {MESH_AXES}')
-  return config
+                          f'use {sharding.MESH_AXES}')

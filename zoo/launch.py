@@ -1,4 +1,4 @@
-"""Entry point: python -m zoo.launch --config=configs/NAME.py[:arg] --workdir=DIR [--mode=...]
+"""Entry point: python -m zoo.launch --config=configs/NAME.py[:arg] [--workdir=DIR] [--mode=...]
 
 Overrides follow the config: --config.train.steps=100 --config.model.dropout_rate=0.1.
 Bad input ends with one line naming the field and the fix, exit code 2, before any compile.
@@ -13,8 +13,8 @@ from absl import logging
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('config', None, 'configs/NAME.py[:arg]', required=True)
-flags.DEFINE_string('workdir', None, 'metrics.jsonl, TensorBoard events, checkpoints/ '
-                    '(not needed for --mode=plan)')
+flags.DEFINE_string('workdir', None, 'metrics.jsonl, TensorBoard events, checkpoints/, '
+                    'tokenizer/; default runs/NAME (runs/NAME_ARG for configs/NAME.py:ARG)')
 flags.DEFINE_enum('mode', 'train', ['train', 'eval', 'generate', 'plan'], 'what to run')
 flags.DEFINE_multi_string('prompt', [], '--mode=generate: a prompt to continue (repeatable; '
                           'settings in config.generate)')
@@ -42,6 +42,13 @@ def split_overrides(argv):
   return overrides, [a for a in argv if not a.startswith(_OVERRIDE_PREFIX)]
 
 
+def default_workdir(config_spec):
+  """runs/NAME for configs/NAME.py, runs/NAME_ARG for a variant (its shapes differ)."""
+  path, _, arg = config_spec.partition(':')
+  name = os.path.splitext(os.path.basename(path))[0]
+  return os.path.join('runs', f'{name}_{arg}' if arg else name)
+
+
 def _initialize_distributed():
   """Joins the other processes; a missing or dead one ends this one in bounded time."""
   import jax  # pylint: disable=g-import-not-at-top
@@ -64,6 +71,7 @@ def run(overrides):
   from zoo import config as config_lib  # pylint: disable=g-import-not-at-top
   from zoo import plan  # pylint: disable=g-import-not-at-top
   from zoo.infer import run as infer_run  # pylint: disable=g-import-not-at-top
+  from zoo.train import evaluate  # pylint: disable=g-import-not-at-top
   from zoo.train import loop  # pylint: disable=g-import-not-at-top
   if not any(a.startswith(('-v', '--verbosity')) for a in sys.argv):
     logging.set_verbosity(logging.WARNING)  # orbax and grain log every save at INFO
@@ -73,17 +81,16 @@ def run(overrides):
       plan.run(config, FLAGS.plan_json, FLAGS.plan_compile, FLAGS.plan_topology,
                FLAGS.plan_sweep)
       return
-    if not FLAGS.workdir:
-      raise config_lib.ConfigError(f'--workdir is required for --mode={FLAGS.mode}')
+    workdir = FLAGS.workdir or default_workdir(FLAGS.config)
     if FLAGS.mode == 'generate':
       infer_run.check(config, FLAGS.prompt)
     _initialize_distributed()
     if FLAGS.mode == 'train':
-      loop.train(config, FLAGS.workdir)
+      loop.train(config, workdir)
     elif FLAGS.mode == 'eval':
-      loop.evaluate(config, FLAGS.workdir)
+      evaluate.run(config, workdir)
     else:
-      infer_run.run(config, FLAGS.workdir, FLAGS.prompt)
+      infer_run.run(config, workdir, FLAGS.prompt)
   except config_lib.ConfigError as e:
     print(f'error: {e}', file=sys.stderr, flush=True)
     sys.exit(2)

@@ -4,6 +4,8 @@ Presets set how a family computes (norms, activations, positions, biases, tying)
 its shape: d_model, layers, heads and widths stay in the config files, beside their source.
 """
 
+from zoo import families
+
 
 def gpt2(c, max_length=1024):
   """GPT-2 / GPT-3 (Radford et al. 2019; Brown et al. 2020): pre-LayerNorm, GELU (tanh),
@@ -102,9 +104,11 @@ def smoke(c):
   """Shrinks every dimension so a few steps train on a CPU in seconds; keeps the switches."""
   m = c.model
   kv_ratio = (m.num_kv_heads or m.num_heads) / m.num_heads
-  m.vocab_size, m.d_model, m.num_layers, m.num_heads, m.mlp_dim = 512, 64, 2, 4, 128
-  if m.family == 'encoder_decoder':
-    m.num_layers, m.num_encoder_layers, m.num_decoder_layers = 0, 2, 2
+  m.vocab_size, m.d_model, m.num_heads, m.mlp_dim = 512, 64, 4, 128
+  m.num_layers = 0
+  for field in families.get(m).LAYER_FIELDS:  # two blocks in each stack
+    m[field] = 2
+  if c.data.objective == 'span_corruption':
     c.data.target_seq_len = 24
   m.dropout_rate = 0.0
   m.num_kv_heads = 0 if kv_ratio == 1 else max(1, int(4 * kv_ratio))

@@ -8,8 +8,9 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from zoo.config import MESH_AXES, ConfigError
+from zoo.errors import ConfigError
 
+MESH_AXES = ('data', 'fsdp', 'tensor', 'expert')
 BATCH_AXES = ('data', 'fsdp', 'expert')  # tokens: data-parallel over expert too
 
 

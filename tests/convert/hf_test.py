@@ -7,18 +7,19 @@ import shutil
 import subprocess
 import sys
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from safetensors import numpy as safetensors_np
 
-from zoo import models
+from tests.helpers import REPO
+from zoo import families
 from zoo.convert import hf
 from zoo.train import checkpoint
 from zoo.train import metrics as metrics_lib
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = os.path.join(REPO, 'tests', 'fixtures', 'hf')
 NAMES = ['gpt2', 'bert', 'bert_mlm', 't5_v1_0', 't5_v1_1', 'mt5', 'llama', 'mistral', 'mixtral',
          'llama3_1']
@@ -39,7 +40,7 @@ def _batch(name, ref):
 def test_zoo_logits_equal_the_pytorch_logits(name):
   config, params = hf.load(os.path.join(FIXTURES, name))
   ref = np.load(os.path.join(FIXTURES, name, 'reference.npz'))
-  out = models.build(config.model).apply({'params': params},
+  out = families.build(config.model).apply({'params': params},
                                          jax.tree.map(jnp.asarray, _batch(name, ref)))
   logits = out['logits'] if isinstance(out, dict) else out
   real = ref['attention_mask'][..., None] > 0 if 'attention_mask' in ref else True
@@ -57,7 +58,7 @@ def test_the_mixtral_router_picks_the_pytorch_experts():
   layers = params.pop('layers')
   for i in range(config.model.num_layers):
     params[f'layers_{i}'] = jax.tree.map(lambda x, i=i: x[i], layers)
-  _, state = models.build(config.model).apply(
+  _, state = families.build(config.model).apply(
       {'params': params}, {'inputs': jnp.asarray(ref['input_ids'])},
       capture_intermediates=lambda module, _: module.name == 'mlp_norm',
       mutable=['intermediates'])
@@ -76,7 +77,7 @@ def test_load_save_load_gives_identical_params(name, tmp_path):
   hf.save(config, params, str(tmp_path))
   again_config, again = hf.load(str(tmp_path))
   assert again_config.model.to_dict() == config.model.to_dict()
-  jax.tree.map(np.testing.assert_array_equal, again, params)
+  chex.assert_trees_all_equal(again, params)
 
 
 def _copy(name, tmp_path):
@@ -142,7 +143,7 @@ def test_a_sharded_checkpoint_with_an_index_loads(tmp_path):
     json.dump({'weight_map': {k: s for s, keys in shards.items() for k in keys}}, f)
   _, params = hf.load(str(path))
   _, want = hf.load(os.path.join(FIXTURES, 'llama'))
-  jax.tree.map(np.testing.assert_array_equal, params, want)
+  chex.assert_trees_all_equal(params, want)
 
 
 def test_an_imported_checkpoint_fine_tunes_and_evaluates_with_zoo_launch(tmp_path):
@@ -155,7 +156,7 @@ def test_an_imported_checkpoint_fine_tunes_and_evaluates_with_zoo_launch(tmp_pat
   assert result.returncode == 0, result.stderr[-2000:]
   config, params = hf.load(os.path.join(FIXTURES, 'llama'))
   restored = checkpoint.restore_params(str(workdir / 'imported'), params)
-  jax.tree.map(np.testing.assert_array_equal, restored, params)
+  chex.assert_trees_all_equal(restored, params)
 
   overrides = ['--config.train.steps=12', '--config.train.batch_size=8',
                '--config.train.log_every=1', '--config.optim.learning_rate=3e-3',

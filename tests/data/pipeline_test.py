@@ -4,9 +4,14 @@ import ml_collections
 import numpy as np
 import pytest
 
+from tests import helpers
 from zoo import config as config_lib
 from zoo.data import pipeline
 from zoo.data import tokenizer as tokenizer_lib
+
+
+def _spec(data_config, rows):
+  return data_config, helpers.batch_spec(data_config, rows)
 
 
 def _data_config(path='', seq_len=8):
@@ -51,7 +56,7 @@ def test_split_is_deterministic_disjoint_and_complete():
 
 def test_packed_rows_keep_documents_apart():
   docs = _docs([3, 5, 2, 9, 4, 1, 6])
-  ds = pipeline.make_dataset(docs, _data_config(seq_len=8), 2, train=True, seed=0)
+  ds = pipeline.make_dataset(docs, *_spec(_data_config(seq_len=8), 2), train=True, seed=0)
   for batch in list(ds[:6]) if hasattr(ds, '__getitem__') else [b for _, b in zip(range(6), ds)]:
     assert batch['inputs'].shape == (2, 8) and batch['inputs'].dtype == np.int32
     np.testing.assert_array_equal(batch['loss_weights'], batch['segment_ids'] > 0)
@@ -72,7 +77,7 @@ def test_packed_rows_keep_documents_apart():
 def test_train_stream_covers_every_token_each_epoch():
   docs = _docs([3, 5, 2, 9, 4, 1, 6])
   n_tokens = sum(len(d) - 1 for d in docs)
-  ds = iter(pipeline.make_dataset(docs, _data_config(seq_len=8), 1, train=True, seed=0))
+  ds = iter(pipeline.make_dataset(docs, *_spec(_data_config(seq_len=8), 1), train=True, seed=0))
   seen = []
   while len(seen) < n_tokens:
     batch = next(ds)
@@ -82,7 +87,7 @@ def test_train_stream_covers_every_token_each_epoch():
 
 def test_iterator_state_resumes_the_exact_stream():
   docs = _docs([3, 5, 2, 9, 4, 1, 6, 7, 2])
-  ds = pipeline.make_dataset(docs, _data_config(seq_len=8), 2, train=True, seed=3)
+  ds = pipeline.make_dataset(docs, *_spec(_data_config(seq_len=8), 2), train=True, seed=3)
   it = iter(ds)
   for _ in range(5):
     next(it)
@@ -98,7 +103,7 @@ def test_iterator_state_resumes_the_exact_stream():
 
 def test_seeds_change_the_order_and_streams_see_different_documents():
   docs = _docs([4] * 40)
-  first = lambda **kw: next(iter(pipeline.make_dataset(docs, _data_config(), 2, train=True,
+  first = lambda **kw: next(iter(pipeline.make_dataset(docs, *_spec(_data_config(), 2), train=True,
                                                        **kw)))['inputs']
   assert not np.array_equal(first(seed=0), first(seed=1))
   p0, p1 = first(stream=0, num_streams=2), first(stream=1, num_streams=2)
@@ -107,7 +112,7 @@ def test_seeds_change_the_order_and_streams_see_different_documents():
 
 def test_eval_stream_is_one_padded_pass():
   docs = _docs([3, 5, 2])
-  batches = list(pipeline.make_dataset(docs, _data_config(seq_len=8), 4, train=False))
+  batches = list(pipeline.make_dataset(docs, *_spec(_data_config(seq_len=8), 4), train=False))
   real = sum(int(np.sum(b['loss_weights'])) for b in batches)
   assert real == sum(len(d) - 1 for d in docs)
   assert all(b['inputs'].shape == (4, 8) for b in batches)
@@ -138,7 +143,7 @@ def _mlm_dataset(docs, seq_len=32, batch=64, seed=0):
   tokens = pipeline.tokenize(docs or docs_text, tok)
   data = _data_config(seq_len=seq_len)
   data.objective = 'mlm'
-  return tok, tokens, iter(pipeline.make_dataset(tokens, data, batch, train=True, seed=seed,
+  return tok, tokens, iter(pipeline.make_dataset(tokens, *_spec(data, batch), train=True, seed=seed,
                                                  tokenizer=tok))
 
 
@@ -227,7 +232,7 @@ def test_span_corruption_batches_follow_the_encoder_decoder_contract():
   c.data.objective, c.data.seq_len, c.data.target_seq_len = 'span_corruption', 64, 24
   c.data.reserved_ids = 128
   tokens = pipeline.tokenize(pipeline.read_documents(_data_config())[:400], tok)
-  batch = next(iter(pipeline.make_dataset(tokens, c.data, 4, train=True, tokenizer=tok)))
+  batch = next(iter(pipeline.make_dataset(tokens, *_spec(c.data, 4), train=True, tokenizer=tok)))
   assert set(batch) == {'encoder_inputs', 'encoder_segment_ids', 'encoder_positions',
                         'decoder_inputs', 'decoder_targets', 'decoder_segment_ids',
                         'decoder_positions', 'decoder_loss_weights'}

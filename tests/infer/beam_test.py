@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from tests import helpers
-from zoo import models
+from zoo import families
+from zoo.families import decoding
 from zoo.infer import beam
 from zoo.infer import generate
 
@@ -68,13 +69,13 @@ def test_two_beams_find_the_sequence_greedy_misses():
 
 def test_the_beam_score_is_the_full_forward_log_probability_of_its_tokens():
   config = helpers.tiny_config(position='rope')
-  model = models.build(config.model)
-  variables = {'params': model.init(jax.random.PRNGKey(0), models.example_batch(
+  model = families.build(config.model)
+  variables = {'params': model.init(jax.random.PRNGKey(0), families.example_batch(
       config.model, 1, 16))['params']}
   prompts = [[2, 10, 11, 12], [2, 20]]
-  ids, segments = generate.left_pad(prompts, PAD)
+  ids, segments = decoding.left_pad(prompts, PAD)
   W, N, alpha = 3, 5, 0.6
-  start = generate.decoder_start(model, variables, jnp.repeat(ids, W, 0),
+  start = families.decoder.start_generation(model, variables, jnp.repeat(ids, W, 0),
                                  jnp.repeat(segments, W, 0), N)
   tokens, scores = jax.jit(lambda: beam.search(
       start[2], start[0], start[1], generate.reorder_cache, W, N, eos_id=-1, pad_id=PAD,
@@ -86,8 +87,8 @@ def test_the_beam_score_is_the_full_forward_log_probability_of_its_tokens():
     logp = float(jnp.sum(jnp.take_along_axis(log_probs, tokens[row][:, None], axis=-1)))
     np.testing.assert_allclose(scores[row], logp / beam.length_penalty(N, alpha), rtol=1e-5)
   # one beam is greedy decoding
-  greedy = jax.jit(generate.make(model, 'decoder', N, {'temperature': 0.0}, -1, PAD))(
+  greedy = jax.jit(generate.make(model, N, {'temperature': 0.0}, -1, PAD))(
       variables, ids, segments, jax.random.PRNGKey(0))
-  start = generate.decoder_start(model, variables, ids, segments, N)
+  start = families.decoder.start_generation(model, variables, ids, segments, N)
   one_beam, _ = beam.search(start[2], start[0], start[1], generate.reorder_cache, 1, N, -1, PAD)
   np.testing.assert_array_equal(one_beam, greedy)

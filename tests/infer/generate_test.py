@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from tests import helpers
-from zoo import models
+from zoo import families
+from zoo.families import decoding
 from zoo import presets
 from zoo import sharding
 from zoo.infer import generate
@@ -26,8 +27,8 @@ def _decoder(moe=None, window=0, **overrides):
   config.model.attention.window = window
   if moe:
     config.model.moe.update(moe)
-  model = models.build(config.model)
-  params = model.init(jax.random.PRNGKey(0), models.example_batch(config.model, 1, 16))
+  model = families.build(config.model)
+  params = model.init(jax.random.PRNGKey(0), families.example_batch(config.model, 1, 16))
   return model, {'params': params['params']}
 
 
@@ -47,7 +48,7 @@ def _full_logits(model, variables, tokens):
 ], ids=['rope_gqa', 'learned', 'sinusoidal_mqa', 'alibi', 'window', 'parallel', 'moe'])
 def test_cached_decoding_gives_the_full_forward_logits(overrides):
   model, variables = _decoder(**overrides)
-  ids, segments = generate.left_pad(PROMPTS, pad_id=0)
+  ids, segments = decoding.left_pad(PROMPTS, pad_id=0)
   B, P = ids.shape
   S = P + len(TEACHER)
   kv_segments = np.concatenate([segments, np.ones((B, len(TEACHER)), np.int32)], 1)
@@ -79,10 +80,10 @@ def _greedy_without_cache(model, variables, prompt, steps):
 
 def test_greedy_generation_equals_greedy_decoding_without_a_cache_and_stops_at_eos():
   model, variables = _decoder(position='rope')
-  ids, segments = generate.left_pad(PROMPTS, pad_id=0)
+  ids, segments = decoding.left_pad(PROMPTS, pad_id=0)
   want = [_greedy_without_cache(model, variables, p, 6) for p in PROMPTS]
   run = lambda eos: np.asarray(jax.jit(generate.make(
-      model, 'decoder', 6, {'temperature': 0.0}, eos, 0))(variables, ids, segments,
+      model, 6, {'temperature': 0.0}, eos, 0))(variables, ids, segments,
                                                           jax.random.PRNGKey(0)))
   np.testing.assert_array_equal(run(eos=3), want)  # token 3 never comes: all 6 steps
   # the first token row 0 emits after step 1 for the first time ends it: then padding;
@@ -100,12 +101,12 @@ def test_t5_greedy_generation_equals_greedy_decoding_without_a_cache():
   presets.t5(config, version='1.1')
   config.model.update(vocab_size=64, d_model=32, num_encoder_layers=2, num_decoder_layers=2,
                       num_heads=4, head_dim=8, mlp_dim=64, dtype='float32', dropout_rate=0.0)
-  model = models.build(config.model)
-  variables = {'params': model.init(jax.random.PRNGKey(1), models.example_batch(
+  model = families.build(config.model)
+  variables = {'params': model.init(jax.random.PRNGKey(1), families.example_batch(
       config.model, 1, 8))['params']}
   inputs = np.array([[10, 11, 12, 13, 3], [20, 21, 3, 0, 0]], np.int32)  # right-padded
   segments = (inputs > 0).astype(np.int32)
-  got = np.asarray(jax.jit(generate.make(model, 'encoder_decoder', 5, {'temperature': 0.0}, 3,
+  got = np.asarray(jax.jit(generate.make(model, 5, {'temperature': 0.0}, 3,
                                         0))(variables, inputs, segments, jax.random.PRNGKey(0)))
   forward = jax.jit(lambda batch: model.apply(variables, batch)[0])
   for row in range(2):  # full forward passes over a fixed (causal) decoder buffer
@@ -151,10 +152,10 @@ def test_cached_decoding_on_a_data_fsdp_tensor_mesh_gives_the_unsharded_logits()
   config.mesh.update(data=2, fsdp=2, tensor=2)
   model, boxed = _decoder(position='rope')
   variables = nn.unbox(boxed)
-  ids, segments = generate.left_pad(PROMPTS, pad_id=0)
+  ids, segments = decoding.left_pad(PROMPTS, pad_id=0)
 
   def decode(variables):  # prefill, then two fed-back tokens: [3, B, V]
-    logits_BV, cache, step = generate.decoder_start(model, variables, ids, segments, 4)
+    logits_BV, cache, step = families.decoder.start_generation(model, variables, ids, segments, 4)
     steps = [logits_BV]
     for i, token in enumerate(TEACHER[:2]):
       logits_BV, cache = step(jnp.full((len(PROMPTS),), token), i, cache)

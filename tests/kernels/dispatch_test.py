@@ -1,20 +1,19 @@
 """One switch for the attention kernel: what 'auto' picks where, the cuDNN call's arguments
 (checked through XLA on CPU), and the errors for what a kernel cannot do."""
 
-import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests import helpers
 from zoo import config as config_lib
 from zoo import kernels
 from zoo.kernels import gpu
 from zoo.kernels import mask as mask_lib
 from zoo.kernels import reference
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_auto_picks_splash_on_tpu_gpu_on_gpu_and_xla_where_they_cannot_run():
@@ -47,7 +46,7 @@ def test_kernels_that_cannot_run_say_which_field_and_what_to_use():
 ])
 def test_config_rejects_a_splash_setup_it_cannot_run(overrides, message):
   with pytest.raises(config_lib.ConfigError, match=message):
-    config_lib.load(os.path.join(REPO, 'configs', 'gpt_shakespeare.py:smoke'), overrides)
+    config_lib.load(helpers.config_file('gpt_shakespeare'), overrides)
 
 
 @pytest.mark.parametrize('causal, window', [(True, 0), (False, 0), (True, 5)])

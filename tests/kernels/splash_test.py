@@ -1,7 +1,6 @@
 """Splash attention (Pallas, interpret mode on CPU) against the XLA reference: forward and
 gradients for every mask kind and head layout, bare and inside a sharded decoder."""
 
-import os
 
 import flax.linen as nn
 import jax
@@ -9,13 +8,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests import helpers
 from zoo import config as config_lib
 from zoo import kernels
-from zoo import models
+from zoo import families
 from zoo import sharding
 from zoo.kernels import mask as mask_lib
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 B, L, K = 2, 256, 32
 HEADS = {'mha': (4, 4), 'gqa': (4, 2), 'mqa': (4, 1)}
 
@@ -63,7 +62,7 @@ def test_mha_and_mqa_layouts_match_the_reference(layout):
 
 
 def test_a_sharded_decoder_gives_the_reference_logits_and_gradients():
-  config = config_lib.load(os.path.join(REPO, 'configs', 'llama3_8b.py:smoke'),
+  config = config_lib.load(helpers.config_file('llama3_8b'),
                            ['data.seq_len=128', 'model.max_length=128', 'mesh.data=2',
                             'mesh.fsdp=2', 'mesh.tensor=2'])
   rng = np.random.default_rng(1)
@@ -78,7 +77,7 @@ def test_a_sharded_decoder_gives_the_reference_logits_and_gradients():
   for kernel in ('xla', 'splash'):
     with config.unlocked():
       config.model.attention.kernel = kernel
-    model = models.build(config.model)
+    model = families.build(config.model)
     params = nn.unbox(model.init(jax.random.PRNGKey(0), batch)['params'])
 
     def loss(p, model=model):

@@ -3,6 +3,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from zoo.kernels import mask as mask_lib
+from zoo.kernels import reference
 from zoo.models import attention
 
 
@@ -37,31 +39,31 @@ def test_dot_product_attention_matches_float64_reference(H, G, masked):
     mask = np.random.default_rng(1).random((2, 1, 7, 9)) < 0.6
     mask[..., 0] = True  # every query sees at least one key
   bias = np.random.default_rng(2).normal(size=(1, H, 7, 9)).astype(np.float32)
-  got = attention.dot_product_attention(q, k, v, mask=mask, bias=bias)
+  got = reference.dot_product_attention(q, k, v, mask=mask, bias=bias)
   np.testing.assert_allclose(got, reference_attention(q, k, v, mask, bias), atol=2e-5)
 
 
 def test_scale_argument_replaces_the_default():
   q, k, v = _qkv(2, 2)
-  got = attention.dot_product_attention(q, k, v, scale=1.0)
+  got = reference.dot_product_attention(q, k, v, scale=1.0)
   np.testing.assert_allclose(got, reference_attention(q, k, v, scale=1.0), atol=2e-5)
 
 
 def test_kv_heads_must_divide_heads():
   q, k, v = _qkv(4, 3)
   with pytest.raises(ValueError, match='do not divide'):
-    attention.dot_product_attention(q, k, v)
+    reference.dot_product_attention(q, k, v)
 
 
 def test_fully_masked_rows_stay_finite():
   q, k, v = _qkv(2, 2)
-  out = attention.dot_product_attention(q, k, v, mask=np.zeros((1, 1, 7, 9), bool))
+  out = reference.dot_product_attention(q, k, v, mask=np.zeros((1, 1, 7, 9), bool))
   assert np.isfinite(out).all()
 
 
 def test_segment_mask_keeps_tokens_inside_their_segment_and_off_padding():
   seg = jnp.array([[1, 1, 2, 2, 0]])
-  got = np.asarray(attention.segment_mask(seg, seg)[0, 0])
+  got = np.asarray(mask_lib.segment_mask(seg, seg)[0, 0])
   want = np.array([[1, 1, 0, 0, 0],
                    [1, 1, 0, 0, 0],
                    [0, 0, 1, 1, 0],
@@ -71,13 +73,13 @@ def test_segment_mask_keeps_tokens_inside_their_segment_and_off_padding():
 
 
 def test_causal_padding_and_window_masks():
-  np.testing.assert_array_equal(attention.causal_mask(3)[0, 0],
+  np.testing.assert_array_equal(mask_lib.causal_mask(3)[0, 0],
                                 [[1, 0, 0], [1, 1, 0], [1, 1, 1]])
   np.testing.assert_array_equal(
-      attention.causal_mask(4)[0, 0] & attention.sliding_window_mask(4, 2)[0, 0],
+      mask_lib.causal_mask(4)[0, 0] & mask_lib.sliding_window_mask(4, 2)[0, 0],
       [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]])
   valid = jnp.array([[True, True, False]])
-  np.testing.assert_array_equal(attention.padding_mask(valid, valid)[0, 0],
+  np.testing.assert_array_equal(mask_lib.padding_mask(valid, valid)[0, 0],
                                 [[1, 1, 0], [1, 1, 0], [0, 0, 0]])
 
 

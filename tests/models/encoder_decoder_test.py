@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tests import helpers
-from zoo import models
+from zoo import families
 from zoo import presets
 from zoo.models import attention
 
@@ -34,7 +34,7 @@ def t5(request):
   presets.t5(config, version=request.param)
   config.model.update(vocab_size=64, d_model=32, num_encoder_layers=2, num_decoder_layers=2,
                       num_heads=4, head_dim=8, mlp_dim=64, dtype='float32', dropout_rate=0.0)
-  model = models.build(config.model)
+  model = families.build(config.model)
   batch = {'encoder_inputs': jnp.zeros((1, 12), jnp.int32),
            'decoder_inputs': jnp.zeros((1, 8), jnp.int32)}
   params = nn.unbox(model.init(jax.random.PRNGKey(0), batch))

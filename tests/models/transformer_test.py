@@ -1,5 +1,6 @@
 """Mask semantics on the real decoder: causality, packing and padding."""
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests import helpers
-from zoo import models
+from zoo import families
 
 ATOL = 1e-5
 
@@ -15,7 +16,7 @@ ATOL = 1e-5
 @pytest.fixture(scope='module')
 def decoder():
   config = helpers.tiny_config()
-  model = models.build(config.model)
+  model = families.build(config.model)
   params = nn.unbox(model.init(jax.random.PRNGKey(0), {'inputs': jnp.zeros((1, 16), jnp.int32)}))
   return jax.jit(lambda batch: model.apply(params, batch))
 
@@ -69,7 +70,7 @@ def test_variants_stay_causal(overrides):
       config.model[key].update(value)
     else:
       config.model[key] = value
-  model = models.build(config.model)
+  model = families.build(config.model)
   ids = helpers.random_ids(16, seed=5)
   params = model.init(jax.random.PRNGKey(0), _batch(ids))
   changed = ids.copy()
@@ -83,7 +84,7 @@ def test_sliding_window_limits_how_far_back_a_token_sees():
   config = helpers.tiny_config()
   config.model.attention.window = 4
   config.model.num_layers = 1
-  model = models.build(config.model)
+  model = families.build(config.model)
   ids = helpers.random_ids(16, seed=6)
   params = model.init(jax.random.PRNGKey(0), _batch(ids))
   changed = ids.copy()
@@ -97,10 +98,10 @@ def test_scan_and_remat_give_the_same_loss_and_gradients_as_unrolled():
   results = []
   for scan, remat in [(True, 'none'), (True, 'full'), (False, 'dots')]:
     config = helpers.tiny_config(scan_layers=scan, remat=remat)
-    model = models.build(config.model)
+    model = families.build(config.model)
     params = nn.unbox(model.init(jax.random.PRNGKey(0), batch)['params'])
     if not scan:  # unrolled layers_i hold what the scanned stack holds at index i
-      scanned = nn.unbox(models.build(helpers.tiny_config().model).init(
+      scanned = nn.unbox(families.build(helpers.tiny_config().model).init(
           jax.random.PRNGKey(0), batch)['params'])
       params = dict(params)
       for i in range(config.model.num_layers):
@@ -114,5 +115,4 @@ def test_scan_and_remat_give_the_same_loss_and_gradients_as_unrolled():
     results.append((value, grads))
   for value, grads in results[1:]:
     np.testing.assert_allclose(value, results[0][0], rtol=1e-5)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
-                 grads, results[0][1])
+    chex.assert_trees_all_close(grads, results[0][1], rtol=1e-4, atol=1e-5)

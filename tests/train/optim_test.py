@@ -5,13 +5,13 @@ import numpy as np
 import optax
 
 from tests import helpers
-from zoo import models
+from zoo import families
 from zoo.train import optim
 
 
 def _params(**overrides):
   config = helpers.tiny_config(**overrides)
-  model = models.build(config.model)
+  model = families.build(config.model)
   return nn.unbox(model.init(jax.random.PRNGKey(0), {'inputs': jnp.zeros((1, 8), jnp.int32)}))[
       'params']
 

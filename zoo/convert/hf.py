@@ -23,8 +23,11 @@ import numpy as np
 from safetensors import numpy as safetensors_np
 
 from zoo import config as config_lib
+from zoo import counting
+from zoo import families
 from zoo import presets
 from zoo.config import ConfigError
+from zoo.models import dims
 
 SINGLE, INDEX = 'model.safetensors', 'model.safetensors.index.json'
 IGNORED = re.compile(r'.*(\.attn\.bias|\.attn\.masked_bias|rotary_emb\.inv_freq|position_ids)$')
@@ -68,7 +71,7 @@ def _rule(zoo, hf, pair=None):
 
 def _attention(zoo, hf, m, names, bias=False, conv1d=False):
   """q, k, v, out of one attention block. names: HF suffixes for q, k, v, out."""
-  H, G, K, D = m.num_heads, config_lib.kv_heads(m), config_lib.head_dim(m), m.d_model
+  H, G, K, D = m.num_heads, dims.kv_heads(m), dims.head_dim(m), m.d_model
   rules = []
   for part, name, heads in (('query', names[0], H), ('key', names[1], G),
                             ('value', names[2], G)):
@@ -468,8 +471,7 @@ def _get(tree, path):
 
 def _check_shapes(config, params, path):
   """Every leaf has the shape the zoo model expects (a config/tensor mismatch otherwise)."""
-  from zoo.plan import analytic  # pylint: disable=g-import-not-at-top
-  expected = dict(_flatten(nn.unbox(analytic.abstract_params(config))))
+  expected = dict(_flatten(nn.unbox(counting.abstract_params(config))))
   got = dict(_flatten(params))
   for name in sorted(set(expected) | set(got)):
     if name not in got:
@@ -510,7 +512,7 @@ def _hf_config(config):
             'architectures': ['BertForPreTraining' if m.nsp_head else 'BertForMaskedLM']}
   if family == 't5':
     return {'model_type': 't5', 'vocab_size': m.vocab_size, 'd_model': m.d_model,
-            'd_kv': config_lib.head_dim(m), 'd_ff': m.mlp_dim, 'num_layers': m.num_encoder_layers,
+            'd_kv': dims.head_dim(m), 'd_ff': m.mlp_dim, 'num_layers': m.num_encoder_layers,
             'num_decoder_layers': m.num_decoder_layers, 'num_heads': m.num_heads,
             'relative_attention_num_buckets': m.relative_buckets,
             'relative_attention_max_distance': m.relative_max_distance,
@@ -521,7 +523,7 @@ def _hf_config(config):
             'eos_token_id': 1}
   hf = {'model_type': family, 'vocab_size': m.vocab_size, 'hidden_size': m.d_model,
         'num_hidden_layers': m.num_layers, 'num_attention_heads': m.num_heads,
-        'num_key_value_heads': config_lib.kv_heads(m), 'head_dim': config_lib.head_dim(m),
+        'num_key_value_heads': dims.kv_heads(m), 'head_dim': dims.head_dim(m),
         'intermediate_size': m.mlp_dim, 'hidden_act': 'silu', 'rms_norm_eps': m.norm_eps,
         'rope_theta': m.rope_theta, 'max_position_embeddings': m.max_length,
         'tie_word_embeddings': m.tie_embeddings}
@@ -539,16 +541,7 @@ def _hf_config(config):
 
 
 def _model_type(config):
-  m = config.model
-  if m.family == 'encoder':
-    return 'bert'
-  if m.family == 'encoder_decoder':
-    return 't5'
-  if m.position == 'learned':
-    return 'gpt2'
-  if m.moe.num_experts:
-    return 'mixtral'
-  return 'mistral' if m.attention.window else 'llama'
+  return families.get(config.model).hf_model_type(config.model)
 
 
 def save(config, params, path):

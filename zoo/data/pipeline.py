@@ -1,8 +1,8 @@
 """Input pipeline: read documents, tokenize, split, shuffle, pack, batch (numpy only).
 
-Every batch follows the contract in DESIGN.md: int32 [batch, seq_len] arrays `inputs`,
-`targets`, `segment_ids` (1, 2, ... per packed document, 0 = padding), `positions`
-(restarting at 0 in every document) and float32 `loss_weights`.
+Every batch is what the family's batch spec says (zoo/families; docs/contracts.md): the
+keys, shapes and dtypes of `spec`, with `segment_ids` 1, 2, ... per packed document
+(0 = padding) and `positions` restarting at 0 in every document.
 """
 
 import functools
@@ -12,7 +12,7 @@ import os
 import grain
 import numpy as np
 
-from zoo.config import ConfigError
+from zoo.errors import ConfigError
 
 EMBEDDED_CORPUS = 'tinyshakespeare.txt'
 _READ_OPTIONS = grain.ReadOptions(num_threads=1, prefetch_buffer_size=16)
@@ -198,16 +198,20 @@ def _contract(packed):
   }
 
 
-def _pad_rows(batch, rows):
-  """The last eval batch, padded with all-padding rows (segment 0, weight 0)."""
-  missing = rows - len(next(iter(batch.values())))
-  return {k: np.concatenate([v, np.zeros((missing,) + v.shape[1:], v.dtype)])
-          for k, v in batch.items()}
+def _conform(batch, spec):
+  """A batch with exactly the spec's keys and dtypes, short batches (the last of an eval
+  pass) padded with all-padding rows (segment 0, weight 0)."""
+  out = {}
+  for key, (shape, dtype) in spec.items():
+    value = np.asarray(batch[key], dtype)
+    out[key] = np.concatenate([value, np.zeros((shape[0] - len(value), *shape[1:]), dtype)])
+  return out
 
 
-def make_dataset(tokens, data_config, rows, *, train, seed=0, stream=0, num_streams=1,
+def make_dataset(tokens, data_config, spec, *, train, seed=0, stream=0, num_streams=1,
                  tokenizer=None):
-  """One input stream's batches of `rows` rows, as a grain IterDataset.
+  """One input stream's batches, each as `spec` ({key: (shape, dtype)}, the family's batch
+  spec for the stream's rows) says, as a grain IterDataset.
 
   Stream s of n reads documents s::n (streams are disjoint; zoo/data/streams.py puts them
   side by side into global batches). Train: shuffled with seed + s, reshuffled every epoch,
@@ -216,6 +220,7 @@ def make_dataset(tokens, data_config, rows, *, train, seed=0, stream=0, num_stre
   (first-fit); mlm rows hold one sentence pair each. mlm and span_corruption need the
   tokenizer.
   """
+  rows = next(iter(spec.values()))[0][0]
   ds = grain.MapDataset.source(tokens)[stream::num_streams]
   if not len(ds):
     raise ConfigError(f'data: stream {stream} of data.num_streams={num_streams} got no '
@@ -241,29 +246,9 @@ def make_dataset(tokens, data_config, rows, *, train, seed=0, stream=0, num_stre
     lengths = {'inputs': data_config.seq_len, 'targets': data_config.seq_len}
     ds = grain.experimental.ConcatThenSplitIterDataset(ds, length_struct=lengths).map(_contract)
   ds = ds.batch(rows, drop_remainder=train)
-  if not train:
-    ds = ds.map(lambda batch: _pad_rows(batch, rows))
-  return ds
+  return ds.map(functools.partial(_conform, spec=spec))
 
 
 def packing_efficiency(batch):
   """Share of token slots holding real tokens."""
   return float(np.mean(batch['segment_ids'] > 0))
-
-
-def batch_shapes(data_config, batch_size):
-  """{key: (shape, numpy dtype)} of a global batch for the objective: what the pipeline
-  yields, for tracing and ahead-of-time compiles without data."""
-  rows = (batch_size, data_config.seq_len)
-  int32, float32 = np.dtype(np.int32), np.dtype(np.float32)
-  if data_config.objective == 'span_corruption':
-    targets = (batch_size, data_config.target_seq_len)
-    return {'encoder_inputs': (rows, int32), 'encoder_segment_ids': (rows, int32),
-            'encoder_positions': (rows, int32), 'decoder_inputs': (targets, int32),
-            'decoder_targets': (targets, int32), 'decoder_segment_ids': (targets, int32),
-            'decoder_positions': (targets, int32), 'decoder_loss_weights': (targets, float32)}
-  shapes = {'inputs': (rows, int32), 'targets': (rows, int32), 'segment_ids': (rows, int32),
-            'positions': (rows, int32), 'loss_weights': (rows, float32)}
-  if data_config.objective == 'mlm':
-    shapes.update(token_type_ids=(rows, int32), next_sentence_labels=((batch_size,), int32))
-  return shapes

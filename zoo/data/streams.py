@@ -8,7 +8,7 @@ depends on num_streams and the seed, not on the mesh or the number of processes.
 
 import numpy as np
 
-from zoo.config import ConfigError
+from zoo.errors import ConfigError
 
 
 def local_streams(row_blocks, batch_size, num_streams):

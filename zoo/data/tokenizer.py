@@ -5,7 +5,7 @@ import os
 
 import sentencepiece as spm
 
-from zoo.config import ConfigError
+from zoo.errors import ConfigError
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 USER_SYMBOLS = ('\n', '<mask>')  # ids 4 and 5: newlines survive, MLM has a [MASK]
@@ -50,14 +50,27 @@ def train(documents, vocab_size, model_type):
   return Tokenizer(proto.getvalue())
 
 
+def _path(tokenizer_config, workdir):
+  """tokenizer.path, else where the workdir caches the tokenizer it trained."""
+  return tokenizer_config.path or os.path.join(
+      workdir, 'tokenizer', f'{tokenizer_config.type}_{tokenizer_config.vocab_size}.model')
+
+
+def load(tokenizer_config, workdir):
+  """The model at tokenizer.path, else the one cached in WORKDIR/tokenizer; never trains."""
+  path = _path(tokenizer_config, workdir)
+  if not os.path.isfile(path):
+    raise ConfigError(f'no tokenizer in {path}; train first (it is made from the corpus on '
+                      'first use) or set data.tokenizer.path to a SentencePiece model')
+  with open(path, 'rb') as f:
+    return Tokenizer(f.read())
+
+
 def load_or_train(tokenizer_config, documents, workdir):
-  """The model at tokenizer.path, else the cached one in WORKDIR/tokenizer, else a new one."""
-  if tokenizer_config.path:
-    with open(tokenizer_config.path, 'rb') as f:
-      return Tokenizer(f.read())
-  cache = os.path.join(workdir, 'tokenizer',
-                       f'{tokenizer_config.type}_{tokenizer_config.vocab_size}.model')
-  if not os.path.exists(cache):
+  """The model at tokenizer.path, else the cached one in WORKDIR/tokenizer, else a new one
+  trained on `documents` and cached there."""
+  cache = _path(tokenizer_config, workdir)
+  if not tokenizer_config.path and not os.path.exists(cache):
     tokenizer = train(documents, tokenizer_config.vocab_size, tokenizer_config.type)
     os.makedirs(os.path.dirname(cache), exist_ok=True)
     partial = f'{cache}.{os.getpid()}.tmp'
@@ -68,5 +81,4 @@ def load_or_train(tokenizer_config, documents, workdir):
     except FileExistsError:
       pass
     os.remove(partial)
-  with open(cache, 'rb') as f:
-    return Tokenizer(f.read())
+  return load(tokenizer_config, workdir)

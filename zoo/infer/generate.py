@@ -1,14 +1,13 @@
 """Generation: prefill the prompt into a KV cache, then decode one token at a time.
 
-Decoder-only: prompts are left-padded to the longest, so every row's next token goes to the
-same cache slot; padding has segment id 0 (never attended) and positions count from each
-row's first real token. Encoder-decoder: the encoder runs once, the decoder starts from
-id 0 (as in training) with its own cache; cross-attention reads the encoder output.
+How a family starts (its prompt layout, the prefill, the step that feeds a token back)
+is the family's `start_generation` (zoo/families): decoder-only prompts are left-padded so
+every row's next token goes to the same cache slot; T5 encodes once and decodes from id 0.
 Sampling: temperature (0 = greedy), then top-k and top-p (nucleus) filtering; or beam
 search (zoo/infer/beam.py) over the same cache, its rows reordered with the beams. A row
 stops at EOS; its later tokens are padding. The whole loop is one jitted `lax.while_loop`.
 
-Glossary: B batch, P prompt length, N new tokens, S cache slots, V vocab, W beams.
+Glossary: B batch, N new tokens, V vocab, W beams, R = B x W beam rows.
 """
 
 import functools
@@ -17,19 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zoo import families
 from zoo.infer import beam
-from zoo.models import encoder_decoder
-
-
-def left_pad(prompts, pad_id):
-  """Token lists -> (ids [B, P], segment ids [B, P]: 1 for tokens, 0 for padding)."""
-  length = max(len(p) for p in prompts)
-  ids = np.full((len(prompts), length), pad_id, np.int32)
-  segments = np.zeros((len(prompts), length), np.int32)
-  for row, prompt in enumerate(prompts):
-    ids[row, length - len(prompt):] = prompt
-    segments[row, length - len(prompt):] = 1
-  return ids, segments
 
 
 def filter_logits(logits_BV, temperature, top_k=0, top_p=1.0):
@@ -57,13 +45,6 @@ def sample(logits_BV, rng, temperature, top_k=0, top_p=1.0):
   return jax.random.categorical(rng, filtered_BV, axis=-1).astype(jnp.int32)
 
 
-def _empty_cache(model, args, method=None):
-  """Zeros shaped like the 'cache' collection a call with `args` creates."""
-  shapes = jax.eval_shape(
-      lambda: model.init(jax.random.PRNGKey(0), *args, method=method)['cache'])
-  return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-
-
 def _decode_loop(step_fn, logits_BV, cache, rng, max_new_tokens, sampling, eos_id, pad_id):
   """Sample, record, feed back, until every row has hit EOS or N tokens are out."""
   B = logits_BV.shape[0]
@@ -85,62 +66,6 @@ def _decode_loop(step_fn, logits_BV, cache, rng, max_new_tokens, sampling, eos_i
   return jax.lax.while_loop(cond, body, carry)[3]
 
 
-def decoder_start(model, variables, ids_BP, segments_BP, max_new_tokens):
-  """Decoder-only: left-padded prompts prefilled -> (first logits [B, V], cache, step)."""
-  B, P = ids_BP.shape
-  S = P + max_new_tokens
-  kv_segments_BS = jnp.concatenate([segments_BP, jnp.ones((B, max_new_tokens), jnp.int32)], 1)
-  pads_B1 = P - jnp.sum(segments_BP > 0, axis=1, keepdims=True)
-  kv_positions_BS = jnp.maximum(jnp.arange(S)[None] - pads_B1, 0).astype(jnp.int32)
-  at = lambda a, start, length: jax.lax.dynamic_slice_in_dim(a, start, length, axis=1)
-
-  def batch_at(ids_BL, start):
-    return {'inputs': ids_BL, 'segment_ids': at(kv_segments_BS, start, ids_BL.shape[1]),
-            'positions': at(kv_positions_BS, start, ids_BL.shape[1]),
-            'kv_segment_ids': kv_segments_BS, 'kv_positions': kv_positions_BS}
-
-  def run(cache, ids_BL, start):
-    logits_BLV, mutated = model.apply({**variables, 'cache': cache}, batch_at(ids_BL, start),
-                                      mutable=['cache'])
-    return logits_BLV[:, -1], mutated['cache']
-
-  logits_BV, cache = run(_empty_cache(model, (batch_at(ids_BP, 0),)), ids_BP, 0)
-  return logits_BV, cache, lambda token_B, i, cache: run(cache, token_B[:, None], P + i)
-
-
-def encoder_decoder_start(model, variables, ids_BS, segments_BS, max_new_tokens):
-  """Encoder-decoder: encoder inputs (padding anywhere, segment 0) encoded, the start token
-  decoded -> (first logits [B, V], cache, step)."""
-  B, N = ids_BS.shape[0], max_new_tokens
-  encoder_batch = {'encoder_inputs': ids_BS, 'encoder_segment_ids': segments_BS}
-  encoded_BSD = model.apply(variables, encoder_batch, method=encoder_decoder.EncoderDecoder.encode)
-  # cache slots: the start token, then each new token fed back (the last one unused)
-  kv_segments_BS = jnp.ones((B, N + 1), jnp.int32)
-  kv_positions_BS = jnp.broadcast_to(jnp.arange(N + 1, dtype=jnp.int32), (B, N + 1))
-
-  def batch_at(token_B, i):
-    return {**encoder_batch, 'decoder_inputs': token_B[:, None],
-            'decoder_segment_ids': jnp.ones((B, 1), jnp.int32),
-            'decoder_positions': jnp.full((B, 1), i, jnp.int32),
-            'decoder_kv_segment_ids': kv_segments_BS, 'decoder_kv_positions': kv_positions_BS}
-
-  def run(cache, token_B, i):
-    logits_BLV, mutated = model.apply({**variables, 'cache': cache}, encoded_BSD,
-                                      batch_at(token_B, i),
-                                      method=encoder_decoder.EncoderDecoder.decode,
-                                      mutable=['cache'])
-    return logits_BLV[:, -1], mutated['cache']
-
-  start_B = jnp.zeros((B,), jnp.int32)  # decoding starts from id 0, as in training
-  cache = _empty_cache(model, (encoded_BSD, batch_at(start_B, 0)),
-                       method=encoder_decoder.EncoderDecoder.decode)
-  logits_BV, cache = run(cache, start_B, 0)
-  return logits_BV, cache, lambda token_B, i, cache: run(cache, token_B, i + 1)
-
-
-STARTS = {'decoder': decoder_start, 'encoder_decoder': encoder_decoder_start}
-
-
 def reorder_cache(cache, rows):
   """The KV cache of the given batch rows (the batch axis sits before [S, G, K]; the layer
   scan stacks layers in front)."""
@@ -160,11 +85,12 @@ def decode_rules(rules):
   return tuple(rule for rule in rules if rule[0] != 'activation_embed')
 
 
-def make(model, family, max_new_tokens, sampling, eos_id, pad_id, num_beams=1,
-         length_alpha=0.0):
+def make(model, max_new_tokens, sampling, eos_id, pad_id, num_beams=1, length_alpha=0.0):
   """-> fn(variables, ids, segment ids, rng) -> new tokens [B, N], to jit (one trace: the
-  decode loop is a lax.while_loop). num_beams > 1: beam search (sampling unused)."""
-  start = functools.partial(STARTS[family], model, max_new_tokens=max_new_tokens)
+  decode loop is a lax.while_loop); the model's family says how decoding starts.
+  num_beams > 1: beam search (sampling unused)."""
+  start = functools.partial(families.get(model.config).start_generation, model,
+                            max_new_tokens=max_new_tokens)
 
   def fn(variables, ids, segments, rng):
     if num_beams == 1:
@@ -172,7 +98,7 @@ def make(model, family, max_new_tokens, sampling, eos_id, pad_id, num_beams=1,
       return _decode_loop(step, logits_BV, cache, rng, max_new_tokens, dict(sampling), eos_id,
                           pad_id)
     repeat = lambda a: jnp.repeat(jnp.asarray(a), num_beams, axis=0)  # rows b*W .. b*W+W-1
-    logits_XV, cache, step = start(variables, repeat(ids), repeat(segments))
-    return beam.search(step, logits_XV, cache, reorder_cache, num_beams, max_new_tokens,
+    logits_RV, cache, step = start(variables, repeat(ids), repeat(segments))
+    return beam.search(step, logits_RV, cache, reorder_cache, num_beams, max_new_tokens,
                        eos_id, pad_id, length_alpha)[0]
   return fn

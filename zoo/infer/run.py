@@ -1,48 +1,31 @@
 """--mode=generate: the newest checkpoint (or train.init_params) continues each --prompt.
 
-Prompts are tokenized as in training (decoder: BOS + pieces; encoder-decoder: pieces + EOS
-as encoder inputs), generated together in one batch with the config's `generate` settings,
-and printed with their completions.
+Prompts are tokenized as the family's `tokenize_prompts` says (decoder: BOS + pieces;
+encoder-decoder: pieces + EOS as encoder inputs), generated together in one batch with the
+config's `generate` settings, and printed with their completions. It builds the mesh, reads
+the run's tokenizer and checkpoint, and never reads the corpus.
 """
 
-import flax.linen as nn
 import jax
 import numpy as np
 
+from zoo import families
+from zoo.train import runtime
 from zoo import sharding
-from zoo.config import ConfigError
+from zoo.errors import ConfigError
 from zoo.infer import generate
-from zoo.train import loop
-from zoo.train import step as step_lib
+from zoo.train import state as state_lib
 
 
 def check(config, prompts):
   """One-line errors before anything is built or compiled."""
-  if config.model.family == 'encoder':
-    raise ConfigError("--mode=generate needs model.family 'decoder' or 'encoder_decoder'; "
-                      "'encoder' (BERT) fills in masked tokens, it does not generate")
+  if families.get(config.model).start_generation is None:
+    generating = [name for name, f in families.FAMILIES.items() if f.start_generation]
+    raise ConfigError(f'--mode=generate needs a model.family that generates '
+                      f'({", ".join(generating)}); model.family={config.model.family!r} does '
+                      'not')
   if not prompts:
     raise ConfigError('--mode=generate needs at least one --prompt="..."')
-
-
-def _tokenize(config, tokenizer, prompts):
-  """-> (ids, segment ids) [B, P], left-padded (decoder) or right-padded (encoder)."""
-  pieces = tokenizer.encode(prompts)
-  if config.model.family == 'decoder':
-    rows = [[tokenizer.bos_id, *p] for p in pieces]
-    longest = max(len(r) for r in rows) + config.generate.max_new_tokens
-    if config.model.position == 'learned' and longest > config.model.max_length:
-      raise ConfigError(f'the longest prompt ({longest - config.generate.max_new_tokens} '
-                        f'tokens) + generate.max_new_tokens={config.generate.max_new_tokens} '
-                        f'exceed model.max_length={config.model.max_length} of the learned '
-                        'position table; lower generate.max_new_tokens or shorten the prompt')
-    return generate.left_pad(rows, tokenizer.pad_id)
-  rows = [[*p, tokenizer.eos_id] for p in pieces]
-  length = max(len(r) for r in rows)
-  ids = np.full((len(rows), length), tokenizer.pad_id, np.int32)
-  for i, row in enumerate(rows):
-    ids[i, :len(row)] = row
-  return ids, (np.arange(length)[None] < np.array([[len(r)] for r in rows])).astype(np.int32)
 
 
 def _text(tokenizer, ids, data_config):
@@ -65,29 +48,29 @@ def _text(tokenizer, ids, data_config):
 def run(config, workdir, prompts):
   """-> the completions (text), also printed after their prompts."""
   check(config, prompts)
-  setup = loop.Setup(config, workdir)
-  ids, segments = _tokenize(config, setup.tokenizer, prompts)
-  step, variables = setup.restore_variables('generate')
+  family = families.get(config.model)
+  place = runtime.placement(config)
+  tokenizer = runtime.tokenizer(config, workdir)
+  ids, segments = family.tokenize_prompts(config, tokenizer, prompts)
+  state = runtime.model_state(config, place.mesh)
+  step, variables = runtime.restore_variables(config, workdir, state, 'generate')
   g = config.generate
-  fn = generate.make(setup.model, config.model.family, g.max_new_tokens,
+  fn = generate.make(state.model, g.max_new_tokens,
                      {'temperature': g.temperature, 'top_k': g.top_k, 'top_p': g.top_p},
-                     setup.tokenizer.eos_id, setup.tokenizer.pad_id, g.num_beams,
-                     g.length_alpha)
-  replicated = sharding.replicated(setup.mesh)
-  jitted = jax.jit(fn, in_shardings=(step_lib.model_variables(setup.state_shardings),
-                                     replicated, replicated, replicated),
-                   out_shardings=replicated)
+                     tokenizer.eos_id, tokenizer.pad_id, g.num_beams, g.length_alpha)
+  replicated = sharding.replicated(place.mesh)
+  jitted = place.jit(fn, (state_lib.model_variables(state.shardings),
+                          replicated, replicated, replicated), replicated,
+                     rules=generate.decode_rules(place.rules))
   # every process holds the same prompts: one replicated array across the pod
   inputs = [jax.device_put(a, replicated) for a in (ids, segments, jax.random.PRNGKey(g.seed))]
-  with jax.set_mesh(setup.mesh), nn.logical_axis_rules(generate.decode_rules(setup.rules)):
-    tokens = np.asarray(jitted(variables, *inputs).addressable_data(0))
+  tokens = np.asarray(jitted(variables, *inputs).addressable_data(0))
   completions = []
   for prompt, row in zip(prompts, tokens):
-    ended = setup.tokenizer.eos_id in row
-    row = list(row[:list(row).index(setup.tokenizer.eos_id)] if ended else row)
-    completions.append(_text(setup.tokenizer, row, config.data))
-    joint = '' if config.model.family == 'decoder' else '\n=> '  # a continuation, or an answer
+    ended = tokenizer.eos_id in row
+    row = list(row[:list(row).index(tokenizer.eos_id)] if ended else row)
+    completions.append(_text(tokenizer, row, config.data))
     if jax.process_index() == 0:
       print(f'--- step {step}: {len(row)} tokens{" then EOS" if ended else ""}\n'
-            f'{prompt}{joint}{completions[-1]}', flush=True)
+            f'{prompt}{family.PROMPT_JOINT}{completions[-1]}', flush=True)
   return completions

@@ -1,6 +1,6 @@
 """The reference attention (kernel 'xla'): plain einsums and a float32 softmax.
 
-Glossary: B batch, L query length, S key length, H heads, G kv heads, N = H // G query
+Glossary: B batch, L query length, S key length, H heads, G kv heads, Q = H // G query
 heads per kv head, K head dim. Masks are boolean, True = may attend, broadcastable to
 [B, H, L, S].
 """
@@ -23,14 +23,14 @@ def dot_product_attention(query, key, value, mask=None, bias=None, scale=None):
   if H % G:
     raise ValueError(f'kv heads {G} do not divide query heads {H}')
   scale = K ** -0.5 if scale is None else scale
-  q_BLGNK = q_BLHK.reshape(B, L, G, H // G, K)
-  logits_BGNLS = jnp.einsum('BLGNK,BSGK->BGNLS', q_BLGNK, k_BSGK,
+  q_BLGQK = q_BLHK.reshape(B, L, G, H // G, K)
+  logits_BGQLS = jnp.einsum('BLGQK,BSGK->BGQLS', q_BLGQK, k_BSGK,
                             preferred_element_type=jnp.float32) * scale
-  logits_BHLS = logits_BGNLS.reshape(B, H, L, -1)
+  logits_BHLS = logits_BGQLS.reshape(B, H, L, -1)
   if bias is not None:
     logits_BHLS = logits_BHLS + bias.astype(jnp.float32)
   if mask is not None:
     logits_BHLS = jnp.where(mask, logits_BHLS, MASKED)
-  probs_BGNLS = jax.nn.softmax(logits_BHLS, axis=-1).reshape(logits_BGNLS.shape)
-  out_BLGNK = jnp.einsum('BGNLS,BSGK->BLGNK', probs_BGNLS.astype(v_BSGK.dtype), v_BSGK)
-  return out_BLGNK.reshape(B, L, H, K).astype(q_BLHK.dtype)
+  probs_BGQLS = jax.nn.softmax(logits_BHLS, axis=-1).reshape(logits_BGQLS.shape)
+  out_BLGQK = jnp.einsum('BGQLS,BSGK->BLGQK', probs_BGQLS.astype(v_BSGK.dtype), v_BSGK)
+  return out_BLGQK.reshape(B, L, H, K).astype(q_BLHK.dtype)

@@ -1,8 +1,8 @@
-"""The multi-head (GQA/MQA) attention module, position biases (T5, ALiBi), and the names
-of the reference attention and mask builders (which live in zoo/kernels).
+"""The multi-head (GQA/MQA) attention module and position biases (T5, ALiBi); the attention
+itself runs in zoo/kernels (the reference, splash, cuDNN), which also builds the masks.
 
 Glossary: B batch, L query length, S key length, D d_model, H heads, G kv heads,
-N = H // G query heads per kv head, K head dim.
+Q = H // G query heads per kv head, K head dim.
 Masks are boolean, True = may attend, broadcastable to [B, H, L, S]; modules pass a
 `Mask` (segment ids, causal, window) so each kernel can build its own form.
 """
@@ -14,15 +14,7 @@ import numpy as np
 
 from zoo import kernels
 from zoo.kernels import mask as mask_lib
-from zoo.kernels import reference
 from zoo.models import layers
-
-# The reference kernel and the mask builders live in zoo/kernels; the names stay here.
-dot_product_attention = reference.dot_product_attention
-causal_mask, padding_mask = mask_lib.causal_mask, mask_lib.padding_mask
-segment_mask, sliding_window_mask = mask_lib.segment_mask, mask_lib.sliding_window_mask
-Mask = mask_lib.Mask
-
 
 # --------------------------------------------------------------------------- module
 
@@ -60,7 +52,7 @@ class MultiHeadAttention(nn.Module):
       q_BLHK = layers.apply_rope(q_BLHK, q_positions_BL, self.rope_theta, self.rope_scaling)
       k_BSGK = layers.apply_rope(k_BSGK, kv_positions_BS, self.rope_theta, self.rope_scaling)
     q_BLHK = nn.with_logical_constraint(q_BLHK, ('batch', 'length', 'heads', 'head_dim'))
-    if isinstance(mask, Mask) and mask.kv_cache:
+    if isinstance(mask, mask_lib.Mask) and mask.kv_cache:
       k_BSGK, v_BSGK, mask = self._cached(k_BSGK, v_BSGK, mask)
     out_BLHK = kernels.attention(q_BLHK, k_BSGK, v_BSGK, mask, bias=bias_BHLS,
                                  scale=1.0 if self.fold_scale else None, kernel=self.kernel,

@@ -10,6 +10,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from zoo.kernels import mask as mask_lib
 from zoo.models import attention
 from zoo.models import layers
 from zoo.models import transformer
@@ -26,7 +27,7 @@ class _Stack(nn.Module):
     """cache_slots: (segment ids, positions) [B, S] of the decoder's cache when decoding."""
     m = self.config
     kv_segment_ids_BS, kv_positions_BS = cache_slots or (segment_ids_BL, positions_BL)
-    mask = attention.Mask(segment_ids_BL, kv_segment_ids_BS, causal=self.decoder,
+    mask = mask_lib.Mask(segment_ids_BL, kv_segment_ids_BS, causal=self.decoder,
                           kv_cache=cache_slots is not None)
     bias_BHLS = None
     if m.position == 't5_bias':
@@ -36,7 +37,7 @@ class _Stack(nn.Module):
                                                                       kv_positions_BS)
     cross_mask = None
     if encoded_BSD is not None:
-      cross_mask = attention.Mask(segment_ids_BL, encoder_segment_ids_BS)
+      cross_mask = mask_lib.Mask(segment_ids_BL, encoder_segment_ids_BS)
     x_BLD = nn.Dropout(m.dropout_rate)(x_BLD, deterministic=not train)
     num_layers = m.num_decoder_layers if self.decoder else m.num_encoder_layers
     x_BLD, _ = transformer.stack(m, train, num_layers, 'layers')(

@@ -3,14 +3,12 @@
 Glossary: B batch, L length, D d_model, H heads, K head dim, F mlp width, V vocab.
 """
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-Initializer = Callable[..., jax.Array]
 
 
 def _as_tuple(x):

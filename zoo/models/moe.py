@@ -20,8 +20,8 @@ Auxiliary losses over the global batch (Switch, Fedus et al. eq. 4; ST-MoE z-los
 balance = E x sum_i f_i P_i with f_i the share of (token, choice) pairs sent to expert i and
 P_i the mean router probability of i (1 at uniform routing); z = mean (logsumexp logits)^2.
 
-Glossary: B batch, L length, D d_model, F expert mlp, E experts, K top_k, C capacity slots,
-T tokens, N (token, choice) pairs, R rows received from other shards, X expert-parallel
+Glossary: B batch, L length, D d_model, F expert mlp, E experts, A top_k, C capacity slots,
+T tokens, M (token, choice) pairs, I rows received from other shards, X expert-parallel
 shards.
 """
 
@@ -42,60 +42,60 @@ STATS = ('balance_loss', 'z_loss', 'dropped_fraction', 'load')
 
 
 def route(logits_TE, top_k, bias_E=None):
-  """-> (probabilities [T, E] float32, gates [T, K], expert ids [T, K]). A balancing bias
+  """-> (probabilities [T, E] float32, gates [T, A], expert ids [T, A]). A balancing bias
   moves which experts are chosen, never the gates' values."""
   probs_TE = jax.nn.softmax(logits_TE.astype(jnp.float32), axis=-1)
   if bias_E is None:
-    gates_TK, experts_TK = jax.lax.top_k(probs_TE, top_k)
+    gates_TA, experts_TA = jax.lax.top_k(probs_TE, top_k)
   else:
-    _, experts_TK = jax.lax.top_k(probs_TE + jnp.broadcast_to(bias_E, probs_TE.shape), top_k)
-    gates_TK = jnp.take_along_axis(probs_TE, experts_TK, axis=-1)
+    _, experts_TA = jax.lax.top_k(probs_TE + jnp.broadcast_to(bias_E, probs_TE.shape), top_k)
+    gates_TA = jnp.take_along_axis(probs_TE, experts_TA, axis=-1)
   if top_k > 1:
-    gates_TK = gates_TK / jnp.sum(gates_TK, axis=-1, keepdims=True)
-  return probs_TE, gates_TK, experts_TK
+    gates_TA = gates_TA / jnp.sum(gates_TA, axis=-1, keepdims=True)
+  return probs_TE, gates_TA, experts_TA
 
 
 def capacity(seq_len, num_experts, top_k, capacity_factor):
   return max(1, math.ceil(top_k * seq_len * capacity_factor / num_experts))
 
 
-def slot_positions(experts_LK, num_experts):
+def slot_positions(experts_LA, num_experts):
   """Each (token, choice)'s slot in its expert, in priority order: all first choices (by
-  position), then all second choices, ... -> [L, K] int32."""
-  order_KL = experts_LK.T
-  one_hot = jax.nn.one_hot(order_KL.reshape(-1), num_experts, dtype=jnp.int32)
+  position), then all second choices, ... -> [L, A] int32."""
+  order_AL = experts_LA.T
+  one_hot = jax.nn.one_hot(order_AL.reshape(-1), num_experts, dtype=jnp.int32)
   before = jnp.cumsum(one_hot, axis=0) - one_hot
-  return jnp.sum(before * one_hot, axis=-1).reshape(order_KL.shape).T
+  return jnp.sum(before * one_hot, axis=-1).reshape(order_AL.shape).T
 
 
-def _expert_mlp(x_ND, w, activation, group_sizes=None):
-  """Experts on their tokens: x [E, N, D] (batched) or sorted x [N, D] with group sizes."""
+def _expert_mlp(x_MD, w, activation, group_sizes=None):
+  """Experts on their tokens: x [E, M, D] (batched) or sorted x [M, D] with group sizes."""
   if group_sizes is None:
     matmul = lambda x, kernel: jnp.einsum('end,edf->enf', x, kernel.astype(x.dtype))
   else:
     matmul = lambda x, kernel: jax.lax.ragged_dot(x, kernel.astype(x.dtype), group_sizes)
   act = layers.ACTIVATION_FNS[activation]
-  h = act(matmul(x_ND, w['wi_0']))
+  h = act(matmul(x_MD, w['wi_0']))
   if activation in layers.GATED:
-    h = h * matmul(x_ND, w['wi_1'])
+    h = h * matmul(x_MD, w['wi_1'])
   return matmul(h, w['wo'])
 
 
-def _capacity_experts(x_BLD, gates_BLK, experts_BLK, w, cfg, num_shards):
+def _capacity_experts(x_BLD, gates_BLA, experts_BLA, w, cfg, num_shards):
   """Dispatch into [E, C] slots per sequence, experts, combine; -> (y, dropped pairs)."""
   B, L, _ = x_BLD.shape
   E = cfg['num_experts']
   C = capacity(L, E, cfg['top_k'], cfg['capacity_factor'])
-  slots_BLK = jax.vmap(slot_positions, in_axes=(0, None))(experts_BLK, E)
-  kept_BLK = slots_BLK < C
-  # [B, L, K, E, C] one-hots summed over K: which slot of which expert each token fills
+  slots_BLA = jax.vmap(slot_positions, in_axes=(0, None))(experts_BLA, E)
+  kept_BLA = slots_BLA < C
+  # [B, L, A, E, C] one-hots summed over A: which slot of which expert each token fills
   dispatch_BLEC = jnp.einsum(
-      'blke,blkc->blec', jax.nn.one_hot(experts_BLK, E, dtype=x_BLD.dtype),
-      jax.nn.one_hot(jnp.where(kept_BLK, slots_BLK, C), C, dtype=x_BLD.dtype))
+      'blae,blac->blec', jax.nn.one_hot(experts_BLA, E, dtype=x_BLD.dtype),
+      jax.nn.one_hot(jnp.where(kept_BLA, slots_BLA, C), C, dtype=x_BLD.dtype))
   combine_BLEC = jnp.einsum(
-      'blke,blkc->blec', jax.nn.one_hot(experts_BLK, E, dtype=jnp.float32) *
-      gates_BLK[..., None],
-      jax.nn.one_hot(jnp.where(kept_BLK, slots_BLK, C), C, dtype=jnp.float32))
+      'blae,blac->blec', jax.nn.one_hot(experts_BLA, E, dtype=jnp.float32) *
+      gates_BLA[..., None],
+      jax.nn.one_hot(jnp.where(kept_BLA, slots_BLA, C), C, dtype=jnp.float32))
   x_EBCD = jnp.einsum('blec,bld->ebcd', dispatch_BLEC, x_BLD)
   if num_shards > 1:  # experts' slots to the experts' shards: [E/X, X*B, C, D]
     x_EBCD = jax.lax.all_to_all(x_EBCD, 'expert', 0, 1, tiled=True)
@@ -105,44 +105,44 @@ def _capacity_experts(x_BLD, gates_BLK, experts_BLK, w, cfg, num_shards):
   if num_shards > 1:  # and back: [E, B, C, D]
     y_EBCD = jax.lax.all_to_all(y_EBCD, 'expert', 1, 0, tiled=True)
   y_BLD = jnp.einsum('blec,ebcd->bld', combine_BLEC.astype(y_EBCD.dtype), y_EBCD)
-  return y_BLD, jnp.sum(~kept_BLK)
+  return y_BLD, jnp.sum(~kept_BLA)
 
 
-def _grouped_mlp(x_ND, experts_N, num_groups, w, activation):
+def _grouped_mlp(x_MD, experts_M, num_groups, w, activation):
   """Rows tagged with their group (num_groups = past the last group: skipped) through
-  ragged_dot, sorted and back; -> [N, D] in the rows' order (skipped rows 0)."""
-  order_N = jnp.argsort(experts_N, stable=True)
-  group_sizes = jnp.bincount(experts_N, length=num_groups).astype(jnp.int32)
-  y_ND = _expert_mlp(x_ND[order_N], w, activation, group_sizes)
-  return jnp.zeros_like(y_ND).at[order_N].set(y_ND)
+  ragged_dot, sorted and back; -> [M, D] in the rows' order (skipped rows 0)."""
+  order_M = jnp.argsort(experts_M, stable=True)
+  group_sizes = jnp.bincount(experts_M, length=num_groups).astype(jnp.int32)
+  y_MD = _expert_mlp(x_MD[order_M], w, activation, group_sizes)
+  return jnp.zeros_like(y_MD).at[order_M].set(y_MD)
 
 
-def _dropless_experts(x_BLD, gates_BLK, experts_BLK, w, cfg, num_shards):
+def _dropless_experts(x_BLD, gates_BLA, experts_BLA, w, cfg, num_shards):
   """(token, choice) pairs through ragged_dot, on their experts' shards; -> (y, 0 dropped)."""
   B, L, D = x_BLD.shape
-  K = cfg['top_k']
-  experts_N = experts_BLK.reshape(-1)  # N = B*L*K pairs, token-major
-  x_ND = jnp.repeat(x_BLD.reshape(B * L, D), K, axis=0)
+  A = cfg['top_k']
+  experts_M = experts_BLA.reshape(-1)  # M = B*L*A pairs, token-major
+  x_MD = jnp.repeat(x_BLD.reshape(B * L, D), A, axis=0)
   if num_shards == 1:
-    y_ND = _grouped_mlp(x_ND, experts_N, cfg['num_experts'], w, cfg['activation'])
+    y_MD = _grouped_mlp(x_MD, experts_M, cfg['num_experts'], w, cfg['activation'])
   else:
-    y_ND = _expert_parallel_mlp(x_ND, experts_N, w, cfg, num_shards)
-  y_ND = y_ND * gates_BLK.reshape(-1, 1).astype(y_ND.dtype)
-  return jnp.sum(y_ND.reshape(B, L, K, D), axis=2), jnp.zeros((), jnp.int32)
+    y_MD = _expert_parallel_mlp(x_MD, experts_M, w, cfg, num_shards)
+  y_MD = y_MD * gates_BLA.reshape(-1, 1).astype(y_MD.dtype)
+  return jnp.sum(y_MD.reshape(B, L, A, D), axis=2), jnp.zeros((), jnp.int32)
 
 
-def _expert_parallel_mlp(x_ND, experts_N, w, cfg, num_shards):
+def _expert_parallel_mlp(x_MD, experts_M, w, cfg, num_shards):
   """Pairs sorted by expert travel to their experts' shards and back with two ragged
   all-to-alls over `expert`: each pair's D values cross the network once each way.
 
-  Shard s holds experts [s*E/X, (s+1)*E/X). The receive buffer has room for X*N rows (every
+  Shard s holds experts [s*E/X, (s+1)*E/X). The receive buffer has room for X*M rows (every
   shard's pairs choosing this shard's experts), so nothing is ever dropped."""
-  N, _ = x_ND.shape
+  M, _ = x_MD.shape
   E, X = cfg['num_experts'], num_shards
   local = E // X
   me = jax.lax.axis_index('expert')
-  order_N = jnp.argsort(experts_N, stable=True)  # by expert, so by destination shard
-  counts_XE = jax.lax.all_gather(jnp.bincount(experts_N, length=E), 'expert')  # [source, e]
+  order_M = jnp.argsort(experts_M, stable=True)  # by expert, so by destination shard
+  counts_XE = jax.lax.all_gather(jnp.bincount(experts_M, length=E), 'expert')  # [source, e]
   sends_XX = jnp.sum(counts_XE.reshape(X, X, local), axis=-1).astype(jnp.int32)  # [src, dst]
   exclusive = lambda a, axis: jnp.cumsum(a, axis=axis) - a
   # dispatch: my pairs for shard j start at my row offset for j and land after the pairs
@@ -151,49 +151,49 @@ def _expert_parallel_mlp(x_ND, experts_N, w, cfg, num_shards):
   send_offsets_X, land_offsets_X = exclusive(sends_XX, 1)[me], exclusive(sends_XX, 0)[me]
   recv_offsets_X, back_offsets_X = exclusive(sends_XX, 0)[:, me], exclusive(sends_XX, 1)[:, me]
 
-  x_ND = x_ND[order_N]
-  x_RD = collectives.ragged_all_to_all(
-      x_ND, jnp.zeros((X * N,) + x_ND.shape[1:], x_ND.dtype), send_offsets_X, send_X,
+  x_MD = x_MD[order_M]
+  x_ID = collectives.ragged_all_to_all(
+      x_MD, jnp.zeros((X * M,) + x_MD.shape[1:], x_MD.dtype), send_offsets_X, send_X,
       land_offsets_X, recv_X, 'expert')
   # received rows run (source 0: my experts in order), (source 1: ...), ...: tag each with
   # its local expert (rows past the received ones: `local`, skipped)
   local_counts = jax.lax.dynamic_slice_in_dim(counts_XE, me * local, local, axis=1)  # [X, E/X]
   ends = jnp.cumsum(local_counts.reshape(-1))
-  segment_R = jnp.searchsorted(ends, jnp.arange(X * N), side='right')
-  expert_R = jnp.where(segment_R < X * local, segment_R % local, local)
-  y_RD = _grouped_mlp(x_RD, expert_R, local, w, cfg['activation'])
-  y_ND = collectives.ragged_all_to_all(
-      y_RD, jnp.zeros_like(x_ND), recv_offsets_X, recv_X, back_offsets_X, send_X, 'expert')
-  return jnp.zeros_like(y_ND).at[order_N].set(y_ND)
+  segment_I = jnp.searchsorted(ends, jnp.arange(X * M), side='right')
+  expert_I = jnp.where(segment_I < X * local, segment_I % local, local)
+  y_ID = _grouped_mlp(x_ID, expert_I, local, w, cfg['activation'])
+  y_MD = collectives.ragged_all_to_all(
+      y_ID, jnp.zeros_like(x_MD), recv_offsets_X, recv_X, back_offsets_X, send_X, 'expert')
+  return jnp.zeros_like(y_MD).at[order_M].set(y_MD)
 
 
 def _moe_shard(x_BLD, router_DE, bias_E, w, cfg, num_shards, batch_axes):
   """One shard's tokens (and its experts' weights) -> (y, statistics over the global batch)."""
   B, L, _ = x_BLD.shape
-  E, K = cfg['num_experts'], cfg['top_k']
+  E, A = cfg['num_experts'], cfg['top_k']
   logits_BLE = jnp.einsum('bld,de->ble', x_BLD.astype(jnp.float32), router_DE)
-  probs_BLE, gates_BLK, experts_BLK = route(logits_BLE, K, bias_E)
+  probs_BLE, gates_BLA, experts_BLA = route(logits_BLE, A, bias_E)
   experts_fn = _dropless_experts if cfg['capacity_factor'] == 0 else _capacity_experts
-  y_BLD, dropped = experts_fn(x_BLD, gates_BLK, experts_BLK, w, cfg, num_shards)
+  y_BLD, dropped = experts_fn(x_BLD, gates_BLA, experts_BLA, w, cfg, num_shards)
 
-  sums = {'pairs_per_expert': jnp.sum(jax.nn.one_hot(experts_BLK, E), axis=(0, 1, 2)),
+  sums = {'pairs_per_expert': jnp.sum(jax.nn.one_hot(experts_BLA, E), axis=(0, 1, 2)),
           'probs': jnp.sum(probs_BLE, axis=(0, 1)),
           'z': jnp.sum(jnp.square(jax.nn.logsumexp(logits_BLE, axis=-1))),
           'dropped': dropped.astype(jnp.float32), 'tokens': jnp.float32(B * L)}
   if batch_axes:
     sums = jax.lax.psum(sums, batch_axes)
-  share_E = sums['pairs_per_expert'] / (sums['tokens'] * K)  # f_i, sums to 1
+  share_E = sums['pairs_per_expert'] / (sums['tokens'] * A)  # f_i, sums to 1
   stats = {'balance_loss': E * jnp.sum(share_E * sums['probs'] / sums['tokens']),
            'z_loss': sums['z'] / sums['tokens'],
-           'dropped_fraction': sums['dropped'] / (sums['tokens'] * K),
-           'load': share_E * K}  # share of tokens that chose each expert (balanced: K/E)
+           'dropped_fraction': sums['dropped'] / (sums['tokens'] * A),
+           'load': share_E * A}  # share of tokens that chose each expert (balanced: A/E)
   return y_BLD, stats
 
 
 class MoE(nn.Module):
   """Drop-in for the MLP: routed experts (+ optional shared experts). Sows its statistics
   into the 'moe' collection: balance_loss, z_loss, dropped_fraction (of (token, choice)
-  pairs) and load (per expert, the share of tokens that chose it; K/E when balanced).
+  pairs) and load (per expert, the share of tokens that chose it; A/E when balanced).
 
   With moe.bias_update_rate > 0 it keeps a selection bias per expert in the 'moe_bias'
   collection (not a parameter: no gradient, no optimizer). Where that collection is mutable

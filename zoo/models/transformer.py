@@ -9,8 +9,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from zoo import config as config_lib
+from zoo.kernels import mask as mask_lib
 from zoo.models import attention
+from zoo.models import dims
 from zoo.models import layers
 from zoo.models import moe as moe_lib
 
@@ -44,9 +45,9 @@ class Block(nn.Module):
     norm = lambda name: layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name=name,
                                     **dtypes(m))
     attention_module = lambda name, rope: attention.MultiHeadAttention(
-        m.num_heads, config_lib.kv_heads(m), config_lib.head_dim(m), use_bias=m.use_bias,
+        m.num_heads, dims.kv_heads(m), dims.head_dim(m), use_bias=m.use_bias,
         rope_theta=m.rope_theta if rope and m.position == 'rope' else None,
-        rope_scaling=config_lib.rope_scaling(m),
+        rope_scaling=dims.rope_scaling(m),
         fold_scale=m.position == 't5_bias', init_std=m.kernel_init_std,
         out_init_scale=_out_init_scale(m), kernel=m.attention.kernel,
         block_sizes=(m.attention.block_q, m.attention.block_kv), name=name, **dtypes(m))
@@ -179,7 +180,7 @@ class Encoder(nn.Module):
                          **dtypes(m))
     x_BLD = Embeddings(m, name='embeddings')(embed(ids_BL), positions_BL, token_type_ids_BL,
                                              train)
-    mask = attention.Mask(segment_ids_BL, segment_ids_BL)
+    mask = mask_lib.Mask(segment_ids_BL, segment_ids_BL)
     x_BLD, _ = stack(m, train, m.num_layers, 'layers')(x_BLD, mask, positions_BL)
     if m.norm_position == 'pre':
       x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',
@@ -225,7 +226,7 @@ class Decoder(nn.Module):
     kv_cache = 'kv_segment_ids' in batch
     kv_segment_ids_BS = batch['kv_segment_ids'] if kv_cache else segment_ids_BL
     kv_positions_BS = batch['kv_positions'] if kv_cache else positions_BL
-    mask = attention.Mask(segment_ids_BL, kv_segment_ids_BS, causal=True,
+    mask = mask_lib.Mask(segment_ids_BL, kv_segment_ids_BS, causal=True,
                           window=m.attention.window, kv_cache=kv_cache)
     bias_BHLS = None
     if m.position == 'alibi':

@@ -12,14 +12,13 @@ import json
 
 import jax
 
-from zoo import kernels
+from zoo.train import runtime
 from zoo import sharding
-from zoo.config import ConfigError
+from zoo.errors import ConfigError
 from zoo.plan import analytic
 from zoo.plan import compiled as compiled_lib
 from zoo.plan import sweep as sweep_lib
 from zoo.plan import topology
-from zoo.plan.analytic import plan, report  # pylint: disable=unused-import
 
 
 def _compiled(config, result, devices, tpu_slice):
@@ -45,15 +44,11 @@ def run(config, json_path=None, compile_step=False, topology_name=None, sweep=Fa
     raise ConfigError('--plan_sweep needs --plan_topology=NAME for the chip count and speeds, '
                       'e.g. --plan_topology=v5p-128')
   result = analytic.plan(config, tpu_slice.chips if tpu_slice else None)
-  m = config.model
-  try:  # the kernel the step would use on the planned platform
-    on = 'tpu' if tpu_slice else jax.default_backend()
-    result['attention_kernel'], why = kernels.resolve(
-        m.attention.kernel, m.position in ('t5_bias', 'alibi'), jax.numpy.dtype(m.dtype),
-        (config.data.seq_len, config.data.seq_len), on=on)
-    result['attention_kernel_why'] = f'{why} (model.attention.kernel={m.attention.kernel!r})'
-  except ValueError as e:
-    raise ConfigError(str(e)) from None
+  # the kernel the step would use on the planned platform
+  result['attention_kernel'], why = runtime.attention_kernel(
+      config, on='tpu' if tpu_slice else jax.default_backend())
+  result["attention_kernel_why"] = (
+      f"{why} (model.attention.kernel={config.model.attention.kernel!r})")
   if tpu_slice:
     result['topology'] = {'name': tpu_slice.name, 'chips': tpu_slice.chips,
                           'slices': tpu_slice.slices,
@@ -65,7 +60,7 @@ def run(config, json_path=None, compile_step=False, topology_name=None, sweep=Fa
   elif tpu_slice or compile_step:
     devices = topology.devices(tpu_slice) if tpu_slice else jax.devices()
     _compiled(config, result, devices, tpu_slice)
-  print(report(result), flush=True)
+  print(analytic.report(result), flush=True)
   if sweep:
     print(sweep_lib.table(result['sweep'], tpu_slice), flush=True)
   if json_path:

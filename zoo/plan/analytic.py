@@ -2,9 +2,9 @@
 
 Shapes come from `jax.eval_shape`, so a 540B-parameter config plans on a laptop in seconds.
 Conventions:
-- flops_per_token: training (forward + backward), the MFU convention of zoo/train/metrics.py:
-  6 x (parameters except input embedding tables) + 6 x layers x seq_len x heads x head_dim
-  (causal attention counted as half of the full 12 x ...).
+- flops_per_token: training (forward + backward), the convention of zoo/counting.py (also
+  the training loop's MFU): 6 x (active parameters except input embedding tables) + 6 x
+  layers x seq_len x heads x head_dim (causal attention counted as half of the full 12 x ...).
 - kv_cache_bytes_per_token: keys and values of every layer at the compute dtype (decoders).
 - per_device_bytes: params, optimizer state (AdamW: two moments) and gradients, each leaf
   split over the mesh axes its logical axes map to; a dimension that does not divide its
@@ -19,23 +19,16 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from zoo import config as config_lib
-from zoo import models
+from zoo import counting
+from zoo import families
 from zoo import sharding
-from zoo.train import metrics as metrics_lib
+from zoo.models import dims
 
 
 def mesh_sizes_for(mesh_config, num_devices):
-  sizes = {axis: mesh_config[axis] for axis in config_lib.MESH_AXES}
+  sizes = {axis: mesh_config[axis] for axis in sharding.MESH_AXES}
   known = math.prod(s for s in sizes.values() if s != -1)
   return {axis: (max(num_devices // known, 1) if s == -1 else s) for axis, s in sizes.items()}
-
-
-def abstract_params(config):
-  """Boxed abstract params (shapes, dtypes and logical axis names; no memory)."""
-  model = models.build(config.model)
-  batch = models.example_batch(config.model, 1, config.data.seq_len)
-  return jax.eval_shape(model.init, jax.random.PRNGKey(0), batch)['params']
 
 
 def _shard_factor(shape, logical_axes, rules, sizes, not_divisible, name):
@@ -51,17 +44,6 @@ def _shard_factor(shape, logical_axes, rules, sizes, not_divisible, name):
   return factor
 
 
-def active_params(boxed, moe):
-  """Parameters a token uses: routed expert weights count top_k / num_experts of
-  themselves; everything else (embeddings, attention, router, shared experts) counts whole."""
-  active = 0.0
-  for leaf in jax.tree.leaves(boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned)):
-    size = int(np.prod(nn.unbox(leaf).shape))
-    routed = isinstance(leaf, nn.Partitioned) and 'expert' in leaf.names
-    active += size * moe.top_k / moe.num_experts if routed else size
-  return int(round(active))
-
-
 def moe_communication(m, expert_shards):
   """Bytes a token moves over the `expert` mesh axis per MoE layer (zoo/models/moe.py).
 
@@ -74,7 +56,7 @@ def moe_communication(m, expert_shards):
   value_bytes = np.dtype(m.dtype).itemsize
   slots = moe.top_k * (moe.capacity_factor or 1.0)
   forward = 2 * slots * m.d_model * value_bytes * (x - 1) / x
-  layers = config_lib.total_layers(m) // moe.every
+  layers = families.total_layers(m) // moe.every
   return {'dispatch': 'capacity' if moe.capacity_factor else 'dropless',
           'num_experts': moe.num_experts, 'top_k': moe.top_k, 'moe_layers': layers,
           'expert_shards': x, 'bytes_per_token_per_layer_forward': int(forward),
@@ -108,20 +90,20 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
   m = config.model
   num_devices = jax.device_count() if num_devices is None else num_devices
   sizes = mesh_sizes or mesh_sizes_for(config.mesh, num_devices)
-  boxed = abstract_params(config) if boxed is None else boxed
+  boxed = counting.abstract_params(config) if boxed is None else boxed
   total, per_device, not_divisible = state_bytes(boxed, sharding.rules(config), sizes,
                                                  m.param_dtype)
-  active = active_params(boxed, m.moe) if m.moe.num_experts else total
+  active = counting.active_params(boxed, m.moe)
 
-  head_dim, kv_heads = config_lib.head_dim(m), config_lib.kv_heads(m)
+  head_dim, kv_heads = dims.head_dim(m), dims.kv_heads(m)
   result = {
       'config': {'family': m.family, 'd_model': m.d_model,
-                 'num_layers': config_lib.total_layers(m),
+                 'num_layers': families.total_layers(m),
                  'vocab_size': m.vocab_size, 'seq_len': config.data.seq_len},
       'params_total': total,
       'params_active': active,
-      'flops_per_token': metrics_lib.flops_per_token(config, active),
-      'flops_convention': '6*N_matmul + 6*layers*seq_len*heads*head_dim (causal half)',
+      'flops_per_token': counting.flops_per_token(config, active),
+      'flops_convention': counting.CONVENTION,
       'mesh': sizes,
       'per_device_bytes': per_device,
       'compiled': False,
@@ -129,8 +111,9 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
   }
   if m.moe.num_experts:
     result['moe'] = moe_communication(m, sizes.get('expert', 1))
-  if m.family == 'decoder':
-    result['kv_cache_bytes_per_token'] = (2 * m.num_layers * kv_heads * head_dim *
+  cached_layers = families.get(m).kv_cache_layers(m)
+  if cached_layers:
+    result['kv_cache_bytes_per_token'] = (2 * cached_layers * kv_heads * head_dim *
                                           np.dtype(m.dtype).itemsize)
   return result
 

@@ -13,10 +13,9 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from zoo import families
 from zoo import kernels
-from zoo import models
 from zoo import sharding
-from zoo.data import pipeline
 from zoo.train import optim
 from zoo.train import state as state_lib
 from zoo.train import step as step_lib
@@ -24,14 +23,14 @@ from zoo.train import step as step_lib
 
 def lower(config, mesh):
   """The jitted train step lowered for `mesh` with abstract state and batch (no memory)."""
-  model = models.build(config.model)
+  model = families.build(config.model)
   optimizer = optim.make(config.optim, config.train.steps)
   learning_rate_fn = optim.schedule(config.optim, config.train.steps)
   _, abstract_state, shardings = state_lib.make(model, optimizer, config, mesh)
   batch_sharding = sharding.batch_sharding(mesh)
-  batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding) for k, (shape, dtype)
-           in pipeline.batch_shapes(config.data, config.train.batch_size).items()}
-  step = jax.jit(step_lib.make_train_step(model, optimizer, learning_rate_fn, config),
+  batch = families.abstract_batch(config, batch_sharding)
+  step = jax.jit(step_lib.make_train_step(families.loss_fn(model, config), optimizer,
+                                          learning_rate_fn),
                  in_shardings=(shardings, batch_sharding),
                  out_shardings=(shardings, sharding.replicated(mesh)), donate_argnums=(0,))
   with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.rules(config)), kernels.target(
@@ -45,13 +44,9 @@ def _cost(compiled):
   return np.array([cost.get('flops', 0.0), cost.get('bytes accessed', 0.0)])
 
 
-_LAYER_FIELDS = {'decoder': ('num_layers',), 'encoder': ('num_layers',),
-                 'encoder_decoder': ('num_encoder_layers', 'num_decoder_layers')}
-
-
 def _unrolled_cost(config, mesh):
   """Per-device (flops, bytes) of the full depth, from 1- and 2-layer unrolled compiles."""
-  fields = _LAYER_FIELDS[config.model.family]
+  fields = families.get(config.model).LAYER_FIELDS
 
   def cost(layers):
     variant = config.copy_and_resolve_references()

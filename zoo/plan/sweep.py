@@ -20,8 +20,10 @@ import math
 
 import numpy as np
 
-from zoo import config as config_lib
+from zoo import counting
+from zoo import families
 from zoo import sharding
+from zoo.errors import ConfigError
 from zoo.plan import analytic
 
 
@@ -36,7 +38,7 @@ def factorizations(n, axes):
 def _invalid(config, sizes):
   try:
     sharding.check_divisible(config, sizes)
-  except config_lib.ConfigError as e:
+  except ConfigError as e:
     return str(e).split(';')[0]
   return None
 
@@ -50,7 +52,7 @@ def estimate(config, sizes, chip, plan_result, boxed):
   tokens_per_device = tokens / (data * fsdp)
   compute_bytes = np.dtype(m.dtype).itemsize
   params = plan_result['params_total']
-  layers = config_lib.total_layers(m)
+  layers = families.total_layers(m)
   remat = m.remat != 'none'
 
   flops = plan_result['flops_per_token'] * tokens * (4 / 3 if remat else 1)
@@ -81,8 +83,8 @@ def sweep(config, tpu_slice):
   """-> rows sorted by estimated step time (invalid meshes last, with the reason)."""
   axes = ('data', 'fsdp', 'tensor', 'expert') if config.model.moe.num_experts else (
       'data', 'fsdp', 'tensor')
-  boxed = analytic.abstract_params(config)
-  base = analytic.plan(config, mesh_sizes={a: 1 for a in config_lib.MESH_AXES}, boxed=boxed)
+  boxed = counting.abstract_params(config)
+  base = analytic.plan(config, mesh_sizes={a: 1 for a in sharding.MESH_AXES}, boxed=boxed)
   rows = []
   for sizes in factorizations(tpu_slice.chips, axes):
     sizes.setdefault('expert', 1)

@@ -12,7 +12,7 @@ import math
 import os
 import re
 
-from zoo.config import ConfigError
+from zoo.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,10 +1,5 @@
-"""FLOPs and MFU by one written convention, and the metrics writers (JSONL + TensorBoard).
-
-FLOPs convention (training, per token): 6 * N_matmul + 6 * layers * seq_len * H * K, where
-N_matmul is every parameter but the input embedding tables (a gather, not a matmul; a tied
-table counts once, as the output head) and the attention term counts causal attention as
-half of the full 12 * layers * seq_len * H * K. Remat recompute is not counted (MFU, not HFU).
-"""
+"""MFU (FLOPs by the convention in zoo/counting.py), the metrics writers (JSONL +
+TensorBoard), and the alarms read off each logged row."""
 
 import json
 import os
@@ -12,8 +7,6 @@ import os
 import jax
 import numpy as np
 from tensorboardX import SummaryWriter
-
-from zoo import config as config_lib
 
 # Dense bf16 peak FLOP/s per device, by jax device_kind prefix (vendor data sheets).
 PEAK_FLOPS = (
@@ -33,19 +26,6 @@ def peak_flops(device):
     if device.device_kind.startswith(prefix):
       return flops
   return None
-
-
-def flops_per_token(config, num_params):
-  """Training FLOPs per token by the convention in this module's docstring."""
-  m = config.model
-  n = num_params
-  if not m.tie_embeddings:
-    n -= m.vocab_size * m.d_model
-  if m.position == 'learned':
-    n -= m.max_length * m.d_model
-  attention = (6 * config_lib.total_layers(m) * config.data.seq_len * m.num_heads *
-               config_lib.head_dim(m))
-  return 6 * n + attention
 
 
 def mfu(flops_per_sec, devices):
@@ -117,3 +97,15 @@ class CollapseWatch:
             'model.moe.bias_update_rate', flush=True)
       return True
     return False
+
+
+class Alarms:
+  """Warnings read off each logged step's metrics: routing collapse where the model has
+  experts (its rows carry moe_load)."""
+
+  def __init__(self, config):
+    self.collapse = CollapseWatch(config.model.moe)
+
+  def check(self, step, metrics):
+    if 'moe_load' in metrics:
+      self.collapse.check(step, metrics['moe_load'])

@@ -1,4 +1,8 @@
-"""The train state, created sharded: eval_shape -> logical specs -> jit(init, out_shardings)."""
+"""The train state, created sharded: eval_shape -> logical specs -> jit(init, out_shardings).
+
+State is a dict: step, params, opt_state, rng, nonfinite_streak, nonfinite_total, and the
+model's state collections (models.STATE_COLLECTIONS, e.g. moe_bias) where it has them.
+"""
 
 import flax.linen as nn
 import jax
@@ -6,17 +10,20 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import PartitionSpec as P
 
+from zoo import families
 from zoo import models
 from zoo import sharding
 
 
-def param_count(params):
-  return sum(x.size for x in jax.tree.leaves(params))
+def model_variables(state):
+  """The variables model.apply takes (params + state collections), out of the train state
+  (or out of a tree shaped like it: its shardings)."""
+  return {k: state[k] for k in ('params', *models.STATE_COLLECTIONS) if k in state}
 
 
 def make(model, optimizer, config, mesh):
   """-> (init_fn(rng) -> state, abstract state with shardings attached, shardings)."""
-  batch = models.example_batch(config.model, 1, config.data.seq_len)
+  batch = families.example_batch(config.model, 1, config.data.seq_len)
 
   def init_fn(rng):
     params_rng, state_rng = jax.random.split(rng)
@@ -26,8 +33,7 @@ def make(model, optimizer, config, mesh):
              'opt_state': optimizer.init(params), 'rng': state_rng,
              'nonfinite_streak': jnp.zeros((), jnp.int32),
              'nonfinite_total': jnp.zeros((), jnp.int32)}
-    if 'moe_bias' in variables:  # experts' selection biases (moe.bias_update_rate)
-      state['moe_bias'] = variables['moe_bias']
+    state.update({k: variables[k] for k in models.STATE_COLLECTIONS if k in variables})
     return state
 
   rng = jax.random.PRNGKey(0)

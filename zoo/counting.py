@@ -1,0 +1,58 @@
+"""Parameter and FLOP counting by one written convention, for the training loop (MFU) and
+plan mode alike; built from shapes (`jax.eval_shape`), so nothing is allocated.
+
+FLOPs convention (training, per token): 6 * N_matmul + 6 * layers * seq_len * H * K, where
+N_matmul is every parameter a token uses but the input embedding tables (a gather, not a
+matmul; a tied table counts once, as the output head), routed experts counting top_k /
+num_experts of themselves, and the attention term counts causal attention as half of the
+full 12 * layers * seq_len * H * K. Remat recompute is not counted (MFU, not HFU).
+"""
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+from zoo import families
+from zoo.models import dims
+
+CONVENTION = '6*N_matmul + 6*layers*seq_len*heads*head_dim (causal half)'
+
+
+def param_count(params):
+  return sum(x.size for x in jax.tree.leaves(params))
+
+
+def abstract_params(config):
+  """Boxed abstract params (shapes, dtypes and logical axis names; no memory)."""
+  model = families.build(config.model)
+  batch = families.example_batch(config.model, 1, config.data.seq_len)
+  return jax.eval_shape(model.init, jax.random.PRNGKey(0), batch)['params']
+
+
+def active_params(boxed, moe):
+  """Parameters a token uses: routed expert weights count top_k / num_experts of
+  themselves; everything else (embeddings, attention, router, shared experts) counts whole."""
+  if not moe.num_experts:
+    return param_count(nn.unbox(boxed))
+  active = 0.0
+  for leaf in jax.tree.leaves(boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned)):
+    size = int(np.prod(nn.unbox(leaf).shape))
+    routed = isinstance(leaf, nn.Partitioned) and 'expert' in leaf.names
+    active += size * moe.top_k / moe.num_experts if routed else size
+  return int(round(active))
+
+
+def flops_per_token(config, num_active=None):
+  """Training FLOPs per token by the convention in this module's docstring;
+  `num_active`: the active parameter count, if already known."""
+  m = config.model
+  if num_active is None:
+    num_active = active_params(abstract_params(config), m.moe)
+  n = num_active
+  if not m.tie_embeddings:
+    n -= m.vocab_size * m.d_model
+  if m.position == 'learned':
+    n -= m.max_length * m.d_model
+  attention = (6 * families.total_layers(m) * config.data.seq_len * m.num_heads *
+               dims.head_dim(m))
+  return 6 * n + attention

@@ -1,0 +1,68 @@
+"""The registry of model families: `model.family` -> the module that owns the family.
+
+A family module (decoder.py is the worked example; docs/families.md) defines:
+  NAME, OBJECTIVES (data.objective values that train it), LAYER_FIELDS (model fields that
+  count its blocks), MODEL_INPUTS (batch keys init needs), PROMPT_JOINT;
+  build(model_config) -> Linen module;  validate(config) -> raises ConfigError;
+  batch_spec(data_config, batch_size) -> {key: (shape, dtype)};
+  loss(model, config, variables, batch, rng=None) -> loss.Loss;
+  kv_cache_layers(m);  hf_model_type(m);
+  tokenize_prompts(config, tokenizer, prompts) and
+  start_generation(model, variables, ids, segments, max_new_tokens), or None for both.
+Nothing outside the registry and the family modules looks at the family's name.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from zoo.errors import ConfigError
+from zoo.families import decoder
+from zoo.families import encoder
+from zoo.families import encoder_decoder
+
+FAMILIES = {module.NAME: module for module in (decoder, encoder, encoder_decoder)}
+
+
+def get(model_config):
+  """The family module of `model_config` (or of a family name)."""
+  name = model_config if isinstance(model_config, str) else model_config.family
+  if name not in FAMILIES:
+    raise ConfigError(f'model.family={name!r} is not one of {", ".join(map(repr, FAMILIES))}')
+  return FAMILIES[name]
+
+
+def build(model_config):
+  """model config -> the family's flax.linen.Module (its docstring says what it returns)."""
+  return get(model_config).build(ml_collections.FrozenConfigDict(model_config))
+
+
+def total_layers(m):
+  """Blocks in the model (encoder + decoder for encoder_decoder)."""
+  return sum(m[field] for field in get(m).LAYER_FIELDS)
+
+
+def example_batch(model_config, batch_size, seq_len):
+  """All-zero int32 inputs with the keys the family's model reads; for init and tracing."""
+  return {key: jnp.zeros((batch_size, seq_len), jnp.int32)
+          for key in get(model_config).MODEL_INPUTS}
+
+
+def batch_spec(config, batch_size=None):
+  """{key: (shape, numpy dtype)} of a global batch (default train.batch_size rows): the one
+  definition the pipeline, plan mode and the steps share."""
+  batch_size = config.train.batch_size if batch_size is None else batch_size
+  return get(config.model).batch_spec(config.data, batch_size)
+
+
+def abstract_batch(config, sharding=None):
+  """The global batch as jax.ShapeDtypeStructs, for tracing and ahead-of-time compiles."""
+  return {key: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+          for key, (shape, dtype) in batch_spec(config).items()}
+
+
+def loss_fn(model, config):
+  """-> loss(variables, batch, rng=None) -> loss.Loss, for the train and eval steps."""
+  return functools.partial(get(config.model).loss, model, config)

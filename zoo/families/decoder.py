@@ -1,0 +1,106 @@
+"""The decoder-only family (GPT-2/3, Llama, Mistral, Mixtral, PaLM): causal language models.
+
+Everything the zoo needs to know about the family is here; zoo/families/__init__.py lists
+this module under model.family='decoder'. The worked example for adding a family
+(docs/families.md).
+
+Glossary: B batch, L length, P prompt length, N new tokens, S cache slots, V vocab.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from zoo.errors import ConfigError
+from zoo.families import decoding
+from zoo.families import loss as loss_lib
+from zoo.models import transformer
+
+NAME = 'decoder'
+OBJECTIVES = ('causal_lm',)  # data.objective values that train it
+LAYER_FIELDS = ('num_layers',)  # model fields that count its blocks
+MODEL_INPUTS = ('inputs',)  # batch keys init needs (the rest default)
+PROMPT_JOINT = ''  # printed between a prompt and its generated continuation
+
+
+def build(model_config):
+  """Frozen model config -> the Linen module (batch -> float32 logits [B, L, V])."""
+  return transformer.Decoder(model_config)
+
+
+def validate(config):
+  """Family-specific config checks; one-line ConfigError naming the field and the fix."""
+  m = config.model
+  if m.num_layers <= 0:
+    raise ConfigError(f'model.num_layers={m.num_layers} must be positive')
+  if m.position == 't5_bias':
+    raise ConfigError("model.position='t5_bias' is built for encoder_decoder only; use "
+                      "'rope' or 'learned' for model.family='decoder'")
+
+
+def batch_spec(data_config, batch_size):
+  """{key: (shape, numpy dtype)} of a batch: what the pipeline yields (causal_lm: packed
+  documents) and the train step takes."""
+  rows = (batch_size, data_config.seq_len)
+  int32, float32 = np.dtype(np.int32), np.dtype(np.float32)
+  return {'inputs': (rows, int32), 'targets': (rows, int32), 'segment_ids': (rows, int32),
+          'positions': (rows, int32), 'loss_weights': (rows, float32)}
+
+
+def loss(model, config, variables, batch, rng=None):
+  """Next-token cross-entropy over the weighted tokens (+ z-loss, + MoE terms)."""
+  logits_BLV, moe, state = loss_lib.apply(model, variables, batch, rng)
+  total = loss_lib.token_loss(logits_BLV, batch['targets'], batch['loss_weights'],
+                              config.train.z_loss)
+  return loss_lib.with_moe(total, moe, state, config.model.moe)
+
+
+def kv_cache_layers(m):
+  """Layers whose keys and values a generated token adds to the cache (plan mode)."""
+  return m.num_layers
+
+
+def hf_model_type(m):
+  """The Hugging Face model_type this shape imports from and exports to (zoo/convert)."""
+  if m.position == 'learned':
+    return 'gpt2'
+  if m.moe.num_experts:
+    return 'mixtral'
+  return 'mistral' if m.attention.window else 'llama'
+
+
+# ---------------------------------------------------------------------- generation
+
+def tokenize_prompts(config, tokenizer, prompts):
+  """Prompts as in training (BOS + pieces), left-padded -> (ids, segment ids) [B, P]."""
+  rows = [[tokenizer.bos_id, *p] for p in tokenizer.encode(prompts)]
+  new_tokens, m = config.generate.max_new_tokens, config.model
+  longest = max(len(r) for r in rows)
+  if m.position == 'learned' and longest + new_tokens > m.max_length:
+    raise ConfigError(f'the longest prompt ({longest} tokens) + generate.max_new_tokens='
+                      f'{new_tokens} exceed model.max_length={m.max_length} of the learned '
+                      'position table; lower generate.max_new_tokens or shorten the prompt')
+  return decoding.left_pad(rows, tokenizer.pad_id)
+
+
+def start_generation(model, variables, ids_BP, segments_BP, max_new_tokens):
+  """Left-padded prompts prefilled -> (first logits [B, V], cache, step(token, i, cache))."""
+  B, P = ids_BP.shape
+  S = P + max_new_tokens
+  kv_segments_BS = jnp.concatenate([segments_BP, jnp.ones((B, max_new_tokens), jnp.int32)], 1)
+  pads_B1 = P - jnp.sum(segments_BP > 0, axis=1, keepdims=True)
+  kv_positions_BS = jnp.maximum(jnp.arange(S)[None] - pads_B1, 0).astype(jnp.int32)
+  at = lambda a, start, length: jax.lax.dynamic_slice_in_dim(a, start, length, axis=1)
+
+  def batch_at(ids_BL, start):
+    return {'inputs': ids_BL, 'segment_ids': at(kv_segments_BS, start, ids_BL.shape[1]),
+            'positions': at(kv_positions_BS, start, ids_BL.shape[1]),
+            'kv_segment_ids': kv_segments_BS, 'kv_positions': kv_positions_BS}
+
+  def run(cache, ids_BL, start):
+    logits_BLV, mutated = model.apply({**variables, 'cache': cache}, batch_at(ids_BL, start),
+                                      mutable=['cache'])
+    return logits_BLV[:, -1], mutated['cache']
+
+  logits_BV, cache = run(decoding.empty_cache(model, (batch_at(ids_BP, 0),)), ids_BP, 0)
+  return logits_BV, cache, lambda token_B, i, cache: run(cache, token_B[:, None], P + i)

@@ -1,0 +1,110 @@
+"""The encoder-decoder family (T5 v1.0/v1.1, mT5, Switch): span corruption, text to text.
+
+Glossary: B batch, L decoder length, P prompt (encoder) length, S cache slots, N new
+tokens, D d_model, V vocab.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+
+from zoo.errors import ConfigError
+from zoo.families import decoding
+from zoo.families import loss as loss_lib
+from zoo.models import encoder_decoder
+
+NAME = 'encoder_decoder'
+OBJECTIVES = ('span_corruption',)
+LAYER_FIELDS = ('num_encoder_layers', 'num_decoder_layers')
+MODEL_INPUTS = ('encoder_inputs', 'decoder_inputs')
+PROMPT_JOINT = '\n=> '  # an answer, not a continuation
+
+
+def build(model_config):
+  """-> the Linen module with encode() and decode(); __call__ = decode(encode())."""
+  return encoder_decoder.EncoderDecoder(model_config)
+
+
+def validate(config):
+  m = config.model
+  if not (m.num_encoder_layers > 0 and m.num_decoder_layers > 0):
+    raise ConfigError('model.family=encoder_decoder needs model.num_encoder_layers and '
+                      'model.num_decoder_layers (num_layers alone does not say the split)')
+  if m.position == 'alibi':
+    raise ConfigError("model.position='alibi' is built for the decoder only; use 't5_bias' "
+                      "or 'sinusoidal' for model.family='encoder_decoder'")
+  if m.position == 'learned':
+    raise ConfigError("model.position='learned' is not built for encoder_decoder; use "
+                      "'t5_bias' or 'sinusoidal'")
+  if m.block == 'parallel':
+    raise ConfigError("model.block='parallel' has no cross-attention; use 'sequential' for "
+                      'model.family=encoder_decoder')
+  if m.attention.window:
+    raise ConfigError('model.attention.window is built for the decoder only; set it to 0 for '
+                      "model.family='encoder_decoder'")
+
+
+def batch_spec(data_config, batch_size):
+  """span_corruption: examples packed whole (first-fit), encoder rows data.seq_len long,
+  decoder rows data.target_seq_len."""
+  inputs, targets = (batch_size, data_config.seq_len), (batch_size, data_config.target_seq_len)
+  int32, float32 = np.dtype(np.int32), np.dtype(np.float32)
+  return {'encoder_inputs': (inputs, int32), 'encoder_segment_ids': (inputs, int32),
+          'encoder_positions': (inputs, int32), 'decoder_inputs': (targets, int32),
+          'decoder_targets': (targets, int32), 'decoder_segment_ids': (targets, int32),
+          'decoder_positions': (targets, int32), 'decoder_loss_weights': (targets, float32)}
+
+
+def loss(model, config, variables, batch, rng=None):
+  """Cross-entropy of the decoder targets (+ z-loss, + MoE terms)."""
+  logits_BLV, moe, state = loss_lib.apply(model, variables, batch, rng)
+  total = loss_lib.token_loss(logits_BLV, batch['decoder_targets'],
+                              batch['decoder_loss_weights'], config.train.z_loss)
+  return loss_lib.with_moe(total, moe, state, config.model.moe)
+
+
+def kv_cache_layers(m):
+  del m
+  return 0  # plan mode reports the KV cache of decoder-only models
+
+
+def hf_model_type(m):
+  del m
+  return 't5'
+
+
+# ---------------------------------------------------------------------- generation
+
+def tokenize_prompts(config, tokenizer, prompts):
+  """Prompts as encoder inputs (pieces + EOS), right-padded -> (ids, segment ids) [B, P]."""
+  del config
+  rows = [[*p, tokenizer.eos_id] for p in tokenizer.encode(prompts)]
+  return decoding.right_pad(rows, tokenizer.pad_id)
+
+
+def start_generation(model, variables, ids_BP, segments_BP, max_new_tokens):
+  """Encoder inputs (padding anywhere, segment 0) encoded once, the start token decoded ->
+  (first logits [B, V], cache, step(token, i, cache))."""
+  B, N = ids_BP.shape[0], max_new_tokens
+  encoder_batch = {'encoder_inputs': ids_BP, 'encoder_segment_ids': segments_BP}
+  Model = encoder_decoder.EncoderDecoder
+  encoded_BPD = model.apply(variables, encoder_batch, method=Model.encode)
+  # cache slots: the start token, then each new token fed back (the last one unused)
+  kv_segments_BS = jnp.ones((B, N + 1), jnp.int32)
+  kv_positions_BS = jnp.broadcast_to(jnp.arange(N + 1, dtype=jnp.int32), (B, N + 1))
+
+  def batch_at(token_B, i):
+    return {**encoder_batch, 'decoder_inputs': token_B[:, None],
+            'decoder_segment_ids': jnp.ones((B, 1), jnp.int32),
+            'decoder_positions': jnp.full((B, 1), i, jnp.int32),
+            'decoder_kv_segment_ids': kv_segments_BS, 'decoder_kv_positions': kv_positions_BS}
+
+  def run(cache, token_B, i):
+    logits_BLV, mutated = model.apply({**variables, 'cache': cache}, encoded_BPD,
+                                      batch_at(token_B, i), method=Model.decode,
+                                      mutable=['cache'])
+    return logits_BLV[:, -1], mutated['cache']
+
+  start_B = jnp.zeros((B,), jnp.int32)  # decoding starts from id 0, as in training
+  cache = decoding.empty_cache(model, (encoded_BPD, batch_at(start_B, 0)), method=Model.decode)
+  logits_BV, cache = run(cache, start_B, 0)
+  return logits_BV, cache, lambda token_B, i, cache: run(cache, token_B, i + 1)

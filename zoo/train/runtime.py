@@ -1,0 +1,191 @@
+"""The parts a run is built from, each by its own function, so that every mode builds only
+what it uses. Training builds them all; --mode=eval skips nothing but the train data;
+--mode=generate reads the tokenizer and the checkpoint, never the corpus.
+
+  placement(config)            mesh, logical-axis rules, the attention kernel that will run
+  input_streams(config, mesh)  which of the global batch's streams this process reads
+  corpus(config, workdir)      documents -> tokenizer (trained once) -> token arrays, split
+  tokenizer(config, workdir)   the run's existing tokenizer, for generation
+  datasets(...)                {stream: grain dataset} of this process's streams
+  model_state(config, mesh)    model, optimizer and the abstract sharded train state
+  restore_variables(...)       the newest checkpoint's model variables
+Everything here checks its input before anything compiles (ConfigError, one line).
+"""
+
+import dataclasses
+import os
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from zoo import families
+from zoo import kernels
+from zoo import sharding
+from zoo.data import pipeline
+from zoo.data import streams as streams_lib
+from zoo.data import tokenizer as tokenizer_lib
+from zoo.errors import ConfigError
+from zoo.models import dims
+from zoo.train import checkpoint
+from zoo.train import optim
+from zoo.train import state as state_lib
+
+
+# ----------------------------------------------------------------------- placement
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+  mesh: jax.sharding.Mesh
+  rules: tuple  # (logical axis, mesh axes) pairs
+  kernel: tuple  # (attention kernel that runs, why)
+
+  def jit(self, fn, in_shardings, out_shardings, donate_argnums=(), rules=None):
+    """jit with explicit shardings, traced under the mesh and the logical-axis rules."""
+    jitted = jax.jit(fn, in_shardings=in_shardings, out_shardings=out_shardings,
+                     donate_argnums=donate_argnums)
+
+    def call(*args):
+      with jax.set_mesh(self.mesh), nn.logical_axis_rules(rules or self.rules):
+        return jitted(*args)
+    return call
+
+
+def attention_kernel(config, on=None):
+  """-> (kernel that runs on platform `on` (default: here), why), or a ConfigError."""
+  m = config.model
+  try:
+    return kernels.resolve(m.attention.kernel, dims.has_position_bias(m), jnp.dtype(m.dtype),
+                           (config.data.seq_len, config.data.seq_len), on=on)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
+
+
+def placement(config):
+  """The mesh (fails on a device-count or divisibility mismatch before any compile)."""
+  mesh = sharding.make_mesh(config.mesh)
+  sharding.check_batch(config.train.batch_size, mesh, _num_streams(config))
+  sharding.check_divisible(config, dict(mesh.shape))
+  return Placement(mesh, sharding.rules(config), attention_kernel(config))
+
+
+@dataclasses.dataclass(frozen=True)
+class Streams:
+  num_streams: int  # in the global batch
+  local: list  # the streams this process reads, in batch order
+  rows: int  # rows per stream
+
+  @property
+  def local_batch_size(self):
+    return self.rows * len(self.local)
+
+
+def _num_streams(config):
+  return config.data.num_streams or jax.process_count()
+
+
+def input_streams(config, mesh):
+  batch_size, num_streams = config.train.batch_size, _num_streams(config)
+  local = streams_lib.local_streams(sharding.process_rows(mesh, batch_size), batch_size,
+                                    num_streams)
+  return Streams(num_streams, local, batch_size // num_streams)
+
+
+# --------------------------------------------------------------------------- data
+
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+  tokenizer: tokenizer_lib.Tokenizer
+  train_tokens: list  # int32 arrays, one per document
+  eval_tokens: list
+
+
+def _check_vocab(config, tokenizer):
+  room = config.model.vocab_size - config.data.reserved_ids
+  if tokenizer.vocab_size > room:
+    raise ConfigError(f'the tokenizer has {tokenizer.vocab_size} pieces but '
+                      f'model.vocab_size={config.model.vocab_size} minus '
+                      f'data.reserved_ids={config.data.reserved_ids} leaves {room}; '
+                      'raise model.vocab_size or use a smaller tokenizer')
+  return tokenizer
+
+
+def corpus(config, workdir):
+  """data.path read, split once and for all, tokenized (the tokenizer trained on the train
+  split on first use and cached in WORKDIR/tokenizer)."""
+  documents = pipeline.read_documents(config.data)
+  train_docs, eval_docs = pipeline.split_documents(
+      documents, config.data.eval_fraction, config.data.split_seed)
+  tokenizer = _check_vocab(
+      config, tokenizer_lib.load_or_train(config.data.tokenizer, train_docs, workdir))
+  return Corpus(tokenizer, pipeline.tokenize(train_docs, tokenizer),
+                pipeline.tokenize(eval_docs, tokenizer))
+
+
+def tokenizer(config, workdir):
+  """The tokenizer the run trained with (data.tokenizer.path, else WORKDIR/tokenizer)."""
+  return _check_vocab(config, tokenizer_lib.load(config.data.tokenizer, workdir))
+
+
+def datasets(config, streams, tokens, tokenizer, train):
+  """{stream: grain dataset} of this process's streams, batches as the family's spec says."""
+  spec = families.get(config.model).batch_spec(config.data, streams.rows)
+  return {s: pipeline.make_dataset(
+      tokens, config.data, spec, train=train, seed=config.train.seed, stream=s,
+      num_streams=streams.num_streams, tokenizer=tokenizer) for s in streams.local}
+
+
+# -------------------------------------------------------------------------- state
+
+@dataclasses.dataclass(frozen=True)
+class ModelState:
+  model: nn.Module
+  optimizer: Any
+  learning_rate_fn: Callable
+  init_fn: Callable  # rng -> state, to jit with out_shardings=shardings
+  abstract: dict  # the train state as ShapeDtypeStructs with shardings
+  shardings: dict
+
+  def loss_fn(self, config):
+    return families.loss_fn(self.model, config)
+
+
+def model_state(config, mesh):
+  model = families.build(config.model)
+  optimizer = optim.make(config.optim, config.train.steps)
+  init_fn, abstract, shardings = state_lib.make(model, optimizer, config, mesh)
+  return ModelState(model, optimizer, optim.schedule(config.optim, config.train.steps),
+                    init_fn, abstract, shardings)
+
+
+def checkpointer(config, workdir):
+  return checkpoint.Checkpointer(os.path.join(workdir, 'checkpoints'),
+                                 config.train.keep_checkpoints)
+
+
+def initial_params(config, state):
+  """train.init_params (an imported model), restored onto the state's shardings."""
+  try:
+    return checkpoint.restore_params(config.train.init_params, state.abstract['params'])
+  except FileNotFoundError as e:
+    raise ConfigError(str(e)) from None
+
+
+def restore_variables(config, workdir, state, mode):
+  """For --mode=`mode`: the newest checkpoint's model variables, else train.init_params'
+  (an imported model before any training; state collections start at zero)
+  -> (step, variables)."""
+  saved = checkpointer(config, workdir)
+  restored = saved.restore(state.abstract)
+  saved.close()
+  if restored:
+    return restored[0], state_lib.model_variables(restored[1])
+  if not config.train.init_params:
+    raise ConfigError(f'--mode={mode}: no checkpoint in {workdir}/checkpoints; train '
+                      'first or pass the workdir of a trained run')
+  variables = {'params': initial_params(config, state)}
+  for key in state_lib.model_variables(state.abstract).keys() - {'params'}:
+    variables[key] = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype, device=a.sharding),
+                                  state.abstract[key])
+  return 0, variables
