@@ -59,11 +59,17 @@ def test_an_unknown_variant_is_a_config_error_naming_it(name):
     ({'generate.num_beams': 4, 'generate.temperature': 0.7},
      r'generate.num_beams=4 searches, it does not sample; set generate.temperature=0'),
     ({'model.family': 'encoder_decoder', 'data.objective': 'span_corruption'},
-     'needs model.num_encoder_layers and model.num_decoder_layers'),
+     "model.num_encoder_layers=0 must be positive: model.family='encoder_decoder' counts its "
+     'blocks in model.num_encoder_layers and model.num_decoder_layers'),
     ({'data.objective': 'mlm'}, "data.objective='mlm' does not train model.family='decoder'"),
     ({'model.family': 'encoder', 'data.objective': 'mlm', 'model.attention.window': 4},
-     'model.attention.window is built for the decoder only'),
-    ({'model.position': 't5_bias'}, "model.position='t5_bias' is built for encoder_decoder only"),
+     "model.attention.window=4: a sliding window is not built for model.family='encoder'"),
+    ({'model.position': 't5_bias'}, "model.position='t5_bias' is not built for model.family="
+                                    "'decoder'; use one of 'learned', 'sinusoidal', 'rope'"),
+    ({'model.family': 'encoder_decoder', 'model.num_encoder_layers': 2,
+      'model.num_decoder_layers': 2, 'data.objective': 'span_corruption',
+      'model.position': 't5_bias', 'model.block': 'parallel'},
+     "model.block='parallel' is not built for model.family='encoder_decoder'"),
     ({'sharding.rules': (('batch', 'pod'),)}, "unknown mesh axis 'pod'"),
 ])
 def test_validate_names_the_field(overrides, message):

@@ -305,7 +305,7 @@ def validate(config):
   """Raises ConfigError naming the first field that cannot work; returns the config."""
   family = families.get(config.model)
   _validate_model(config.model)
-  family.validate(config)
+  _validate_family(config.model, family)
   _validate_attention(config.model, config.data)
   _validate_moe(config.model, config.mesh)
   d = config.data
@@ -349,6 +349,22 @@ def _validate_model(m):
                       f'{r.high_freq_factor}, original_max_length={r.original_max_length} > 0')
   if not 0 <= m.dropout_rate < 1:
     raise ConfigError(f'model.dropout_rate={m.dropout_rate} must be in [0, 1)')
+
+
+def _validate_family(m, family):
+  """What the family's model builds: its block counts, positions, blocks, windows."""
+  for field in family.LAYER_FIELDS:
+    if m[field] <= 0:
+      raise ConfigError(f'model.{field}={m[field]} must be positive: model.family='
+                        f'{family.NAME!r} counts its blocks in model.'
+                        f'{" and model.".join(family.LAYER_FIELDS)}')
+  for name, allowed in (('position', family.POSITIONS), ('block', family.BLOCKS)):
+    if m[name] not in allowed:
+      raise ConfigError(f'model.{name}={m[name]!r} is not built for model.family='
+                        f'{family.NAME!r}; use one of {", ".join(map(repr, allowed))}')
+  if m.attention.window and not family.SLIDING_WINDOW:
+    raise ConfigError(f'model.attention.window={m.attention.window}: a sliding window is not '
+                      f'built for model.family={family.NAME!r}; set it to 0')
 
 
 def _validate_attention(m, d):

@@ -77,7 +77,8 @@ def test_packed_rows_keep_documents_apart():
 def test_train_stream_covers_every_token_each_epoch():
   docs = _docs([3, 5, 2, 9, 4, 1, 6])
   n_tokens = sum(len(d) - 1 for d in docs)
-  ds = iter(pipeline.make_dataset(docs, *_spec(_data_config(seq_len=8), 1), train=True, seed=0))
+  ds = iter(pipeline.make_dataset(docs, *_spec(_data_config(seq_len=8), 1), train=True,
+                                  seed=0))
   seen = []
   while len(seen) < n_tokens:
     batch = next(ds)
@@ -103,8 +104,8 @@ def test_iterator_state_resumes_the_exact_stream():
 
 def test_seeds_change_the_order_and_streams_see_different_documents():
   docs = _docs([4] * 40)
-  first = lambda **kw: next(iter(pipeline.make_dataset(docs, *_spec(_data_config(), 2), train=True,
-                                                       **kw)))['inputs']
+  first = lambda **kw: next(iter(pipeline.make_dataset(
+      docs, *_spec(_data_config(), 2), train=True, **kw)))['inputs']
   assert not np.array_equal(first(seed=0), first(seed=1))
   p0, p1 = first(stream=0, num_streams=2), first(stream=1, num_streams=2)
   assert not set(p0.ravel()) - {2} & set(p1.ravel()) - {2}
@@ -143,8 +144,8 @@ def _mlm_dataset(docs, seq_len=32, batch=64, seed=0):
   tokens = pipeline.tokenize(docs or docs_text, tok)
   data = _data_config(seq_len=seq_len)
   data.objective = 'mlm'
-  return tok, tokens, iter(pipeline.make_dataset(tokens, *_spec(data, batch), train=True, seed=seed,
-                                                 tokenizer=tok))
+  return tok, tokens, iter(pipeline.make_dataset(tokens, *_spec(data, batch), train=True,
+                                                 seed=seed, tokenizer=tok))
 
 
 def test_mlm_masks_15_percent_80_10_10_and_pairs_half_random_next():
@@ -232,7 +233,8 @@ def test_span_corruption_batches_follow_the_encoder_decoder_contract():
   c.data.objective, c.data.seq_len, c.data.target_seq_len = 'span_corruption', 64, 24
   c.data.reserved_ids = 128
   tokens = pipeline.tokenize(pipeline.read_documents(_data_config())[:400], tok)
-  batch = next(iter(pipeline.make_dataset(tokens, *_spec(c.data, 4), train=True, tokenizer=tok)))
+  batch = next(iter(pipeline.make_dataset(tokens, *_spec(c.data, 4), train=True,
+                                          tokenizer=tok)))
   assert set(batch) == {'encoder_inputs', 'encoder_segment_ids', 'encoder_positions',
                         'decoder_inputs', 'decoder_targets', 'decoder_segment_ids',
                         'decoder_positions', 'decoder_loss_weights'}

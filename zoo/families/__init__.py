@@ -2,8 +2,9 @@
 
 A family module (decoder.py is the worked example; docs/families.md) defines:
   NAME, OBJECTIVES (data.objective values that train it), LAYER_FIELDS (model fields that
-  count its blocks), MODEL_INPUTS (batch keys init needs), PROMPT_JOINT;
-  build(model_config) -> Linen module;  validate(config) -> raises ConfigError;
+  count its blocks), MODEL_INPUTS (batch keys init needs), POSITIONS, BLOCKS and
+  SLIDING_WINDOW (what its model builds; config validation checks), PROMPT_JOINT;
+  build(model_config) -> Linen module;
   batch_spec(data_config, batch_size) -> {key: (shape, dtype)};
   loss(model, config, variables, batch, rng=None) -> loss.Loss;
   kv_cache_layers(m);  hf_model_type(m);

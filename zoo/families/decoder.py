@@ -20,22 +20,16 @@ NAME = 'decoder'
 OBJECTIVES = ('causal_lm',)  # data.objective values that train it
 LAYER_FIELDS = ('num_layers',)  # model fields that count its blocks
 MODEL_INPUTS = ('inputs',)  # batch keys init needs (the rest default)
+# what its model builds (config validation rejects the rest, naming these)
+POSITIONS = ('learned', 'sinusoidal', 'rope', 'alibi', 'none')
+BLOCKS = ('sequential', 'parallel')
+SLIDING_WINDOW = True
 PROMPT_JOINT = ''  # printed between a prompt and its generated continuation
 
 
 def build(model_config):
   """Frozen model config -> the Linen module (batch -> float32 logits [B, L, V])."""
   return transformer.Decoder(model_config)
-
-
-def validate(config):
-  """Family-specific config checks; one-line ConfigError naming the field and the fix."""
-  m = config.model
-  if m.num_layers <= 0:
-    raise ConfigError(f'model.num_layers={m.num_layers} must be positive')
-  if m.position == 't5_bias':
-    raise ConfigError("model.position='t5_bias' is built for encoder_decoder only; use "
-                      "'rope' or 'learned' for model.family='decoder'")
 
 
 def batch_spec(data_config, batch_size):

@@ -6,7 +6,6 @@ Glossary: B batch, L length, V vocab.
 import jax.numpy as jnp
 import numpy as np
 
-from zoo.errors import ConfigError
 from zoo.families import decoder
 from zoo.families import loss as loss_lib
 from zoo.models import transformer
@@ -15,6 +14,9 @@ NAME = 'encoder'
 OBJECTIVES = ('mlm',)
 LAYER_FIELDS = ('num_layers',)
 MODEL_INPUTS = ('inputs', 'token_type_ids')
+POSITIONS = ('learned', 'sinusoidal', 'rope', 'none')
+BLOCKS = ('sequential', 'parallel')
+SLIDING_WINDOW = False
 PROMPT_JOINT = None
 # BERT fills in masked tokens; it does not generate (--mode=generate says so).
 tokenize_prompts = start_generation = None
@@ -24,21 +26,6 @@ def build(model_config):
   """-> the Linen module: batch -> {'logits': MLM logits [B, L, V], 'nsp_logits': [B, 2]
   with model.nsp_head}."""
   return transformer.Encoder(model_config)
-
-
-def validate(config):
-  m = config.model
-  if m.num_layers <= 0:
-    raise ConfigError(f'model.num_layers={m.num_layers} must be positive')
-  if m.position == 't5_bias':
-    raise ConfigError("model.position='t5_bias' is built for encoder_decoder only; use "
-                      "'learned' or 'sinusoidal' for model.family='encoder'")
-  if m.position == 'alibi':
-    raise ConfigError("model.position='alibi' is built for the decoder only; use 'learned' "
-                      "or 'sinusoidal' for model.family='encoder'")
-  if m.attention.window:
-    raise ConfigError("model.attention.window is built for the decoder only; set it to 0 for "
-                      "model.family='encoder'")
 
 
 def batch_spec(data_config, batch_size):

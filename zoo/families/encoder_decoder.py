@@ -7,7 +7,6 @@ tokens, D d_model, V vocab.
 import jax.numpy as jnp
 import numpy as np
 
-from zoo.errors import ConfigError
 from zoo.families import decoding
 from zoo.families import loss as loss_lib
 from zoo.models import encoder_decoder
@@ -16,31 +15,15 @@ NAME = 'encoder_decoder'
 OBJECTIVES = ('span_corruption',)
 LAYER_FIELDS = ('num_encoder_layers', 'num_decoder_layers')
 MODEL_INPUTS = ('encoder_inputs', 'decoder_inputs')
+POSITIONS = ('t5_bias', 'sinusoidal', 'rope', 'none')
+BLOCKS = ('sequential',)  # a parallel block has no place for cross-attention
+SLIDING_WINDOW = False
 PROMPT_JOINT = '\n=> '  # an answer, not a continuation
 
 
 def build(model_config):
   """-> the Linen module with encode() and decode(); __call__ = decode(encode())."""
   return encoder_decoder.EncoderDecoder(model_config)
-
-
-def validate(config):
-  m = config.model
-  if not (m.num_encoder_layers > 0 and m.num_decoder_layers > 0):
-    raise ConfigError('model.family=encoder_decoder needs model.num_encoder_layers and '
-                      'model.num_decoder_layers (num_layers alone does not say the split)')
-  if m.position == 'alibi':
-    raise ConfigError("model.position='alibi' is built for the decoder only; use 't5_bias' "
-                      "or 'sinusoidal' for model.family='encoder_decoder'")
-  if m.position == 'learned':
-    raise ConfigError("model.position='learned' is not built for encoder_decoder; use "
-                      "'t5_bias' or 'sinusoidal'")
-  if m.block == 'parallel':
-    raise ConfigError("model.block='parallel' has no cross-attention; use 'sequential' for "
-                      'model.family=encoder_decoder')
-  if m.attention.window:
-    raise ConfigError('model.attention.window is built for the decoder only; set it to 0 for '
-                      "model.family='encoder_decoder'")
 
 
 def batch_spec(data_config, batch_size):
