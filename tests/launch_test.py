@@ -53,12 +53,14 @@ def _after_last_start(workdir):
     (['model.position=learned', 'model.max_length=32'], 1,
      'data.seq_len=64 exceeds model.max_length=32'),
     (['mesh.data=3'], 1, 'mesh {.*} has 3 devices but 1 are present'),
+    (['mesh.fsdp=-1'], 1, r'mesh.data=-1 and mesh.fsdp=-1, .* \(mesh.data is -1 by default\); '
+                          'give the others a size, e.g. --config.mesh.data=1 to keep mesh.fsdp=-1'),
     (['train.batch_size=12'], 8,
      'train.batch_size=12 does not split over data x fsdp x expert = 8'),
     (['data.path=/nonexistent/corpus.txt'], 1, "data.path='/nonexistent/corpus.txt' does not"),
     (['data.path=EMPTY'], 1, 'holds no text'),
-], ids=['misspelt', 'heads', 'kv_heads', 'lr', 'steps', 'max_length', 'mesh', 'batch',
-        'no_corpus', 'empty_corpus'])
+], ids=['misspelt', 'heads', 'kv_heads', 'lr', 'steps', 'max_length', 'mesh', 'mesh_rest',
+        'batch', 'no_corpus', 'empty_corpus'])
 def test_bad_input_is_one_line_naming_the_field(tmp_path, overrides, devices, message):
   empty = tmp_path / 'empty.txt'
   empty.write_text('\n')
@@ -169,6 +171,18 @@ def _generate(workdir, *args, config=SMOKE, devices=1):
              '--mode=generate', *args]
   return subprocess.run(command, env=_env(devices), capture_output=True, text=True,
                         timeout=300, check=False)
+
+
+def test_without_a_workdir_the_run_goes_to_one_named_after_the_config(tmp_path):
+  command = [sys.executable, '-m', 'zoo.launch', f'--config={SMOKE}', '--config.train.steps=3']
+  result = subprocess.run(command, env=_env(), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  workdir = os.path.join('runs', 'gpt_shakespeare_smoke')
+  assert f'workdir={workdir} ' in result.stdout
+  header, rows = _after_last_start(tmp_path / workdir)
+  assert header['workdir'] == workdir and rows[-1]['step'] == 3
+  assert os.path.isdir(tmp_path / workdir / 'checkpoints' / '3')
 
 
 def test_generate_continues_each_prompt_from_the_newest_checkpoint(reference):
