@@ -4,7 +4,6 @@ TensorBoard), and the alarms read off each logged row."""
 import json
 import os
 
-import jax
 import numpy as np
 from tensorboardX import SummaryWriter
 
