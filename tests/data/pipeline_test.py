@@ -243,3 +243,11 @@ def test_span_corruption_batches_follow_the_encoder_decoder_contract():
   # packed examples line up: segment k of the decoder belongs to segment k of the encoder
   assert set(batch['decoder_segment_ids'].ravel()) == set(batch['encoder_segment_ids'].ravel())
   assert np.max(batch['encoder_segment_ids']) > 1  # more than one example per row
+
+
+def test_a_batch_that_differs_from_the_spec_is_an_error_naming_both():
+  data, spec = _spec(_data_config(seq_len=8), 2)
+  spec['loss_weights'] = (spec['loss_weights'][0], np.dtype(np.int32))
+  with pytest.raises(ValueError, match="'loss_weights': 'float32'.*the batch spec says.*"
+                                       "'loss_weights': 'int32'"):
+    next(iter(pipeline.make_dataset(_docs([4] * 8), data, spec, train=True)))

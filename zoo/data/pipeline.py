@@ -199,13 +199,16 @@ def _contract(packed):
 
 
 def _conform(batch, spec):
-  """A batch with exactly the spec's keys and dtypes, short batches (the last of an eval
-  pass) padded with all-padding rows (segment 0, weight 0)."""
-  out = {}
-  for key, (shape, dtype) in spec.items():
-    value = np.asarray(batch[key], dtype)
-    out[key] = np.concatenate([value, np.zeros((shape[0] - len(value), *shape[1:]), dtype)])
-  return out
+  """The batch checked against the spec (keys and dtypes: a mismatch is a bug in an
+  objective, named here), short batches (the last of an eval pass) padded with
+  all-padding rows (segment 0, weight 0)."""
+  if set(batch) != set(spec) or any(batch[k].dtype != d for k, (_, d) in spec.items()):
+    raise ValueError(f'the pipeline made {({k: str(v.dtype) for k, v in batch.items()})}, '
+                     f'the batch spec says {({k: str(d) for k, (_, d) in spec.items()})}')
+  return {key: np.concatenate([batch[key], np.zeros((shape[0] - len(batch[key]), *shape[1:]),
+                                                    dtype)])
+          if len(batch[key]) < shape[0] else batch[key]
+          for key, (shape, dtype) in spec.items()}
 
 
 def make_dataset(tokens, data_config, spec, *, train, seed=0, stream=0, num_streams=1,
