@@ -21,20 +21,15 @@ import numpy as np
 from zoo import config as config_lib
 from zoo import families
 from zoo import sharding
-from zoo.train import optim
-from zoo.train import state as state_lib
-from zoo.train import step as step_lib
+from zoo.train import runtime
 
 
 def time_path(spec, overrides, steps, batch_size):
   config = config_lib.load(spec, [*overrides, f'train.batch_size={batch_size}', 'mesh.data=1'])
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
-  model = families.build(config.model)
-  optimizer = optim.make(config.optim, config.train.steps)
-  init_fn, _, shardings = state_lib.make(model, optimizer, config, mesh)
-  train_step = jax.jit(step_lib.make_train_step(
-      families.loss_fn(model, config), optimizer,
-      optim.schedule(config.optim, config.train.steps)), donate_argnums=(0,))
+  parts = runtime.model_state(config, mesh)
+  init_fn, shardings = parts.init_fn, parts.shardings
+  train_step = jax.jit(parts.train_step(config), donate_argnums=(0,))
   rng = np.random.default_rng(0)
   shapes = families.batch_spec(config, batch_size)
   batch = {k: (rng.integers(0, config.model.vocab_size, shape).astype(dtype) if dtype == np.int32

@@ -16,7 +16,6 @@ from zoo import families
 from zoo import sharding
 from zoo.train import loop
 from zoo.train import metrics as metrics_lib
-from zoo.train import optim
 from zoo.train import state as state_lib
 
 FAMILIES = {'decoder': 'gpt_shakespeare', 'encoder': 'bert_base',
@@ -46,8 +45,7 @@ def test_a_mesh_that_does_not_factor_the_devices_names_the_valid_sizes():
 def test_parameter_shardings_follow_the_rules():
   config = _config('decoder', (2, 2, 2))
   mesh = sharding.make_mesh(config.mesh)
-  model = families.build(config.model)
-  _, _, shardings = state_lib.make(model, optim.make(config.optim, 5), config, mesh)
+  _, _, _, shardings = state_lib.make(families.build(config.model), config, mesh)
   specs = jax.tree.map(lambda s: s.spec, shardings['params'])
   assert specs['layers']['mlp']['wi_0']['kernel'] == P(None, 'fsdp', 'tensor')
   assert specs['layers']['mlp']['wo']['kernel'] == P(None, 'tensor', 'fsdp')
@@ -62,8 +60,7 @@ def test_a_dim_the_mesh_does_not_divide_stays_replicated_instead_of_failing():
   config = _config('decoder', (1, 1, 8), ['model.vocab_size=500', 'model.num_heads=8',
                                           'model.num_kv_heads=8'])
   mesh = sharding.make_mesh(config.mesh)
-  _, _, shardings = state_lib.make(families.build(config.model), optim.make(config.optim, 5),
-                                   config, mesh)
+  _, _, _, shardings = state_lib.make(families.build(config.model), config, mesh)
   assert shardings['params']['token_embed']['embedding'].spec == P(None, 'fsdp')  # 500 % 8
   assert shardings['params']['layers']['mlp']['wo']['kernel'].spec == P(None, 'tensor', 'fsdp')
 

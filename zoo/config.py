@@ -26,7 +26,8 @@ POSITIONS = ('learned', 'sinusoidal', 'rope', 'alibi', 't5_bias', 'none')
 REMAT_POLICIES = ('none', *transformer.REMAT_POLICIES)
 OBJECTIVES = ('causal_lm', 'mlm', 'span_corruption')
 TOKENIZERS = ('bpe', 'unigram')
-SCHEDULES = ('cosine', 'linear', 'constant')
+OPTIMIZERS = ('adamw', 'adafactor')
+SCHEDULES = ('cosine', 'linear', 'constant', 'rsqrt', 'wsd')
 DTYPES = ('float32', 'bfloat16', 'float16')
 
 DEFAULT_RULES = (
@@ -168,20 +169,41 @@ def _train():
   t.z_loss = 0.0  # coefficient of log(Z)^2
   t.max_nonfinite_steps = 5  # stop after this many skipped (NaN/Inf) updates in a row
   t.init_params = ''  # an orbax params checkpoint (zoo.convert.hf) to start from, not random
+  # gradient accumulation: each step's global batch runs as this many microbatches (rows
+  # j, j+k, j+2k, ... of every stream's share), gradients summed in float32, one update
+  t.microbatches = 1
+  # memory-lean loss: the vocabulary projection and cross-entropy run over chunks of this
+  # many positions (each chunk recomputed in the backward pass), so the [batch, length,
+  # vocab] float32 logits are never held whole; 0 = off; -1 = auto: on at vocab_size >=
+  # 32768, in chunks of the largest divisor of the target length up to 512
+  t.loss_chunk_len = -1
   return t
 
 
 def _optim():
   o = ml_collections.ConfigDict()
-  o.learning_rate = 1e-3  # peak
-  o.schedule = 'cosine'  # after linear warmup: 'cosine' | 'linear' | 'constant'
+  o.name = 'adamw'  # 'adamw' | 'adafactor' (zoo/train/optim.py)
+  o.learning_rate = 1e-3  # peak (Adafactor with parameter scale: relative to the RMS)
+  # 'cosine' | 'linear' | 'constant' (after a linear warmup) | 'rsqrt' (T5: the peak to
+  # warmup_steps, then 1/sqrt(step)) | 'wsd' (warmup, stable, decay over decay_fraction)
+  o.schedule = 'cosine'
   o.warmup_steps = 100
   o.min_learning_rate_ratio = 0.1  # end of decay, as a share of the peak
-  o.weight_decay = 0.1
-  o.b1 = 0.9
-  o.b2 = 0.95
-  o.eps = 1e-8
-  o.clip_norm = 1.0  # 0 = no clipping
+  o.decay_fraction = 0.1  # wsd: the share of train.steps spent decaying
+  o.weight_decay = 0.1  # decoupled, times the learning rate; not on norm scales or biases
+  o.b1 = 0.9  # AdamW
+  o.b2 = 0.95  # AdamW
+  o.eps = 1e-8  # AdamW
+  o.clip_norm = 1.0  # global gradient-norm clipping, both optimizers; 0 = none
+  o.adafactor = ml_collections.ConfigDict({
+      'factored': True,  # row x column second moments (per layer) for 2-D+ slices
+      'min_dim_size_to_factor': 128,  # a full moment when the 2nd largest dim is smaller
+      'decay_rate': 0.8,  # beta2 at step t = 1 - t^-decay_rate (PaLM, T5X)
+      'clipping_threshold': 1.0,  # update clipping: each layer's update RMS at most this; 0 = off
+      'multiply_by_parameter_scale': True,  # step relative to the layer's parameter RMS
+      'momentum': 0.0,  # beta1 of a first moment; 0 = none (T5)
+      'eps': 1e-30,  # added to squared gradients
+  })
   return o
 
 
@@ -313,7 +335,7 @@ def validate(config):
     raise ConfigError(f'data.objective={d.objective!r} does not train model.family='
                       f'{family.NAME!r}; use one of {family.OBJECTIVES}')
   _validate_data(d, config.model, config.train)
-  _validate_train(config.train, config.optim)
+  _validate_train(config.train, config.optim, config.data)
   _validate_generate(config.generate, config.model)
   _validate_mesh(config.mesh, config.sharding)
   return config
@@ -417,12 +439,24 @@ def _validate_data(d, m, t):
                       f'model.vocab_size={m.vocab_size}')
 
 
-def _validate_train(t, o):
+def _validate_train(t, o, d):
   for name in ('steps', 'batch_size', 'log_every', 'eval_every', 'checkpoint_every',
-               'keep_checkpoints', 'max_nonfinite_steps'):
+               'keep_checkpoints', 'max_nonfinite_steps', 'microbatches'):
     _positive(f'train.{name}', t[name])
   if t.eval_batches < 0 or t.z_loss < 0:
     raise ConfigError('train.eval_batches and train.z_loss must be >= 0')
+  stream_rows = t.batch_size // (d.num_streams or 1)
+  if stream_rows % t.microbatches:
+    raise ConfigError(f'train.microbatches={t.microbatches} does not divide the rows of each '
+                      f'input stream (train.batch_size={t.batch_size} / '
+                      f'{d.num_streams or 1} streams = {stream_rows}); use a divisor of it')
+  if t.loss_chunk_len < -1:
+    raise ConfigError(f'train.loss_chunk_len={t.loss_chunk_len} must be >= 0, or -1 (auto)')
+  _validate_optim(o, t)
+
+
+def _validate_optim(o, t):
+  _one_of('optim.name', o.name, OPTIMIZERS)
   _positive('optim.learning_rate', o.learning_rate)
   _one_of('optim.schedule', o.schedule, SCHEDULES)
   if o.warmup_steps < 0 or o.warmup_steps >= t.steps:
@@ -433,6 +467,44 @@ def _validate_train(t, o):
   for name in ('b1', 'b2'):
     if not 0 <= o[name] < 1:
       raise ConfigError(f'optim.{name}={o[name]} must be in [0, 1)')
+  if o.schedule == 'wsd':
+    if not 0 < o.decay_fraction < 1:
+      raise ConfigError(f'optim.decay_fraction={o.decay_fraction} must be in (0, 1): the share '
+                        "of train.steps the 'wsd' schedule spends decaying")
+    if o.warmup_steps + o.decay_fraction * t.steps > t.steps:
+      raise ConfigError(f'optim.warmup_steps={o.warmup_steps} + the wsd decay '
+                        f'(optim.decay_fraction={o.decay_fraction} x {t.steps} steps) exceed '
+                        'train.steps; shorten one of them')
+  _validate_adafactor(o)
+
+
+def _validate_adafactor(o):
+  a, defaults = o.adafactor, _optim()
+  if o.name != 'adafactor':
+    changed = [k for k in a if a[k] != defaults.adafactor[k]]
+    if changed:
+      raise ConfigError(f'optim.adafactor.{changed[0]}={a[changed[0]]!r} is read only by '
+                        "Adafactor; set optim.name='adafactor' or leave it at "
+                        f'{defaults.adafactor[changed[0]]!r}')
+    return
+  for name, own in (('b1', 'momentum'), ('b2', 'decay_rate'), ('eps', 'eps')):
+    if o[name] != defaults[name]:
+      raise ConfigError(f"optim.{name}={o[name]} is AdamW's; optim.name='adafactor' reads "
+                        f'optim.adafactor.{own} instead (leave optim.{name} at '
+                        f'{defaults[name]})')
+  if not 0 < a.decay_rate <= 1:
+    raise ConfigError(f'optim.adafactor.decay_rate={a.decay_rate} must be in (0, 1] '
+                      '(beta2 = 1 - step^-decay_rate)')
+  if not 0 <= a.momentum < 1:
+    raise ConfigError(f'optim.adafactor.momentum={a.momentum} must be in [0, 1) (0 = none)')
+  if a.clipping_threshold < 0 or a.eps <= 0:
+    raise ConfigError(f'optim.adafactor.clipping_threshold={a.clipping_threshold} must be >= 0 '
+                      f'(0 = off) and optim.adafactor.eps={a.eps} > 0')
+  if not a.factored and a.min_dim_size_to_factor != defaults.adafactor.min_dim_size_to_factor:
+    raise ConfigError(f'optim.adafactor.min_dim_size_to_factor={a.min_dim_size_to_factor} '
+                      'says which moments to factor, but optim.adafactor.factored=False '
+                      'factors none; drop one of them')
+  _positive('optim.adafactor.min_dim_size_to_factor', a.min_dim_size_to_factor)
 
 
 def _validate_mesh(mesh, sharding_config):

@@ -3,17 +3,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from tests import helpers
 from zoo import families
 from zoo.train import optim
 
 
-def _params(**overrides):
-  config = helpers.tiny_config(**overrides)
+def _boxed_params(config):
   model = families.build(config.model)
-  return nn.unbox(model.init(jax.random.PRNGKey(0), {'inputs': jnp.zeros((1, 8), jnp.int32)}))[
-      'params']
+  return model.init(jax.random.PRNGKey(0), {'inputs': jnp.zeros((1, 8), jnp.int32)})['params']
+
+
+def _params(**overrides):
+  return nn.unbox(_boxed_params(helpers.tiny_config(**overrides)))
 
 
 def _flat(tree):
@@ -59,3 +62,96 @@ def test_schedule_warms_up_linearly_then_decays_to_the_floor():
     np.testing.assert_allclose([lr(0), lr(5), lr(10)], [0.0, 0.5, 1.0], atol=1e-6)
     np.testing.assert_allclose(lr(60), middle, atol=1e-6)
     np.testing.assert_allclose(lr(110), 1.0 if kind == 'constant' else 0.1, atol=1e-6)
+
+
+def test_rsqrt_and_wsd_schedules_match_hand_computed_values():
+  o = helpers.tiny_config().optim
+  o.learning_rate, o.warmup_steps, o.min_learning_rate_ratio = 0.01, 100, 0.0
+  o.schedule = 'rsqrt'  # T5: 0.01 = 1/sqrt(10^4) held, then 1/sqrt(step) (here x 100 steps)
+  lr = optim.schedule(o, 1000)
+  np.testing.assert_allclose([lr(0), lr(100), lr(400), lr(900)],
+                             [0.01, 0.01, 0.005, 0.01 / 3], rtol=1e-6)
+  o.schedule, o.warmup_steps, o.decay_fraction, o.min_learning_rate_ratio = 'wsd', 10, 0.2, 0.1
+  lr = optim.schedule(o, 100)  # warmup 0..10, stable to 80, linear to 0.001 at 100
+  np.testing.assert_allclose([lr(5), lr(10), lr(50), lr(80), lr(90), lr(100)],
+                             [0.005, 0.01, 0.01, 0.01, 0.0055, 0.001], rtol=1e-6)
+  o.schedule, o.min_learning_rate_ratio = 'linear', 0.0  # BERT: warmup, then linear to zero
+  lr = optim.schedule(o, 110)
+  np.testing.assert_allclose([lr(10), lr(60), lr(110)], [0.01, 0.005, 0.0], atol=1e-9)
+
+
+def _adafactor_reference(params, grads, stacked, a, lr, momentum_state):
+  """One Adafactor step in float64 numpy, each layer's slice of a stacked leaf on its own."""
+  updates = {}
+  for name, p in params.items():
+    slices = range(p.shape[0]) if stacked[name] else [None]
+    out = np.zeros_like(p)
+    for i in slices:
+      at = (lambda x: x[i]) if i is not None else (lambda x: x)
+      g, w = at(grads[name]), at(p)
+      key = (name, i)
+      st = momentum_state.setdefault(key, {'t': 0})
+      st['t'] += 1
+      beta = 1 - st['t'] ** -a['decay_rate']
+      g2 = g ** 2 + a['eps']
+      order = np.argsort(g.shape, kind='stable')
+      if g.ndim >= 2 and g.shape[order[-2]] >= a['min_dim']:
+        r, c = order[-1], order[-2]
+        st['R'] = beta * st.get('R', 0) + (1 - beta) * g2.mean(axis=c)
+        st['C'] = beta * st.get('C', 0) + (1 - beta) * g2.mean(axis=r)
+        r_in_R = r if r < c else r - 1
+        v_hat = (np.expand_dims(st['R'] / st['R'].mean(axis=r_in_R, keepdims=True), c) *
+                 np.expand_dims(st['C'], r))
+      else:
+        st['V'] = beta * st.get('V', 0) + (1 - beta) * g2
+        v_hat = st['V']
+      u = g / np.sqrt(v_hat)
+      u = u / max(1.0, np.sqrt(np.mean(u ** 2)) / a['clip'])
+      u = u * max(np.sqrt(np.mean(w ** 2)), 1e-3)
+      if a['momentum']:
+        st['m'] = a['momentum'] * st.get('m', 0) + (1 - a['momentum']) * u
+        u = st['m']
+      if i is None:
+        out = -lr * u
+      else:
+        out[i] = -lr * u
+    updates[name] = out
+  return updates
+
+
+@pytest.mark.parametrize('momentum', [0.0, 0.9])
+def test_adafactor_first_updates_match_a_float64_reference_per_layer(momentum):
+  config = helpers.tiny_config()
+  o = config.optim
+  o.name, o.schedule, o.warmup_steps, o.learning_rate = 'adafactor', 'constant', 0, 0.01
+  o.weight_decay, o.clip_norm = 0.0, 0.0
+  o.adafactor.update(min_dim_size_to_factor=8, momentum=momentum)
+  params = _params()
+  stacked = optim.stacked_leaves(nn.get_partition_spec(_boxed_params(config)))
+  tx = optim.make(o, 10, stacked)
+  state = tx.init(params)
+  flat_stacked = _flat(stacked)
+  assert flat_stacked['layers/mlp/wi_0/kernel'] and not flat_stacked['token_embed/embedding']
+  # a [2 layers, 32, 64] kernel: statistics per layer over its largest (64) and next (32) dims
+  v_row, v_col = _flat(state[0].v_row), _flat(state[0].v_col)
+  assert v_row['layers/mlp/wi_0/kernel'].shape == (2, 64)
+  assert v_col['layers/mlp/wi_0/kernel'].shape == (2, 32)
+  assert v_row['layers/attention_norm/scale'].shape == (1,)  # one dim per layer: full moment
+  a = dict(decay_rate=0.8, eps=1e-30, min_dim=8, clip=1.0, momentum=momentum)
+  reference_state = {}
+  rng = np.random.default_rng(0)
+  for step in range(3):
+    grads = jax.tree.map(lambda p: rng.normal(size=p.shape).astype(np.float32), params)
+    # layer 1's gradients 100x layer 0's: clipping and scales must be per layer
+    grads['layers'] = jax.tree.map(lambda g: g * np.array([1.0, 100.0]).reshape(
+        (2,) + (1,) * (g.ndim - 1)).astype(np.float32), grads['layers'])
+    updates, state = tx.update(grads, state, params)
+    want = _adafactor_reference(
+        {k: np.asarray(v, np.float64) for k, v in _flat(params).items()},
+        {k: np.asarray(v, np.float64) for k, v in _flat(grads).items()},
+        flat_stacked, a, 0.01, reference_state)
+    got = _flat(updates)
+    for name in want:
+      np.testing.assert_allclose(got[name], want[name], rtol=2e-5, atol=1e-9,
+                                 err_msg=f'{name} at step {step}')
+    params = optax.apply_updates(params, updates)

@@ -5,7 +5,7 @@ import numpy as np
 from tests import helpers
 from zoo import families
 from zoo import sharding
-from zoo.train import optim
+from zoo.train import runtime
 from zoo.train import state as state_lib
 from zoo.train import step as step_lib
 
@@ -17,12 +17,9 @@ def _setup(moe=None, **optim_overrides):
     config.model.moe.update(moe)
   config.optim.update(warmup_steps=10, learning_rate=3e-3, weight_decay=0.0, **optim_overrides)
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
-  model = families.build(config.model)
-  tx = optim.make(config.optim, config.train.steps)
-  init_fn, _, shardings = state_lib.make(model, tx, config, mesh)
-  state = jax.jit(init_fn, out_shardings=shardings)(jax.random.PRNGKey(0))
-  train_step = jax.jit(step_lib.make_train_step(
-      families.loss_fn(model, config), tx, optim.schedule(config.optim, config.train.steps)))
+  parts = runtime.model_state(config, mesh)
+  state = jax.jit(parts.init_fn, out_shardings=parts.shardings)(jax.random.PRNGKey(0))
+  train_step = jax.jit(parts.train_step(config))
   return config, state, train_step
 
 

@@ -6,7 +6,9 @@ A family module (decoder.py is the worked example; docs/families.md) defines:
   SLIDING_WINDOW (what its model builds; config validation checks), PROMPT_JOINT;
   build(model_config) -> Linen module;
   batch_spec(data_config, batch_size) -> {key: (shape, dtype)};
-  loss(model, config, variables, batch, rng=None) -> loss.Loss;
+  counts(batch) -> the batch's loss normalisers (rows, tokens, ...);
+  loss(model, config, variables, batch, rng=None, whole=None) -> loss.Loss (whole: the
+    counts of the batch `batch` is a microbatch of);
   kv_cache_layers(m);  hf_model_type(m);
   tokenize_prompts(config, tokenizer, prompts) and
   start_generation(model, variables, ids, segments, max_new_tokens), or None for both.
@@ -65,5 +67,11 @@ def abstract_batch(config, sharding=None):
 
 
 def loss_fn(model, config):
-  """-> loss(variables, batch, rng=None) -> loss.Loss, for the train and eval steps."""
+  """-> loss(variables, batch, rng=None, whole=None) -> loss.Loss, for the train and eval
+  steps (whole: counts_fn(config)(batch) of the batch split into microbatches)."""
   return functools.partial(get(config.model).loss, model, config)
+
+
+def counts_fn(config):
+  """-> counts(batch): the batch's loss normalisers, for microbatched train steps."""
+  return get(config.model).counts

@@ -41,12 +41,21 @@ def batch_spec(data_config, batch_size):
           'positions': (rows, int32), 'loss_weights': (rows, float32)}
 
 
-def loss(model, config, variables, batch, rng=None):
-  """Next-token cross-entropy over the weighted tokens (+ z-loss, + MoE terms)."""
-  logits_BLV, moe, state = loss_lib.apply(model, variables, batch, rng)
-  total = loss_lib.token_loss(logits_BLV, batch['targets'], batch['loss_weights'],
-                              config.train.z_loss)
-  return loss_lib.with_moe(total, moe, state, config.model.moe)
+def counts(batch):
+  """The batch's loss normalisers: rows and weighted target tokens (families/loss.py)."""
+  return {'rows': batch['targets'].shape[0], 'tokens': jnp.sum(batch['loss_weights'])}
+
+
+def loss(model, config, variables, batch, rng=None, whole=None):
+  """Next-token cross-entropy over the weighted tokens (+ z-loss, + MoE terms); whole: the
+  counts of the batch this one is a microbatch of."""
+  whole = whole or counts(batch)
+  chunk = loss_lib.chunk_len(config, batch['targets'].shape[1])
+  outputs, moe, state = loss_lib.apply(model, variables, batch, rng, head=not chunk)
+  total = loss_lib.token_loss(outputs, batch['targets'], batch['loss_weights'], config,
+                              variables, whole['tokens'], chunk)
+  return loss_lib.with_moe(total, moe, state, config.model.moe,
+                           batch['targets'].shape[0] / whole['rows'])
 
 
 def kv_cache_layers(m):

@@ -37,18 +37,28 @@ def batch_spec(data_config, batch_size):
   return spec
 
 
-def loss(model, config, variables, batch, rng=None):
+def counts(batch):
+  """The batch's loss normalisers: rows, MLM target tokens, real (non-padding) rows."""
+  return {**decoder.counts(batch),
+          'real_rows': jnp.sum((batch['segment_ids'][:, 0] > 0).astype(jnp.float32))}
+
+
+def loss(model, config, variables, batch, rng=None, whole=None):
   """MLM cross-entropy over the chosen tokens, + the next-sentence loss (padding rows
-  excluded) with model.nsp_head, + z-loss and MoE terms."""
-  outputs, moe, state = loss_lib.apply(model, variables, batch, rng)
-  total = loss_lib.token_loss(outputs['logits'], batch['targets'], batch['loss_weights'],
-                              config.train.z_loss)
+  excluded) with model.nsp_head, + z-loss and MoE terms; whole: the counts of the batch
+  this one is a microbatch of."""
+  whole = whole or counts(batch)
+  chunk = loss_lib.chunk_len(config, batch['targets'].shape[1])
+  outputs, moe, state = loss_lib.apply(model, variables, batch, rng, head=not chunk)
+  total = loss_lib.token_loss(outputs['hidden' if chunk else 'logits'], batch['targets'],
+                              batch['loss_weights'], config, variables, whole['tokens'], chunk)
   if 'nsp_logits' in outputs:
     real_B = (batch['segment_ids'][:, 0] > 0).astype(jnp.float32)
-    nsp_nll, _, nsp_weight = loss_lib.cross_entropy(
+    nsp_nll, _, _ = loss_lib.cross_entropy(
         outputs['nsp_logits'][:, None], batch['next_sentence_labels'][:, None], real_B[:, None])
-    total = loss_lib.add(total, 'nsp_loss', nsp_nll / jnp.maximum(nsp_weight, 1.0))
-  return loss_lib.with_moe(total, moe, state, config.model.moe)
+    total = loss_lib.add(total, 'nsp_loss', nsp_nll / jnp.maximum(whole['real_rows'], 1.0))
+  return loss_lib.with_moe(total, moe, state, config.model.moe,
+                           batch['targets'].shape[0] / whole['rows'])
 
 
 def kv_cache_layers(m):

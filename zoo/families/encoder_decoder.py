@@ -37,12 +37,23 @@ def batch_spec(data_config, batch_size):
           'decoder_positions': (targets, int32), 'decoder_loss_weights': (targets, float32)}
 
 
-def loss(model, config, variables, batch, rng=None):
-  """Cross-entropy of the decoder targets (+ z-loss, + MoE terms)."""
-  logits_BLV, moe, state = loss_lib.apply(model, variables, batch, rng)
-  total = loss_lib.token_loss(logits_BLV, batch['decoder_targets'],
-                              batch['decoder_loss_weights'], config.train.z_loss)
-  return loss_lib.with_moe(total, moe, state, config.model.moe)
+def counts(batch):
+  """The batch's loss normalisers: rows and weighted decoder target tokens."""
+  return {'rows': batch['decoder_targets'].shape[0],
+          'tokens': jnp.sum(batch['decoder_loss_weights'])}
+
+
+def loss(model, config, variables, batch, rng=None, whole=None):
+  """Cross-entropy of the decoder targets (+ z-loss, + MoE terms); whole: the counts of the
+  batch this one is a microbatch of."""
+  whole = whole or counts(batch)
+  targets_BL = batch['decoder_targets']
+  chunk = loss_lib.chunk_len(config, targets_BL.shape[1])
+  outputs, moe, state = loss_lib.apply(model, variables, batch, rng, head=not chunk)
+  total = loss_lib.token_loss(outputs, targets_BL, batch['decoder_loss_weights'], config,
+                              variables, whole['tokens'], chunk)
+  return loss_lib.with_moe(total, moe, state, config.model.moe,
+                           targets_BL.shape[0] / whole['rows'])
 
 
 def kv_cache_layers(m):

@@ -1,15 +1,25 @@
-"""What the families' losses are made of: token cross-entropy, the model run with its sown
-MoE statistics, and the MoE terms. A family's `loss` composes these into a `Loss`.
+"""What the families' losses are made of: token cross-entropy (whole or over chunks of
+the sequence), the model run with its sown MoE statistics, and the MoE terms. A family's
+`loss` composes these into a `Loss`.
 
-Glossary: B batch, L length, V vocab.
+Microbatches (train.microbatches): a family's `counts(batch)` are the whole batch's
+normalisers; a loss given them (`whole`) returns its microbatch's share of the whole
+batch's loss, metrics included, so the shares of all microbatches add up to it exactly.
+
+Glossary: B batch, L length, C chunk length, N chunks, D d_model, V vocab.
 """
 
 from typing import NamedTuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from zoo import models
+from zoo.models import head as head_lib
+
+AUTO_CHUNK_MIN_VOCAB = 32768  # train.loss_chunk_len=-1 chunks from this vocabulary size up
+AUTO_CHUNK_LEN = 512  # ... in chunks of at most this many positions
 
 
 class Loss(NamedTuple):
@@ -46,24 +56,62 @@ def moe_stats(collection):
           'moe_load': per_layer['load']}
 
 
-def apply(model, variables, batch, rng=None):
+def chunk_len(config, length):
+  """Positions per chunk of the memory-lean loss for a target `length`; 0 = unchunked."""
+  chunk = config.train.loss_chunk_len
+  if chunk == -1:
+    if config.model.vocab_size < AUTO_CHUNK_MIN_VOCAB:
+      return 0
+    chunk = max(c for c in range(1, min(length, AUTO_CHUNK_LEN) + 1) if length % c == 0)
+  return 0 if chunk >= length else chunk
+
+
+def chunked_cross_entropy(project, x_BLD, targets_BL, weights_BL, z_loss, chunk):
+  """cross_entropy(project(x), ...) computed `chunk` positions at a time: a scan whose body
+  is rematerialised, so neither pass holds more than one chunk's logits [B, C, V]."""
+  B, L, D = x_BLD.shape
+  N = L // chunk
+  split = lambda a: a.reshape(B, N, chunk, *a.shape[2:]).swapaxes(0, 1)
+
+  @jax.checkpoint
+  def body(sums, chunk_inputs):
+    x_BCD, targets_BC, weights_BC = chunk_inputs
+    logits_BCV = nn.with_logical_constraint(project(x_BCD), ('batch', 'length', 'vocab'))
+    step = cross_entropy(logits_BCV, targets_BC, weights_BC, z_loss)
+    return tuple(a + b for a, b in zip(sums, step)), None
+
+  zero = jnp.zeros((), jnp.float32)
+  sums, _ = jax.lax.scan(body, (zero, zero, zero),
+                         (split(x_BLD), split(targets_BL), split(weights_BL)))
+  return sums
+
+
+def apply(model, variables, batch, rng=None, head=True):
   """The model on a batch (training, with dropout, when `rng` is given) -> (outputs, MoE
-  statistics or None, the state collections it moved)."""
+  statistics or None, the state collections it moved). head=False: the outputs hold the
+  hidden states the vocabulary projection reads, not logits (the chunked loss)."""
   train = rng is not None
+  rngs = {'dropout': rng} if train else None
   if not model.config.moe.num_experts:
-    return model.apply(variables, batch, train=train,
-                       rngs={'dropout': rng} if train else None), None, {}
+    return model.apply(variables, batch, train=train, head=head, rngs=rngs), None, {}
   moved = [k for k in models.STATE_COLLECTIONS if train and k in variables]
-  outputs, collections = model.apply(variables, batch, train=train,
-                                     rngs={'dropout': rng} if train else None,
+  outputs, collections = model.apply(variables, batch, train=train, head=head, rngs=rngs,
                                      mutable=['moe', *moved])
   return outputs, moe_stats(collections['moe']), {k: collections[k] for k in moved}
 
 
-def token_loss(logits_BLV, targets_BL, weights_BL, z_loss):
-  """Mean token cross-entropy (plus z_loss x log(Z)^2) over the weighted tokens."""
-  nll, z, weight = cross_entropy(logits_BLV, targets_BL, weights_BL, z_loss)
-  mean = jnp.maximum(weight, 1.0)
+def token_loss(outputs, targets_BL, weights_BL, config, variables, tokens, chunk=0):
+  """Token cross-entropy (plus z_loss x log(Z)^2) over the weighted tokens, divided by
+  `tokens` (the whole batch's weight). outputs: logits [B, L, V], or with `chunk` the
+  hidden states [B, L, D] projected `chunk` positions at a time."""
+  z_loss = config.train.z_loss
+  if chunk:
+    project = lambda x_BCD: head_lib.project(config.model, variables['params'], x_BCD)
+    nll, z, weight = chunked_cross_entropy(project, outputs, targets_BL, weights_BL, z_loss,
+                                           chunk)
+  else:
+    nll, z, weight = cross_entropy(outputs, targets_BL, weights_BL, z_loss)
+  mean = jnp.maximum(tokens, 1.0)
   metrics = {'loss': nll / mean}
   if z_loss:
     metrics['z_loss'] = z / mean
@@ -75,12 +123,13 @@ def add(loss, name, value):
   return loss._replace(total=loss.total + value, metrics={**loss.metrics, name: value})
 
 
-def with_moe(loss, stats, state, moe_config):
+def with_moe(loss, stats, state, moe_config, share=1.0):
   """Adds the balance and router z-losses (means over the MoE layers), logs the statistics
-  and carries the moved state; `loss` unchanged for a dense model."""
+  and carries the moved state; `loss` unchanged for a dense model. share: this batch's
+  part of the whole (a microbatch's rows / the batch's rows) that terms and metrics take."""
   if stats is None:
     return loss
-  total = (loss.total + moe_config.balance_loss * stats['moe_aux_loss'] +
-           moe_config.z_loss * stats['moe_z_loss'])
+  total = (loss.total + share * (moe_config.balance_loss * stats['moe_aux_loss'] +
+                                 moe_config.z_loss * stats['moe_z_loss']))
+  stats = {k: share * v for k, v in stats.items()}
   return loss._replace(total=total, metrics={**loss.metrics, **stats}, state=state)
-

@@ -75,9 +75,10 @@ class EncoderDecoder(nn.Module):
     return self.encoder(self._embed(batch['encoder_inputs'], positions_BS), segment_ids_BS,
                         positions_BS, train)
 
-  def decode(self, encoded_BSD, batch, train=False):
-    """Encoder output + decoder inputs -> float32 logits [B, L, V]. Decoding (zoo/infer)
-    adds decoder_kv_segment_ids and decoder_kv_positions [B, S] for the decoder's cache."""
+  def decode(self, encoded_BSD, batch, train=False, head=True):
+    """Encoder output + decoder inputs -> float32 logits [B, L, V] (head=False: the hidden
+    states [B, L, D] the vocabulary projection reads, zoo/models/head.py). Decoding
+    (zoo/infer) adds decoder_kv_segment_ids and decoder_kv_positions [B, S] for the cache."""
     segment_ids_BL, positions_BL = transformer.default_positions(
         batch, 'decoder_inputs', 'decoder_positions', 'decoder_segment_ids')
     encoder_segment_ids_BS, _ = transformer.default_positions(
@@ -88,13 +89,16 @@ class EncoderDecoder(nn.Module):
     x_BLD = self.decoder(self._embed(batch['decoder_inputs'], positions_BL), segment_ids_BL,
                          positions_BL, train, encoded_BSD, encoder_segment_ids_BS, cache_slots)
     m = self.config
+    if m.tie_embeddings and m.scale_tied_logits:
+      x_BLD = x_BLD * m.d_model ** -0.5
+    if not head:
+      return x_BLD
     if m.tie_embeddings:
-      logits_BLV = self.token_embed.attend(
-          x_BLD * (m.d_model ** -0.5 if m.scale_tied_logits else 1.0))
+      logits_BLV = self.token_embed.attend(x_BLD)
     else:
       logits_BLV = self.logits(x_BLD)
     return nn.with_logical_constraint(logits_BLV.astype(jnp.float32),
                                       ('batch', 'length', 'vocab'))
 
-  def __call__(self, batch, train=False):
-    return self.decode(self.encode(batch, train), batch, train)
+  def __call__(self, batch, train=False, head=True):
+    return self.decode(self.encode(batch, train), batch, train, head)

@@ -164,12 +164,13 @@ class Encoder(nn.Module):
   """Encoder-only (BERT): bidirectional attention inside each segment, padding excluded.
 
   batch {inputs, token_type_ids?, segment_ids?, positions?} -> {'logits': float32 MLM logits
-  [B, L, V], 'nsp_logits': [B, 2] when model.nsp_head}.
+  [B, L, V], 'nsp_logits': [B, 2] when model.nsp_head}; head=False: 'hidden' [B, L, D] (what
+  the vocabulary projection reads, zoo/models/head.py) in place of 'logits'.
   """
   config: Any
 
   @nn.compact
-  def __call__(self, batch, train=False):
+  def __call__(self, batch, train=False, head=True):
     m = self.config
     ids_BL = batch['inputs']
     segment_ids_BL, positions_BL = default_positions(batch)
@@ -193,14 +194,17 @@ class Encoder(nn.Module):
                                                       ('embed', 'mlp'))(x_BLD))
     h_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='mlm_norm',
                         **dtypes(m))(h_BLD)
-    if m.tie_embeddings:
-      logits_BLV = embed.attend(h_BLD) + self.param(
-          'mlm_bias', nn.with_logical_partitioning(nn.initializers.zeros, ('vocab',)),
-          (m.vocab_size,), jnp.dtype(m.param_dtype))[None, None]
+    if not head:  # the chunked loss projects it itself (zoo/models/head.py)
+      outputs = {'hidden': h_BLD}
     else:
-      logits_BLV = dense('logits', m.vocab_size, ('embed', 'vocab'))(h_BLD)
-    outputs = {'logits': nn.with_logical_constraint(logits_BLV.astype(jnp.float32),
-                                                    ('batch', 'length', 'vocab'))}
+      if m.tie_embeddings:
+        logits_BLV = embed.attend(h_BLD) + self.param(
+            'mlm_bias', nn.with_logical_partitioning(nn.initializers.zeros, ('vocab',)),
+            (m.vocab_size,), jnp.dtype(m.param_dtype))[None, None]
+      else:
+        logits_BLV = dense('logits', m.vocab_size, ('embed', 'vocab'))(h_BLD)
+      outputs = {'logits': nn.with_logical_constraint(logits_BLV.astype(jnp.float32),
+                                                      ('batch', 'length', 'vocab'))}
     if m.nsp_head:  # pooler (dense + tanh on the first token) and the next-sentence head
       pooled_BD = jnp.tanh(dense('pooler', m.d_model, ('embed', 'mlp'))(x_BLD[:, 0]))
       outputs['nsp_logits'] = dense('nsp', 2, ('embed', None))(pooled_BD).astype(jnp.float32)
@@ -211,11 +215,12 @@ class Decoder(nn.Module):
   """Decoder-only LM: batch {inputs, segment_ids?, positions?} -> float32 logits [B, L, V].
 
   Decoding (zoo/infer) adds kv_segment_ids and kv_positions [B, S] for the S slots of the
-  'cache' collection: the inputs are appended to the cache and attend to it."""
+  'cache' collection: the inputs are appended to the cache and attend to it. head=False:
+  the hidden states [B, L, D] the vocabulary projection reads (zoo/models/head.py)."""
   config: Any  # frozen model config
 
   @nn.compact
-  def __call__(self, batch, train=False):
+  def __call__(self, batch, train=False, head=True):
     m = self.config
     ids_BL = batch['inputs']
     segment_ids_BL, positions_BL = default_positions(batch)
@@ -236,8 +241,12 @@ class Decoder(nn.Module):
     if m.norm_position == 'pre':
       x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',
                           **dtypes(m))(x_BLD)
+    if m.tie_embeddings and m.scale_tied_logits:
+      x_BLD = x_BLD * m.d_model ** -0.5
+    if not head:
+      return x_BLD
     if m.tie_embeddings:
-      logits_BLV = embed.attend(x_BLD * (m.d_model ** -0.5 if m.scale_tied_logits else 1.0))
+      logits_BLV = embed.attend(x_BLD)
     else:
       logits_BLV = layers.DenseGeneral(m.vocab_size, ('embed', 'vocab'), use_bias=m.use_bias,
                                        init_std=m.kernel_init_std, name='logits',

@@ -16,26 +16,20 @@ import numpy as np
 from zoo import families
 from zoo import kernels
 from zoo import sharding
-from zoo.train import optim
-from zoo.train import state as state_lib
-from zoo.train import step as step_lib
+from zoo.train import runtime
 
 
 def lower(config, mesh):
   """The jitted train step lowered for `mesh` with abstract state and batch (no memory)."""
-  model = families.build(config.model)
-  optimizer = optim.make(config.optim, config.train.steps)
-  learning_rate_fn = optim.schedule(config.optim, config.train.steps)
-  _, abstract_state, shardings = state_lib.make(model, optimizer, config, mesh)
+  parts = runtime.model_state(config, mesh)
   batch_sharding = sharding.batch_sharding(mesh)
   batch = families.abstract_batch(config, batch_sharding)
-  step = jax.jit(step_lib.make_train_step(families.loss_fn(model, config), optimizer,
-                                          learning_rate_fn),
-                 in_shardings=(shardings, batch_sharding),
-                 out_shardings=(shardings, sharding.replicated(mesh)), donate_argnums=(0,))
+  step = jax.jit(parts.train_step(config), in_shardings=(parts.shardings, batch_sharding),
+                 out_shardings=(parts.shardings, sharding.replicated(mesh)),
+                 donate_argnums=(0,))
   with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.rules(config)), kernels.target(
       mesh.devices.flat[0].platform):
-    return step.lower(abstract_state, batch)
+    return step.lower(parts.abstract, batch)
 
 
 def _cost(compiled):

@@ -17,7 +17,6 @@ from zoo.data import streams as streams_lib
 from zoo.train import evaluate as evaluate_lib
 from zoo.train import metrics as metrics_lib
 from zoo.train import state as state_lib
-from zoo.train import step as step_lib
 
 
 class TrainingError(RuntimeError):
@@ -114,7 +113,7 @@ def train(config, workdir):
     saved.close()
     return None
   train_step = place.jit(
-      step_lib.make_train_step(parts.loss_fn(config), parts.optimizer, parts.learning_rate_fn),
+      parts.train_step(config),
       (parts.shardings, sharding.batch_sharding(place.mesh)),
       (parts.shardings, sharding.replicated(place.mesh)), donate_argnums=(0,))
   evaluate = evaluate_lib.evaluator(config, place, streams, corpus, parts)

@@ -1,24 +1,59 @@
-"""AdamW with linear warmup then cosine/linear/constant decay, clipping and a decay mask."""
+"""The optimizers (AdamW, Adafactor) and learning-rate schedules the papers trained with.
+
+Adafactor (Shazeer & Stern 2018) is factored per layer: a parameter of a scanned stack is
+[layers, ...], and each layer's slice gets its own row/column statistics, update clipping
+and parameter scale, exactly as if the layers were unrolled. `stacked` (a tree of bools,
+from the parameters' logical axes) says which leaves carry that layer axis.
+"""
+
+from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import optax
 
 NO_DECAY_LEAVES = ('scale', 'bias')  # norm gains and biases; Flax names them so
+PARAM_SCALE_FLOOR = 1e-3  # Adafactor's epsilon_2: the smallest parameter RMS a step scales by
 
+
+# --------------------------------------------------------------------------- schedules
 
 def schedule(optim_config, total_steps):
-  """Learning rate per step: 0 -> peak over warmup_steps, then decay to the floor."""
+  """Learning rate per step (optim.schedule):
+  cosine / linear / constant: 0 -> peak over warmup_steps, then decay to the floor
+    (peak x min_learning_rate_ratio) at total_steps;
+  rsqrt (T5): the peak up to warmup_steps, then peak x sqrt(warmup_steps / step);
+  wsd: warmup, the peak held, then a linear decay to the floor over the last
+    decay_fraction of the steps."""
   o = optim_config
   peak, floor = o.learning_rate, o.learning_rate * o.min_learning_rate_ratio
+  if o.schedule == 'rsqrt':
+    start = max(o.warmup_steps, 1)
+    return lambda step: peak * jnp.sqrt(start / jnp.maximum(step, start))
   decay_steps = max(total_steps - o.warmup_steps, 1)
-  decay = {
-      'cosine': optax.cosine_decay_schedule(peak, decay_steps, alpha=o.min_learning_rate_ratio),
-      'linear': optax.linear_schedule(peak, floor, decay_steps),
-      'constant': optax.constant_schedule(peak),
-  }[o.schedule]
+  if o.schedule == 'wsd':
+    decay_steps = wsd_decay_steps(o, total_steps)
+    decay = optax.join_schedules(
+        [optax.constant_schedule(peak), optax.linear_schedule(peak, floor, decay_steps)],
+        [total_steps - decay_steps - o.warmup_steps])
+  else:
+    decay = {
+        'cosine': optax.cosine_decay_schedule(peak, decay_steps,
+                                              alpha=o.min_learning_rate_ratio),
+        'linear': optax.linear_schedule(peak, floor, decay_steps),
+        'constant': optax.constant_schedule(peak),
+    }[o.schedule]
   warmup = optax.linear_schedule(0.0, peak, o.warmup_steps)
   return optax.join_schedules([warmup, decay], [o.warmup_steps])
 
+
+def wsd_decay_steps(optim_config, total_steps):
+  """Steps of the warmup-stable-decay schedule's final decay."""
+  return max(int(round(optim_config.decay_fraction * total_steps)), 1)
+
+
+# ---------------------------------------------------------------------------- AdamW
 
 def decay_mask(params):
   """True where weight decay applies: every leaf but norm scales and biases."""
@@ -26,10 +61,139 @@ def decay_mask(params):
       lambda path, _: getattr(path[-1], 'key', None) not in NO_DECAY_LEAVES, params)
 
 
-def make(optim_config, total_steps):
+def _adamw(o, learning_rate):
+  return optax.adamw(learning_rate, b1=o.b1, b2=o.b2, eps=o.eps,
+                     weight_decay=o.weight_decay, mask=decay_mask)
+
+
+# ------------------------------------------------------------------------- Adafactor
+
+def factored_axes(shape, stacked, min_dim_size):
+  """(row axis, column axis) of a parameter's factored second moment: the two largest
+  dims of one layer's slice (never the stacked layer axis), or None (a full moment) when
+  the slice has one dim or its second largest is below min_dim_size."""
+  first = 1 if stacked else 0
+  dims = shape[first:]
+  if len(dims) < 2:
+    return None
+  order = np.argsort(dims, kind='stable')
+  if dims[order[-2]] < min_dim_size:
+    return None
+  return first + int(order[-1]), first + int(order[-2])
+
+
+class FactoredState(NamedTuple):
+  count: jax.Array
+  v_row: Any  # per leaf: the moment averaged over its column axis ([1] when not factored)
+  v_col: Any  # ... over its row axis
+  v: Any  # per leaf: the full moment where not factored ([1] when factored)
+
+
+def _layer_rms(x, stacked):
+  """RMS of each layer's slice (keeping dims for broadcasting), or of the whole leaf."""
+  axes = tuple(range(1 if stacked else 0, x.ndim))
+  return jnp.sqrt(jnp.mean(jnp.square(x), axis=axes, keepdims=True))
+
+
+def _scale_by_factored_rms(a, stacked):
+  """Adafactor's core: g / sqrt(v_hat), v_hat factored into row x column statistics per
+  layer, decay beta_t = 1 - t^-decay_rate (t from 1: the first step sees g^2 alone), then
+  update clipping (each layer's update RMS at most clipping_threshold) and the parameter
+  scale (times max(RMS of the layer's parameter, 1e-3))."""
+
+  def axes(p, s):
+    return factored_axes(p.shape, s, a.min_dim_size_to_factor) if a.factored else None
+
+  flags = lambda params: stacked(params) if callable(stacked) else stacked
+
+  def init(params):
+    def one(p, s, which):
+      f = axes(p, s)
+      if f is None:
+        return jnp.zeros(p.shape if which == 'v' else (1,), jnp.float32)
+      if which == 'v':
+        return jnp.zeros((1,), jnp.float32)
+      drop = f[1] if which == 'v_row' else f[0]
+      return jnp.zeros(p.shape[:drop] + p.shape[drop + 1:], jnp.float32)
+    trees = {w: jax.tree.map(lambda p, s, w=w: one(p, s, w), params, flags(params))
+             for w in ('v_row', 'v_col', 'v')}
+    return FactoredState(jnp.zeros([], jnp.int32), **trees)
+
+  def update(grads, state, params):
+    t = (state.count + 1).astype(jnp.float32)
+    beta = 1.0 - t ** -a.decay_rate
+
+    def one(g, v_row, v_col, v, p, s):
+      g32 = g.astype(jnp.float32)
+      g2 = jnp.square(g32) + a.eps
+      f = axes(p, s)
+      if f is None:
+        v = beta * v + (1 - beta) * g2
+        u = g32 * jax.lax.rsqrt(v)
+      else:
+        row, col = f
+        v_row = beta * v_row + (1 - beta) * jnp.mean(g2, axis=col)
+        v_col = beta * v_col + (1 - beta) * jnp.mean(g2, axis=row)
+        row_in_v_row = row if row < col else row - 1
+        row_mean = jnp.mean(v_row, axis=row_in_v_row, keepdims=True)
+        u = (g32 * jnp.expand_dims(jax.lax.rsqrt(v_row / row_mean), col) *
+             jnp.expand_dims(jax.lax.rsqrt(v_col), row))
+      if a.clipping_threshold:
+        u = u / jnp.maximum(1.0, _layer_rms(u, s) / a.clipping_threshold)
+      if a.multiply_by_parameter_scale:
+        u = u * jnp.maximum(_layer_rms(p.astype(jnp.float32), s), PARAM_SCALE_FLOOR)
+      return u.astype(g.dtype), v_row, v_col, v
+
+    out = jax.tree.map(one, grads, state.v_row, state.v_col, state.v, params, flags(params))
+    pick = lambda i: jax.tree.map(lambda _, o: o[i], grads, out)
+    return pick(0), FactoredState(state.count + 1, pick(1), pick(2), pick(3))
+
+  return optax.GradientTransformation(init, update)
+
+
+def _adafactor(o, learning_rate, stacked):
+  a = o.adafactor
+  chain = [_scale_by_factored_rms(a, stacked)]
+  if a.momentum:
+    chain.append(optax.ema(a.momentum, debias=False))
+  if o.weight_decay:
+    chain.append(optax.add_decayed_weights(o.weight_decay, mask=decay_mask))
+  chain.append(optax.scale_by_learning_rate(learning_rate))
+  return optax.chain(*chain)
+
+
+def state_floats(optim_config, shape, stacked):
+  """Optimizer-state numbers one parameter of `shape` keeps (plan mode's bytes)."""
+  size = int(np.prod(shape))
+  if optim_config.name == 'adamw':
+    return 2 * size
+  a = optim_config.adafactor
+  f = factored_axes(shape, stacked, a.min_dim_size_to_factor) if a.factored else None
+  moment = size if f is None else size // shape[f[1]] + size // shape[f[0]]
+  return moment + (size if a.momentum else 0)
+
+
+# ----------------------------------------------------------------------------- make
+
+def stacked_leaves(param_axes):
+  """Logical axes per parameter (nn.get_partition_spec of boxed params) -> True where the
+  first axis is a scanned stack's layer axis."""
+  is_spec = lambda x: isinstance(x, jax.sharding.PartitionSpec)
+  return jax.tree.map(lambda spec: len(spec) > 0 and spec[0] == 'layers', param_axes,
+                      is_leaf=is_spec)
+
+
+def make(optim_config, total_steps, stacked=None):
+  """The optimizer: optim.name with the schedule, after global-norm clipping (clip_norm).
+  stacked: stacked_leaves(...) of the parameters; Adafactor needs it (None = no stacks)."""
   o = optim_config
-  adamw = optax.adamw(schedule(o, total_steps), b1=o.b1, b2=o.b2, eps=o.eps,
-                      weight_decay=o.weight_decay, mask=decay_mask)
+  learning_rate = schedule(o, total_steps)
+  if o.name == 'adamw':
+    tx = _adamw(o, learning_rate)
+  else:
+    if stacked is None:
+      stacked = lambda params: jax.tree.map(lambda _: False, params)
+    tx = _adafactor(o, learning_rate, stacked)
   if not o.clip_norm:
-    return adamw
-  return optax.chain(optax.clip_by_global_norm(o.clip_norm), adamw)
+    return tx
+  return optax.chain(optax.clip_by_global_norm(o.clip_norm), tx)

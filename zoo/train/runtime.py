@@ -31,6 +31,7 @@ from zoo.models import dims
 from zoo.train import checkpoint
 from zoo.train import optim
 from zoo.train import state as state_lib
+from zoo.train import step as step_lib
 
 
 # ----------------------------------------------------------------------- placement
@@ -150,11 +151,16 @@ class ModelState:
   def loss_fn(self, config):
     return families.loss_fn(self.model, config)
 
+  def train_step(self, config):
+    """The (unjitted) train step: loss, optimizer, schedule, train.microbatches."""
+    return step_lib.make_train_step(self.loss_fn(config), self.optimizer,
+                                    self.learning_rate_fn, config.train.microbatches,
+                                    families.counts_fn(config))
+
 
 def model_state(config, mesh):
   model = families.build(config.model)
-  optimizer = optim.make(config.optim, config.train.steps)
-  init_fn, abstract, shardings = state_lib.make(model, optimizer, config, mesh)
+  optimizer, init_fn, abstract, shardings = state_lib.make(model, config, mesh)
   return ModelState(model, optimizer, optim.schedule(config.optim, config.train.steps),
                     init_fn, abstract, shardings)
 

@@ -7,12 +7,12 @@ model's state collections (models.STATE_COLLECTIONS, e.g. moe_bias) where it has
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import optax
 from jax.sharding import PartitionSpec as P
 
 from zoo import families
 from zoo import models
 from zoo import sharding
+from zoo.train import optim
 
 
 def model_variables(state):
@@ -21,9 +21,13 @@ def model_variables(state):
   return {k: state[k] for k in ('params', *models.STATE_COLLECTIONS) if k in state}
 
 
-def make(model, optimizer, config, mesh):
-  """-> (init_fn(rng) -> state, abstract state with shardings attached, shardings)."""
+def make(model, config, mesh):
+  """-> (optimizer, init_fn(rng) -> state, abstract state with shardings, shardings).
+  The optimizer is built here: Adafactor needs to know which parameters are layer stacks."""
   batch = families.example_batch(config.model, 1, config.data.seq_len)
+  rng = jax.random.PRNGKey(0)
+  param_specs = nn.get_partition_spec(jax.eval_shape(model.init, rng, batch)['params'])
+  optimizer = optim.make(config.optim, config.train.steps, optim.stacked_leaves(param_specs))
 
   def init_fn(rng):
     params_rng, state_rng = jax.random.split(rng)
@@ -36,17 +40,38 @@ def make(model, optimizer, config, mesh):
     state.update({k: variables[k] for k in models.STATE_COLLECTIONS if k in variables})
     return state
 
-  rng = jax.random.PRNGKey(0)
   abstract = jax.eval_shape(init_fn, rng)
-  param_specs = nn.get_partition_spec(jax.eval_shape(model.init, rng, batch)['params'])
-  is_spec = lambda x: isinstance(x, P)
-  opt_specs = optax.tree_utils.tree_map_params(
-      optimizer, lambda _, spec: spec, abstract['opt_state'], param_specs,
-      transform_non_params=lambda _: P(), is_leaf=is_spec)
   specs = jax.tree.map(lambda _: P(), abstract)
-  specs.update(params=param_specs, opt_state=opt_specs)
+  specs.update(params=param_specs,
+               opt_state=_opt_state_specs(abstract['opt_state'], abstract['params'],
+                                          param_specs))
   shardings = sharding.logical_to_shardings(specs, mesh, sharding.rules(config))
   shardings = jax.tree.map(lambda s, x: sharding.fit(s, x.shape), shardings, abstract)
   abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                           abstract, shardings)
-  return init_fn, abstract, shardings
+  return optimizer, init_fn, abstract, shardings
+
+
+def _opt_state_specs(opt_state, params, param_specs):
+  """Logical specs of the optimizer state: every subtree shaped like the parameter tree
+  (moments, Adafactor's row/column statistics) follows the parameters' axes, dropping the
+  dim a statistic averaged away; counters and placeholders are replicated."""
+  treedef = jax.tree.structure(params)
+  is_spec = lambda x: isinstance(x, P)
+
+  def leaf_spec(x, p, spec):
+    if x.shape == p.shape:
+      return spec
+    for dim in range(len(p.shape)):  # a statistic with one dim averaged away
+      if x.shape == p.shape[:dim] + p.shape[dim + 1:]:
+        return P(*spec[:dim], *spec[dim + 1:])
+    return P()
+
+  def visit(node):
+    if jax.tree.structure(node) == treedef:
+      return jax.tree.map(leaf_spec, node, params,
+                          jax.tree.unflatten(treedef, jax.tree.leaves(param_specs,
+                                                                      is_leaf=is_spec)))
+    return P()
+
+  return jax.tree.map(visit, opt_state, is_leaf=lambda n: jax.tree.structure(n) == treedef)

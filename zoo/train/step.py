@@ -1,7 +1,12 @@
 """train_step and eval_step: pure functions of (state, batch), jitted by their callers.
 
-Neither knows the family: the loss (zoo/families: `loss(variables, batch, rng)` ->
+Neither knows the family: the loss (zoo/families: `loss(variables, batch, rng, whole)` ->
 families.loss.Loss) says what is minimised, what is logged and which model state moved.
+
+Gradient accumulation (train.microbatches = k): the batch's rows are dealt into k
+microbatches (microbatch j: rows j, j+k, j+2k, ..., so each device keeps its own rows) and
+a scan runs them one after another, each loss normalised by the whole batch's counts, so
+the summed (float32) gradients, losses and metrics are the whole batch's; then one update.
 """
 
 import jax
@@ -11,24 +16,54 @@ import optax
 from zoo.train import state as state_lib
 
 
-def make_train_step(loss_fn, optimizer, learning_rate_fn):
-  """(state, batch) -> (state, metrics); a NaN/Inf loss or gradient leaves state unchanged.
-  metrics: the loss's rows + grad_norm, learning_rate, nonfinite_streak, nonfinite_total."""
+def _deal(batch, k):
+  """[B, ...] leaves -> [k, B/k, ...]: microbatch j holds rows j, j+k, j+2k, ..."""
+  return jax.tree.map(lambda x: x.reshape(x.shape[0] // k, k, *x.shape[1:]).swapaxes(0, 1),
+                      batch)
 
-  def objective(params, others, batch, rng):
-    loss = loss_fn({'params': params, **others}, batch, rng)
+
+def _accumulated(grad_fn, params, batch, rng, whole, k):
+  """grad_fn(params, microbatch, rng, whole) -> ((total, loss), grads) over k microbatches
+  -> (the summed loss, moved state averaged; the summed gradients, in float32)."""
+  def run(j, micro):
+    (_, loss), grads = grad_fn(params, micro, jax.random.fold_in(rng, j), whole)
+    return loss, jax.tree.map(lambda g: g.astype(jnp.float32), grads)
+
+  def add(sums, inputs):
+    return jax.tree.map(jnp.add, sums, run(*inputs)), None
+
+  micro = _deal(batch, k)
+  zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
+                       jax.eval_shape(run, 0, jax.tree.map(lambda x: x[0], micro)))
+  (loss, grads), _ = jax.lax.scan(add, zeros, (jnp.arange(k), micro))
+  return loss._replace(state=jax.tree.map(lambda v: v / k, loss.state)), grads
+
+
+def make_train_step(loss_fn, optimizer, learning_rate_fn, microbatches=1, counts_fn=None):
+  """(state, batch) -> (state, metrics); a NaN/Inf loss or gradient leaves state unchanged.
+  metrics: the loss's rows + grad_norm, learning_rate, nonfinite_streak, nonfinite_total.
+  microbatches > 1: gradient accumulation; counts_fn(batch) gives the whole batch's loss
+  normalisers (families.counts_fn)."""
+
+  def objective(params, others, batch, rng, whole=None):
+    loss = loss_fn({'params': params, **others}, batch, rng, whole)
     return loss.total, loss
 
   def train_step(state, batch):
     rng = jax.random.fold_in(state['rng'], state['step'])
     others = {k: v for k, v in state_lib.model_variables(state).items() if k != 'params'}
-    (total, loss), grads = jax.value_and_grad(objective, has_aux=True)(
-        state['params'], others, batch, rng)
+    grad_fn = jax.value_and_grad(lambda p, b, r, w: objective(p, others, b, r, w),
+                                 has_aux=True)
+    if microbatches == 1:
+      (_, loss), grads = grad_fn(state['params'], batch, rng, None)
+    else:
+      loss, grads = _accumulated(grad_fn, state['params'], batch, rng, counts_fn(batch),
+                                 microbatches)
     grad_norm = optax.tree.norm(grads)
     updates, opt_state = optimizer.update(grads, state['opt_state'], state['params'])
     params = optax.apply_updates(state['params'], updates)
 
-    finite = jnp.isfinite(total) & jnp.isfinite(grad_norm)
+    finite = jnp.isfinite(loss.total) & jnp.isfinite(grad_norm)
     keep_if_finite = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
     streak = jnp.where(finite, 0, state['nonfinite_streak'] + 1)
     moved = {k: keep_if_finite(v, state[k]) for k, v in loss.state.items()}
