@@ -50,3 +50,28 @@ def batch_spec(data_config, rows):
   """The batch spec of the family that data_config.objective trains, for `rows` rows."""
   family = next(f for f in families.FAMILIES.values() if data_config.objective in f.OBJECTIVES)
   return family.batch_spec(data_config, rows)
+
+
+def family_batch(config, rows, seed=0):
+  """A random batch of the family's spec with padding rows (segment 0, no loss weight) and
+  uneven loss weights, so a per-row or per-microbatch mean differs from the whole batch's."""
+  rng = np.random.default_rng(seed)
+  vocab = config.model.vocab_size - config.data.num_sentinels
+  batch = {}
+  for key, (shape, dtype) in families.batch_spec(config, rows).items():
+    if key.endswith('segment_ids'):
+      value = np.ones(shape)
+      value[:3] = 0
+    elif key.endswith('positions'):
+      value = np.broadcast_to(np.arange(shape[1]), shape)
+    elif key.endswith('loss_weights'):
+      value = rng.random(shape) < np.linspace(0.1, 0.9, shape[0])[:, None]
+    elif key in ('token_type_ids', 'next_sentence_labels'):
+      value = rng.integers(0, 2, shape)
+    else:
+      value = rng.integers(4, vocab, shape)
+    batch[key] = np.asarray(value, dtype)
+  for key in batch:
+    if key.endswith('loss_weights'):  # padding attends to nothing: it has no loss
+      batch[key] *= batch[key.replace('loss_weights', 'segment_ids')] > 0
+  return batch

@@ -98,13 +98,17 @@ def batch_shards(mesh):
   return math.prod(mesh.shape[a] for a in BATCH_AXES)
 
 
-def check_batch(batch_size, mesh, num_streams):
+def check_batch(batch_size, mesh, num_streams, microbatches=1):
   shards = batch_shards(mesh)
   if batch_size % shards or batch_size % num_streams:
     raise ConfigError(f'train.batch_size={batch_size} does not split over data x fsdp x expert '
                       f'= {shards} '
                       f'shards and {num_streams} input streams; use a multiple of '
                       f'{math.lcm(shards, num_streams)}')
+  if (batch_size // shards) % microbatches:
+    raise ConfigError(f'train.microbatches={microbatches} does not divide the rows each device '
+                      f'holds (train.batch_size={batch_size} / {shards} batch shards = '
+                      f'{batch_size // shards}); use a divisor of it or a larger batch')
 
 
 def check_divisible(config, sizes):

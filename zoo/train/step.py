@@ -9,6 +9,7 @@ a scan runs them one after another, each loss normalised by the whole batch's co
 the summed (float32) gradients, losses and metrics are the whole batch's; then one update.
 """
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
@@ -17,9 +18,12 @@ from zoo.train import state as state_lib
 
 
 def _deal(batch, k):
-  """[B, ...] leaves -> [k, B/k, ...]: microbatch j holds rows j, j+k, j+2k, ..."""
-  return jax.tree.map(lambda x: x.reshape(x.shape[0] // k, k, *x.shape[1:]).swapaxes(0, 1),
-                      batch)
+  """[B, ...] leaves -> [k, B/k, ...]: microbatch j holds rows j, j+k, j+2k, ..., each
+  microbatch split over the batch axes as the batch was."""
+  def deal(x):
+    x = x.reshape(x.shape[0] // k, k, *x.shape[1:]).swapaxes(0, 1)
+    return nn.with_logical_constraint(x, (None, 'batch') + (None,) * (x.ndim - 2))
+  return jax.tree.map(deal, batch)
 
 
 def _accumulated(grad_fn, params, batch, rng, whole, k):
