@@ -10,6 +10,7 @@ Lepikhin et al. 2021; the zoo's own variant, not a released checkpoint.
 
 from zoo import config as config_lib
 from zoo import presets
+from zoo import recipes
 
 
 def get_config(arg=None):
@@ -20,10 +21,8 @@ def get_config(arg=None):
   m.num_heads = 12
   m.mlp_dim = 3072  # each expert
   presets.bert(c)
+  recipes.bert(c)
   m.moe.num_experts, m.moe.top_k, m.moe.every = 8, 2, 2
   m.moe.capacity_factor = 1.25
-  c.train.batch_size = 256  # as bert_base
-  c.optim.learning_rate = 1e-4
-  c.optim.b1, c.optim.b2, c.optim.weight_decay = 0.9, 0.999, 0.01
 
   return presets.variant(c, arg)

@@ -9,6 +9,7 @@ google-bert/bert-large-uncased config.json (BertForPreTraining).
 
 from zoo import config as config_lib
 from zoo import presets
+from zoo import recipes
 
 
 def get_config(arg=None):
@@ -19,8 +20,6 @@ def get_config(arg=None):
   m.num_heads = 16  # head_dim 64
   m.mlp_dim = 4096  # 4 * d_model
   presets.bert(c)
-  c.train.batch_size = 256  # sequences (sec. A.2)
-  c.optim.learning_rate = 1e-4  # sec. A.2
-  c.optim.b1, c.optim.b2, c.optim.weight_decay = 0.9, 0.999, 0.01  # sec. A.2
+  recipes.bert(c)
 
   return presets.variant(c, arg)

@@ -11,6 +11,7 @@ shape is the zoo's own (2.8B parameters, 0.48B active), not a released checkpoin
 
 from zoo import config as config_lib
 from zoo import presets
+from zoo import recipes
 
 
 def get_config(arg=None):
@@ -26,5 +27,6 @@ def get_config(arg=None):
   m.moe.expert_mlp_dim = 864  # mlp_dim / 4
   m.moe.num_shared_experts = 2
   m.moe.capacity_factor = 0.0  # dropless
+  recipes.deepseek_moe(c)  # the recipe of DeepSeekMoE 2B, the nearest published size
 
   return presets.variant(c, arg)

@@ -9,6 +9,7 @@ the released checkpoint (openai-community/gpt2-medium).
 
 from zoo import config as config_lib
 from zoo import presets
+from zoo import recipes
 
 
 def get_config(arg=None):
@@ -19,5 +20,6 @@ def get_config(arg=None):
   m.num_heads = 16  # head_dim 64
   m.mlp_dim = 4096  # 4 * d_model
   presets.gpt2(c)
+  recipes.gpt2(c, learning_rate=0.0003)  # GPT-3 350M's (Table 2.1)
 
   return presets.variant(c, arg)

@@ -9,6 +9,7 @@ the released checkpoint (openai-community/gpt2).
 
 from zoo import config as config_lib
 from zoo import presets
+from zoo import recipes
 
 
 def get_config(arg=None):
@@ -19,5 +20,6 @@ def get_config(arg=None):
   m.num_heads = 12  # head_dim 64
   m.mlp_dim = 3072  # 4 * d_model
   presets.gpt2(c)
+  recipes.gpt2(c, learning_rate=0.0006)  # GPT-3 125M's (Table 2.1)
 
   return presets.variant(c, arg)

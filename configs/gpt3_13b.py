@@ -11,6 +11,7 @@ Table 2.1 prints d_model 5140; we use 5120 = 40 heads x 128.
 
 from zoo import config as config_lib
 from zoo import presets
+from zoo import recipes
 
 
 def get_config(arg=None):
@@ -21,8 +22,6 @@ def get_config(arg=None):
   m.num_heads = 40  # head_dim 128
   m.mlp_dim = 20480  # 4 * d_model
   presets.gpt2(c, max_length=2048)
-  c.train.batch_size = 1024  # 2.1M tokens (Table 2.1)
-  c.optim.learning_rate = 0.0001  # Table 2.1
-  c.optim.b1, c.optim.b2, c.optim.eps = 0.9, 0.95, 1e-8  # Appendix B
+  recipes.gpt3(c, batch_size=1024, learning_rate=0.0001)  # Table 2.1
 
   return presets.variant(c, arg)

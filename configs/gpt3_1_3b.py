@@ -12,6 +12,7 @@ d_model = 2048 = 16 heads x 128 (the published parameter count needs d_model 204
 
 from zoo import config as config_lib
 from zoo import presets
+from zoo import recipes
 
 
 def get_config(arg=None):
@@ -22,8 +23,6 @@ def get_config(arg=None):
   m.num_heads = 16  # head_dim 128
   m.mlp_dim = 8192  # 4 * d_model
   presets.gpt2(c, max_length=2048)
-  c.train.batch_size = 512  # 1.0M tokens (Table 2.1)
-  c.optim.learning_rate = 0.0002  # Table 2.1
-  c.optim.b1, c.optim.b2, c.optim.eps = 0.9, 0.95, 1e-8  # Appendix B
+  recipes.gpt3(c, batch_size=512, learning_rate=0.0002)  # Table 2.1
 
   return presets.variant(c, arg)

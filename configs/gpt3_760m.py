@@ -10,6 +10,7 @@ in every layer (the parameter count is the same).
 
 from zoo import config as config_lib
 from zoo import presets
+from zoo import recipes
 
 
 def get_config(arg=None):
@@ -20,8 +21,6 @@ def get_config(arg=None):
   m.num_heads = 16  # head_dim 96
   m.mlp_dim = 6144  # 4 * d_model
   presets.gpt2(c, max_length=2048)
-  c.train.batch_size = 256  # 0.5M tokens (Table 2.1)
-  c.optim.learning_rate = 0.00025  # Table 2.1
-  c.optim.b1, c.optim.b2, c.optim.eps = 0.9, 0.95, 1e-8  # Appendix B
+  recipes.gpt3(c, batch_size=256, learning_rate=0.00025)  # Table 2.1
 
   return presets.variant(c, arg)

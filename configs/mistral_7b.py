@@ -8,6 +8,7 @@ Source: Jiang et al. 2023, "Mistral 7B", Table 1; mistralai/Mistral-7B-v0.1 conf
 
 from zoo import config as config_lib
 from zoo import presets
+from zoo import recipes
 
 
 def get_config(arg=None):
@@ -21,5 +22,8 @@ def get_config(arg=None):
   m.mlp_dim = 14336
   m.attention.window = 4096  # sliding-window attention
   presets.llama(c, rope_theta=10_000.0, max_length=32768)
+  # Jiang et al. 2023 publish no training recipe or token count: Llama 2 7B's (Touvron
+  # et al. 2023, sec. 2.2: peak 3e-4, 2T tokens) stands in
+  recipes.llama(c, learning_rate=3e-4, tokens=2e12)
 
   return presets.variant(c, arg)

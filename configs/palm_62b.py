@@ -8,6 +8,7 @@ Source: Chowdhery et al. 2022, "PaLM: Scaling Language Modeling with Pathways", 
 
 from zoo import config as config_lib
 from zoo import presets
+from zoo import recipes
 
 
 def get_config(arg=None):
@@ -17,5 +18,6 @@ def get_config(arg=None):
   m.d_model = 8192
   m.num_heads = 32  # head_dim 256 (set by the preset), multi-query
   presets.palm(c)
+  recipes.palm(c, batch_size=1024)  # sec. 5: batch ramped 512 -> 1024 sequences
 
   return presets.variant(c, arg)

@@ -10,6 +10,7 @@ T5-Base shape (configs/t5_base.py). MoE layers are the 2nd, 4th, ... of each sta
 
 from zoo import config as config_lib
 from zoo import presets
+from zoo import recipes
 
 
 def get_config(arg=None):
@@ -22,8 +23,10 @@ def get_config(arg=None):
   m.head_dim = 64
   m.mlp_dim = 3072  # each expert
   presets.t5(c, version='1.0')
+  # sec. 2.4 and 3: pre-trained as T5 (C4, span corruption, Adafactor); batch and steps for
+  # this size are not restated, so T5's baseline recipe (sec. 3.1.2) stands
+  recipes.t5(c, version='1.0')
   m.moe.num_experts, m.moe.top_k, m.moe.every = 8, 1, 2
   m.moe.capacity_factor = 1.25
-  c.train.batch_size = 128
 
   return presets.variant(c, arg)

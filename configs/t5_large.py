@@ -9,6 +9,7 @@ Text-to-Text Transformer", sec. 3.7 and Table 14; t5-large config.json.
 
 from zoo import config as config_lib
 from zoo import presets
+from zoo import recipes
 
 
 def get_config(arg=None):
@@ -21,6 +22,6 @@ def get_config(arg=None):
   m.head_dim = 64  # d_kv
   m.mlp_dim = 4096  # d_ff
   presets.t5(c, version='1.0')
-  c.train.batch_size = 128  # sequences of 512 (sec. 3.1.2)
+  recipes.t5(c, version='1.0')
 
   return presets.variant(c, arg)

@@ -9,6 +9,7 @@ released_checkpoints.md); google/t5-v1_1-xxl config.json.
 
 from zoo import config as config_lib
 from zoo import presets
+from zoo import recipes
 
 
 def get_config(arg=None):
@@ -21,6 +22,6 @@ def get_config(arg=None):
   m.head_dim = 64  # d_kv
   m.mlp_dim = 10240  # d_ff
   presets.t5(c, version='1.1')
-  c.train.batch_size = 128  # sequences of 512 (sec. 3.1.2)
+  recipes.t5(c, version='1.1')
 
   return presets.variant(c, arg)

@@ -72,9 +72,7 @@ def t5(c, version):
   scaled by head_dim^-0.5 (folded into the query init), 32128-entry vocabulary whose top 100
   ids are span-corruption sentinels. v1.0: ReLU, tied embeddings (decoder output scaled by
   d_model^-0.5), dropout 0.1; v1.1: GEGLU (gelu_tanh), untied head, no pretraining dropout.
-
-  The unscaled logits make AdamW's per-parameter step large next to the folded query init;
-  the configs pair it with a small learning rate (T5 itself trained with Adafactor).
+  Its training recipe (Adafactor, rsqrt) is zoo/recipes.py: t5.
   """
   m = c.model
   m.family, m.vocab_size, m.num_layers = 'encoder_decoder', 32128, 0
@@ -87,7 +85,6 @@ def t5(c, version):
   m.dtype = 'bfloat16'  # compute; params stay float32
   c.data.reserved_ids = 128  # 100 sentinels + 28 unused ids above the 32000 pieces
   c.data.objective, c.data.seq_len, c.data.target_seq_len = 'span_corruption', 512, 114
-  c.optim.learning_rate = 1e-4
   return c
 
 

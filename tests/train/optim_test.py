@@ -94,14 +94,15 @@ def _adafactor_reference(params, grads, stacked, a, lr, momentum_state):
       st['t'] += 1
       beta = 1 - st['t'] ** -a['decay_rate']
       g2 = g ** 2 + a['eps']
-      order = np.argsort(g.shape, kind='stable')
-      if g.ndim >= 2 and g.shape[order[-2]] >= a['min_dim']:
-        r, c = order[-1], order[-2]
-        st['R'] = beta * st.get('R', 0) + (1 - beta) * g2.mean(axis=c)
-        st['C'] = beta * st.get('C', 0) + (1 - beta) * g2.mean(axis=r)
-        r_in_R = r if r < c else r - 1
-        v_hat = (np.expand_dims(st['R'] / st['R'].mean(axis=r_in_R, keepdims=True), c) *
-                 np.expand_dims(st['C'], r))
+      # one layer's slice as a matrix: its largest dim the rows, the rest the columns
+      r = int(np.argsort(g.shape, kind='stable')[-1])
+      rows, cols = g.shape[r], g.size // g.shape[r]
+      if g.ndim >= 2 and min(rows, cols) >= a['min_dim']:
+        g2_matrix = np.moveaxis(g2, r, 0).reshape(rows, cols)
+        st['R'] = beta * st.get('R', 0) + (1 - beta) * g2_matrix.mean(axis=1)
+        st['C'] = beta * st.get('C', 0) + (1 - beta) * g2_matrix.mean(axis=0)
+        v_matrix = np.outer(st['R'] / st['R'].mean(), st['C'])
+        v_hat = np.moveaxis(v_matrix.reshape(np.moveaxis(g2, r, 0).shape), 0, r)
       else:
         st['V'] = beta * st.get('V', 0) + (1 - beta) * g2
         v_hat = st['V']
@@ -132,10 +133,13 @@ def test_adafactor_first_updates_match_a_float64_reference_per_layer(momentum):
   state = tx.init(params)
   flat_stacked = _flat(stacked)
   assert flat_stacked['layers/mlp/wi_0/kernel'] and not flat_stacked['token_embed/embedding']
-  # a [2 layers, 32, 64] kernel: statistics per layer over its largest (64) and next (32) dims
+  # a [2 layers, 32, 64] kernel: statistics per layer over its largest (64) and other dims;
+  # the query kernel [2, 32, 4 heads, 8] is read as [32, 4 x 8] per layer
   v_row, v_col = _flat(state[0].v_row), _flat(state[0].v_col)
   assert v_row['layers/mlp/wi_0/kernel'].shape == (2, 64)
   assert v_col['layers/mlp/wi_0/kernel'].shape == (2, 32)
+  assert v_row['layers/attention/query/kernel'].shape == (2, 32)
+  assert v_col['layers/attention/query/kernel'].shape == (2, 4, 8)
   assert v_row['layers/attention_norm/scale'].shape == (1,)  # one dim per layer: full moment
   a = dict(decay_rate=0.8, eps=1e-30, min_dim=8, clip=1.0, momentum=momentum)
   reference_state = {}

@@ -35,6 +35,7 @@ def _compiled(config, result, devices, tpu_slice):
                                            out['hbm_bytes_per_step_per_device'] /
                                            chip.hbm_bandwidth)
     result['fits'] = out['per_device_bytes']['total'] <= chip.hbm_bytes
+    result['run']['estimated_seconds'] = result['estimated_step_seconds'] * config.train.steps
 
 
 def run(config, json_path=None, compile_step=False, topology_name=None, sweep=False):

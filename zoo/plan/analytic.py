@@ -6,7 +6,8 @@ Conventions:
   the training loop's MFU): 6 x (active parameters except input embedding tables) + 6 x
   layers x seq_len x heads x head_dim (causal attention counted as half of the full 12 x ...).
 - kv_cache_bytes_per_token: keys and values of every layer at the compute dtype (decoders).
-- per_device_bytes: params, optimizer state (AdamW: two moments) and gradients, each leaf
+- per_device_bytes: params, optimizer state (AdamW: two float32 moments; Adafactor: row
+  and column statistics per layer, or one moment, + momentum) and gradients, each leaf
   split over the mesh axes its logical axes map to; a dimension that does not divide its
   mesh axes stays replicated (and is listed in `not_divisible`).
 - mesh: config.mesh with -1 resolved against this machine's device count; the product need
@@ -23,6 +24,9 @@ from zoo import counting
 from zoo import families
 from zoo import sharding
 from zoo.models import dims
+from zoo.train import optim
+
+OPTIMIZERS = ('adamw', 'adafactor')  # plan mode prints both optimizers' state bytes
 
 
 def mesh_sizes_for(mesh_config, num_devices):
@@ -63,26 +67,53 @@ def moe_communication(m, expert_shards):
           'bytes_per_token_per_layer_train': int(2 * forward)}
 
 
-def state_bytes(boxed, rules, sizes, param_dtype):
-  """-> (parameter count, per-device bytes of params, AdamW moments and gradients,
-  the dims that do not divide their mesh axes)."""
+def state_bytes(boxed, rules, sizes, optim_config):
+  """-> (parameter count, per-device bytes of params, optimizer state and gradients, the
+  dims that do not divide their mesh axes, per-device optimizer-state bytes of each
+  optimizer (float32 state, split like its parameter))."""
   specs = nn.get_partition_spec(boxed)
   leaves = jax.tree_util.tree_flatten_with_path(nn.unbox(boxed))[0]
   spec_leaves = jax.tree.leaves(specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
   total, param_bytes, not_divisible = 0, 0.0, []
+  by_optimizer = {name: 0.0 for name in OPTIMIZERS}
+  as_named = {}
+  for optimizer in OPTIMIZERS:
+    as_named[optimizer] = optim_config.copy_and_resolve_references()
+    with as_named[optimizer].unlocked():
+      as_named[optimizer].name = optimizer
   for (path, leaf), spec in zip(leaves, spec_leaves):
     name = '/'.join(str(getattr(k, 'key', k)) for k in path)
     size = int(np.prod(leaf.shape))
     total += size
     factor = _shard_factor(leaf.shape, tuple(spec), rules, sizes, not_divisible, name)
     param_bytes += size * np.dtype(leaf.dtype).itemsize / factor
+    stacked = len(spec) > 0 and spec[0] == 'layers'
+    for optimizer, o in as_named.items():
+      by_optimizer[optimizer] += 4 * optim.state_floats(o, leaf.shape, stacked) / factor
   per_device = {
       'params': int(param_bytes),
-      'optimizer_state': int(2 * param_bytes * 4 / np.dtype(param_dtype).itemsize),
+      'optimizer_state': int(by_optimizer[optim_config.name]),
       'gradients': int(param_bytes),
   }
   per_device['total'] = sum(per_device.values())
-  return total, per_device, not_divisible
+  return total, per_device, not_divisible, {k: int(v) for k, v in by_optimizer.items()}
+
+
+def run_plan(config, sizes, per_device):
+  """The whole run: tokens per step and in all; with train.microbatches under fsdp, the
+  collectives accumulation repeats (parameters all-gathered forward and backward, gradients
+  reduce-scattered, once per microbatch)."""
+  t = config.train
+  tokens_per_step = t.batch_size * config.data.seq_len
+  out = {'tokens_per_step': tokens_per_step, 'steps': t.steps,
+         'tokens': tokens_per_step * t.steps, 'microbatches': t.microbatches,
+         'rows_per_microbatch': t.batch_size // t.microbatches}
+  fsdp = sizes.get('fsdp', 1)
+  if fsdp > 1:
+    gathered = per_device['params'] * (fsdp - 1)  # the other shards' bytes, per device
+    out['fsdp_collective_bytes_per_step_per_device'] = 3 * t.microbatches * gathered
+    out['fsdp_collective_bytes_per_step_per_device_unaccumulated'] = 3 * gathered
+  return out
 
 
 def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
@@ -91,8 +122,8 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
   num_devices = jax.device_count() if num_devices is None else num_devices
   sizes = mesh_sizes or mesh_sizes_for(config.mesh, num_devices)
   boxed = counting.abstract_params(config) if boxed is None else boxed
-  total, per_device, not_divisible = state_bytes(boxed, sharding.rules(config), sizes,
-                                                 m.param_dtype)
+  total, per_device, not_divisible, by_optimizer = state_bytes(
+      boxed, sharding.rules(config), sizes, config.optim)
   active = counting.active_params(boxed, m.moe)
 
   head_dim, kv_heads = dims.head_dim(m), dims.kv_heads(m)
@@ -106,6 +137,9 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
       'flops_convention': counting.CONVENTION,
       'mesh': sizes,
       'per_device_bytes': per_device,
+      'optimizer': config.optim.name,
+      'optimizer_state_bytes_per_device': by_optimizer,
+      'run': run_plan(config, sizes, per_device),
       'compiled': False,
       'not_divisible': not_divisible,
   }
@@ -149,8 +183,40 @@ def report(result):
                  f"HBM bytes at bandwidth); fits in "
                  f"{result['topology']['hbm_bytes_per_chip'] / 2**30:.0f} GiB HBM: "
                  f"{'yes' if result['fits'] else 'NO'}")
+  states = result['optimizer_state_bytes_per_device']
+  lines.append(f"optimizer state ({result['optimizer']}): {gib(states[result['optimizer']])} "
+               'per device; ' + ', '.join(f'{name} would keep {gib(b)}' for name, b in
+                                          states.items() if name != result['optimizer']))
+  lines.extend(_run_lines(result))
   if result['not_divisible']:
     lines.append('replicated because a dim does not divide its mesh axes: ' +
                  '; '.join(result['not_divisible']))
   return '\n'.join(lines)
 
+
+
+def _run_lines(result):
+  run, gib = result['run'], lambda b: f'{b / 2**30:,.2f} GiB'
+  lines = [f"run: {run['tokens_per_step']:,} tokens/step x {run['steps']:,} steps = "
+           f"{run['tokens']:.4g} tokens" +
+           (f"; at the estimated step time on {result['topology']['name']}: "
+            f"{_duration(run['estimated_seconds'])}" if 'estimated_seconds' in run else '')]
+  if run['microbatches'] > 1:
+    line = (f"gradient accumulation: {run['microbatches']} microbatches of "
+            f"{run['rows_per_microbatch']} rows")
+    if 'fsdp_collective_bytes_per_step_per_device' in run:
+      line += (f"; under fsdp the parameters are all-gathered (forward and backward) and the "
+               f"gradients reduce-scattered once per microbatch: "
+               f"{gib(run['fsdp_collective_bytes_per_step_per_device'])} per device per step "
+               f"(one batch at once: "
+               f"{gib(run['fsdp_collective_bytes_per_step_per_device_unaccumulated'])})")
+    lines.append(line)
+  return lines
+
+
+def _duration(seconds):
+  if seconds < 2 * 3600:
+    return f'{seconds / 60:,.1f} minutes'
+  if seconds < 3 * 86400:
+    return f'{seconds / 3600:,.1f} hours'
+  return f'{seconds / 86400:,.1f} days'

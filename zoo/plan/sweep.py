@@ -75,7 +75,7 @@ def estimate(config, sizes, chip, plan_result, boxed):
   activations = tokens_per_device * per_token * compute_bytes
   logits = 2 * tokens_per_device * m.vocab_size / tensor * 4
   state = analytic.state_bytes(boxed, sharding.rules(config), sizes,
-                               m.param_dtype)[1]['total']
+                               config.optim)[1]['total']
   return seconds, state + activations + logits
 
 

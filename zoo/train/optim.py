@@ -69,17 +69,20 @@ def _adamw(o, learning_rate):
 # ------------------------------------------------------------------------- Adafactor
 
 def factored_axes(shape, stacked, min_dim_size):
-  """(row axis, column axis) of a parameter's factored second moment: the two largest
-  dims of one layer's slice (never the stacked layer axis), or None (a full moment) when
-  the slice has one dim or its second largest is below min_dim_size."""
+  """(row axis, column axes) of a parameter's factored second moment, or None (a full
+  moment). One layer's slice (never the stacked layer axis) is read as a matrix: its
+  largest dim the rows, the rest the columns, so an attention kernel [d_model, heads,
+  head_dim] factors as T5's [d_model, heads x head_dim] did. None when the slice has one
+  dim, or rows or columns number fewer than min_dim_size."""
   first = 1 if stacked else 0
   dims = shape[first:]
   if len(dims) < 2:
     return None
-  order = np.argsort(dims, kind='stable')
-  if dims[order[-2]] < min_dim_size:
+  row = int(np.argsort(dims, kind='stable')[-1])
+  cols = tuple(first + i for i in range(len(dims)) if i != row)
+  if dims[row] < min_dim_size or np.prod([shape[c] for c in cols]) < min_dim_size:
     return None
-  return first + int(order[-1]), first + int(order[-2])
+  return first + row, cols
 
 
 class FactoredState(NamedTuple):
@@ -113,8 +116,8 @@ def _scale_by_factored_rms(a, stacked):
         return jnp.zeros(p.shape if which == 'v' else (1,), jnp.float32)
       if which == 'v':
         return jnp.zeros((1,), jnp.float32)
-      drop = f[1] if which == 'v_row' else f[0]
-      return jnp.zeros(p.shape[:drop] + p.shape[drop + 1:], jnp.float32)
+      dropped = f[1] if which == 'v_row' else (f[0],)
+      return jnp.zeros([n for i, n in enumerate(p.shape) if i not in dropped], jnp.float32)
     trees = {w: jax.tree.map(lambda p, s, w=w: one(p, s, w), params, flags(params))
              for w in ('v_row', 'v_col', 'v')}
     return FactoredState(jnp.zeros([], jnp.int32), **trees)
@@ -131,12 +134,12 @@ def _scale_by_factored_rms(a, stacked):
         v = beta * v + (1 - beta) * g2
         u = g32 * jax.lax.rsqrt(v)
       else:
-        row, col = f
-        v_row = beta * v_row + (1 - beta) * jnp.mean(g2, axis=col)
+        row, cols = f
+        v_row = beta * v_row + (1 - beta) * jnp.mean(g2, axis=cols)
         v_col = beta * v_col + (1 - beta) * jnp.mean(g2, axis=row)
-        row_in_v_row = row if row < col else row - 1
+        row_in_v_row = row - sum(c < row for c in cols)
         row_mean = jnp.mean(v_row, axis=row_in_v_row, keepdims=True)
-        u = (g32 * jnp.expand_dims(jax.lax.rsqrt(v_row / row_mean), col) *
+        u = (g32 * jnp.expand_dims(jax.lax.rsqrt(v_row / row_mean), cols) *
              jnp.expand_dims(jax.lax.rsqrt(v_col), row))
       if a.clipping_threshold:
         u = u / jnp.maximum(1.0, _layer_rms(u, s) / a.clipping_threshold)
@@ -169,7 +172,8 @@ def state_floats(optim_config, shape, stacked):
     return 2 * size
   a = optim_config.adafactor
   f = factored_axes(shape, stacked, a.min_dim_size_to_factor) if a.factored else None
-  moment = size if f is None else size // shape[f[1]] + size // shape[f[0]]
+  moment = size if f is None else size // int(np.prod([shape[c] for c in f[1]])) + (
+      size // shape[f[0]])
   return moment + (size if a.momentum else 0)
 
 

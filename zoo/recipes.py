@@ -1,0 +1,135 @@
+"""The papers' training recipes: optimizer, schedule, peak learning rate, warmup, weight decay,
+betas, clipping, dropout, global batch, sequence length and steps, each beside its source.
+
+A config file calls its recipe after its shape's preset (zoo/presets.py). Where a paper does
+not say, the comment says so and names the documented practice chosen instead. Batch-size
+ramps (GPT-3, PaLM, Llama 3) and BERT's two sequence lengths are not modelled: the final
+batch and the longer length run from the first step, and the step count keeps the paper's
+token budget.
+"""
+
+
+def _adamw(c, learning_rate, warmup_steps, b2, eps, weight_decay, schedule='cosine',
+           floor=0.1):
+  o = c.optim
+  o.name, o.schedule, o.learning_rate, o.warmup_steps = 'adamw', schedule, learning_rate, (
+      warmup_steps)
+  o.b1, o.b2, o.eps, o.weight_decay, o.min_learning_rate_ratio = 0.9, b2, eps, weight_decay, floor
+
+
+def _steps_for(c, tokens):
+  return round(tokens / (c.train.batch_size * c.data.seq_len))
+
+
+def bert(c):
+  """Devlin et al. 2019, "BERT", appendix A.2, and the released optimization.py."""
+  _adamw(c, learning_rate=1e-4,  # A.2
+         warmup_steps=10_000,  # A.2: warmup over the first 10,000 steps
+         b2=0.999,  # A.2: beta1 0.9, beta2 0.999
+         eps=1e-6,  # optimization.py: AdamWeightDecayOptimizer(epsilon=1e-6)
+         weight_decay=0.01,  # A.2: L2 weight decay 0.01 (decoupled in optimization.py)
+         schedule='linear', floor=0.0)  # A.2: linear decay (to zero: polynomial_decay end 0)
+  c.optim.clip_norm = 1.0  # optimization.py: clip_by_global_norm(grads, clip_norm=1.0)
+  c.model.dropout_rate = 0.1  # A.2: dropout 0.1 on all layers
+  c.train.batch_size = 256  # A.2: 256 sequences
+  c.data.seq_len = 512  # A.2: 512 tokens (the paper ran 90% of steps at 128 first)
+  c.train.steps = 1_000_000  # A.2: 1,000,000 steps, ~40 epochs over 3.3B words
+  return c
+
+
+def t5(c, version):
+  """Raffel et al. 2020, "T5", sec. 3.1.2 (the baseline pre-training recipe; the released
+  checkpoints of sec. 3.7 ran 1M steps of 2048 x 512 instead); v1.1: the T5X release notes."""
+  o = c.optim
+  o.name, o.schedule = 'adafactor', 'rsqrt'  # 3.1.2: AdaFactor, inverse square root schedule
+  o.learning_rate = 0.01  # 3.1.2: 1/sqrt(max(n, k)) with k = 10^4: 0.01 held ...
+  o.warmup_steps = 10_000  # ... for the first 10^4 steps, then 1/sqrt(n)
+  # Adafactor as Mesh TensorFlow ran it for T5 (not restated in the paper): factored second
+  # moments, beta2 = 1 - t^-0.8, update clipping 1.0, steps relative to the parameter scale,
+  # no momentum, no weight decay, no gradient-norm clipping (optim.adafactor defaults)
+  o.weight_decay, o.clip_norm = 0.0, 0.0
+  c.model.dropout_rate = 0.1 if version == '1.0' else 0.0  # 3.1.2: 0.1; v1.1: off in pre-training
+  c.train.batch_size = 128  # 3.1.2: 128 sequences ...
+  c.data.seq_len = 512  # ... of 512 tokens (2^16 per batch)
+  c.train.steps = 2 ** 19  # 3.1.2: 524,288 steps = 2^35 (~34B) tokens
+  return c
+
+
+def gpt3(c, batch_size, learning_rate):
+  """Brown et al. 2020, "GPT-3", Table 2.1 (batch, learning rate) and appendix B."""
+  c.train.batch_size = batch_size  # Table 2.1 (App. B ramps it up over the first 4-12B tokens)
+  c.data.seq_len = 2048  # sec. 2.1: n_ctx 2048
+  _adamw(c, learning_rate=learning_rate,  # Table 2.1
+         warmup_steps=_steps_for(c, 375e6),  # App. B: linear warmup over 375M tokens
+         b2=0.95, eps=1e-8,  # App. B: beta1 0.9, beta2 0.95, eps 1e-8
+         weight_decay=0.1,  # App. B: 0.1
+         floor=0.1)  # App. B: cosine down to 10% (over 260B tokens; here over the whole run)
+  c.optim.clip_norm = 1.0  # App. B: global norm clipping at 1.0
+  # dropout: not stated; 0.1 as OPT (Zhang et al. 2022, sec. 2.2), the open replication
+  c.model.dropout_rate = 0.1
+  c.train.steps = _steps_for(c, 300e9)  # sec. 2.2: 300B training tokens
+  return c
+
+
+def gpt2(c, learning_rate):
+  """Radford et al. 2019, "GPT-2", sec. 2.3: a batch of 512 sequences of 1024 tokens; the
+  learning rate was "manually tuned" per size and not published, nor the optimizer settings
+  or steps: GPT-3's recipe (App. B) at the nearest GPT-3 size stands in."""
+  c.train.batch_size = 512  # sec. 2.3
+  c.data.seq_len = 1024  # sec. 2.3: context 1024
+  _adamw(c, learning_rate=learning_rate,  # not published; GPT-3 Table 2.1 at the nearest size
+         warmup_steps=_steps_for(c, 375e6),  # GPT-3 App. B: warmup over 375M tokens
+         b2=0.95, eps=1e-8, weight_decay=0.1)  # GPT-3 App. B
+  c.optim.clip_norm = 1.0  # GPT-3 App. B
+  c.model.dropout_rate = 0.1  # the released hyperparameters (resid/attn/embd pdrop 0.1)
+  c.train.steps = _steps_for(c, 300e9)  # not published; GPT-3's 300B tokens
+  return c
+
+
+def llama(c, learning_rate, tokens, warmup_steps=2000, floor=0.1, batch_tokens=4 * 2**20):
+  """Touvron et al. 2023, "Llama 2", sec. 2.2 (what Llama 3's paper does not restate for its
+  8B and 70B): AdamW (0.9, 0.95, eps 1e-5), cosine to 10% of the peak, warmup 2000 steps,
+  weight decay 0.1, clipping 1.0, 4M-token batches. Callers give the rest with its source."""
+  c.train.batch_size = batch_tokens // c.data.seq_len  # sec. 2.2: 4M tokens per batch
+  _adamw(c, learning_rate=learning_rate, warmup_steps=warmup_steps, b2=0.95, eps=1e-5,
+         weight_decay=0.1, floor=floor)
+  c.optim.clip_norm = 1.0  # sec. 2.2
+  c.model.dropout_rate = 0.0  # not stated; no dropout, as every open Llama pre-training run
+  c.train.steps = _steps_for(c, tokens)
+  return c
+
+
+def palm(c, batch_size, tokens=780e9):
+  """Chowdhery et al. 2022, "PaLM", sec. 5 (Training setup)."""
+  o, a = c.optim, c.optim.adafactor
+  o.name, o.schedule = 'adafactor', 'rsqrt'  # sec. 5: Adafactor; 1e-2 for 10k steps, then
+  o.learning_rate, o.warmup_steps = 1e-2, 10_000  # ... decayed as 1/sqrt(k)
+  a.factored = False  # sec. 5: "without factorization" (Adam with parameter scaling)
+  a.momentum = 0.9  # sec. 5: beta1 = 0.9
+  a.decay_rate = 0.8  # sec. 5: beta2 = 1 - k^-0.8
+  a.clipping_threshold = 1.0  # sec. 5: update clipping at 1.0 (per parameter, as Adafactor)
+  o.clip_norm = 1.0  # sec. 5: global norm gradient clipping at 1.0
+  # sec. 5: "dynamic weight decay of lr^2.0"; the zoo's decay is a fixed coefficient times
+  # the learning rate, so it is left out here
+  o.weight_decay = 0.0
+  c.model.dropout_rate = 0.0  # sec. 5: no dropout in pre-training
+  c.train.batch_size = batch_size  # sec. 5: the largest of its ramp (Table 1)
+  c.data.seq_len = 2048  # sec. 5: 2048-token sequences
+  c.train.steps = _steps_for(c, tokens)  # sec. 5 / Table 1: 780B tokens for every size
+  return c
+
+
+def deepseek_moe(c):
+  """Dai et al. 2024, "DeepSeekMoE", sec. 4.1 (the training settings of its 2B model)."""
+  c.data.seq_len = 2048  # 4.1: sequences of up to 2K tokens ...
+  c.train.batch_size = 2048  # ... in batches of 2K (4M tokens)
+  _adamw(c, learning_rate=1.08e-3,  # 4.1: the 2B model's maximum learning rate
+         warmup_steps=2000,  # 4.1: linear warmup over the first 2K steps
+         b2=0.95, eps=1e-8,  # 4.1: beta1 0.9, beta2 0.95 (eps not stated: optax's default)
+         weight_decay=0.1,  # 4.1
+         schedule='wsd', floor=0.1)  # 4.1: x0.316 at 80% and again at 90% of the steps; the
+  c.optim.decay_fraction = 0.2  # zoo decays linearly over the last 20% to the same 0.1
+  c.optim.clip_norm = 1.0  # 4.1: gradient clipping norm 1.0
+  c.model.dropout_rate = 0.0  # 4.1: no dropout
+  c.train.steps = _steps_for(c, 100e9)  # 4.1: 100B tokens
+  return c
