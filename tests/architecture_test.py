@@ -14,7 +14,7 @@ LAYERS = (
     ('collectives',),
     ('models',),
     ('families',),
-    ('config', 'presets', 'counting', 'data'),
+    ('config', 'presets', 'recipes', 'counting', 'data'),
     ('train',),
     ('infer', 'plan', 'convert'),
     ('launch',),

@@ -71,6 +71,26 @@ def test_an_unknown_variant_is_a_config_error_naming_it(name):
       'model.position': 't5_bias', 'model.block': 'parallel'},
      "model.block='parallel' is not built for model.family='encoder_decoder'"),
     ({'sharding.rules': (('batch', 'pod'),)}, "unknown mesh axis 'pod'"),
+    ({'optim.name': 'lion'}, "optim.name='lion' is not one of 'adamw', 'adafactor'"),
+    ({'optim.schedule': 'step'}, "optim.schedule='step' is not one of"),
+    ({'train.microbatches': 3}, r'train.microbatches=3 does not divide the rows of each input '
+                                r'stream (train.batch_size=4 / 1 streams = 4\); use a divisor'),
+    ({'train.microbatches': 0}, 'train.microbatches=0 must be positive'),
+    ({'optim.schedule': 'wsd', 'optim.decay_fraction': 1.5},
+     r'optim.decay_fraction=1.5 must be in (0, 1\): the share of train.steps'),
+    ({'optim.schedule': 'wsd', 'optim.decay_fraction': 0.95},
+     r'optim.warmup_steps=1 \+ the wsd decay'),
+    ({'optim.adafactor.momentum': 0.9},
+     "optim.adafactor.momentum=0.9 is read only by Adafactor; set optim.name='adafactor'"),
+    ({'optim.name': 'adafactor', 'optim.b2': 0.999},
+     "optim.b2=0.999 is AdamW's; optim.name='adafactor' reads optim.adafactor.decay_rate"),
+    ({'optim.name': 'adafactor', 'optim.adafactor.factored': False,
+      'optim.adafactor.min_dim_size_to_factor': 32},
+     'optim.adafactor.min_dim_size_to_factor=32 says which moments to factor, but '
+     'optim.adafactor.factored=False'),
+    ({'optim.name': 'adafactor', 'optim.adafactor.decay_rate': 0.0},
+     'optim.adafactor.decay_rate=0.0 must be in (0, 1]'),
+    ({'train.loss_chunk_len': -2}, 'train.loss_chunk_len=-2 must be >= 0, or -1'),
 ])
 def test_validate_names_the_field(overrides, message):
   c = helpers.tiny_config()

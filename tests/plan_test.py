@@ -3,12 +3,16 @@ import os
 import subprocess
 import sys
 
+import jax
 import pytest
 
 from tests import helpers
 from tests.helpers import REPO
 from zoo import config as config_lib
+from zoo import families
+from zoo import sharding
 from zoo.plan import analytic
+from zoo.train import state as state_lib
 
 
 # Published parameter counts (each config file names its source). GPT-3's paper prints
@@ -92,3 +96,47 @@ def test_plan_mode_cli_writes_json_without_a_workdir(tmp_path):
   written = json.loads(out.read_text())
   assert written['mesh']['fsdp'] == 256 and written['per_device_bytes']['total'] > 0
   assert written['per_device_bytes']['params'] < 4 * written['params_total'] / 1000
+
+
+@pytest.mark.parametrize('name,adafactor', [('adamw', {}), ('adafactor', {}),
+                                            ('adafactor', {'momentum': 0.9}),
+                                            ('adafactor', {'factored': False})])
+def test_optimizer_state_bytes_equal_the_optimizers_own_state(name, adafactor):
+  """Plan mode's bytes against eval_shape of the optimizer's init (Adafactor's [1]-shaped
+  placeholders and step counters aside), on one device."""
+  config = helpers.tiny_config()
+  config.optim.name = name
+  config.optim.adafactor.update(min_dim_size_to_factor=8, **adafactor)
+  result = analytic.plan(config, 1)
+  mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
+  _, _, abstract, _ = state_lib.make(families.build(config.model), config, mesh)
+  floats = sum(x.size for x in jax.tree.leaves(abstract['opt_state'])
+               if x.shape not in ((), (1,)))
+  assert result['optimizer_state_bytes_per_device'][name] == 4 * floats
+  assert result['per_device_bytes']['optimizer_state'] == 4 * floats
+
+
+def test_t5_11b_plans_adafactor_state_beside_adamw_and_the_whole_run():
+  config = config_lib.load(helpers.config_file('t5_11b', arg=None), ['mesh.data=1',
+                                                                    'mesh.fsdp=8'])
+  result = analytic.plan(config, 8)
+  states = result['optimizer_state_bytes_per_device']
+  assert result['optimizer'] == 'adafactor' and states['adafactor'] < states['adamw'] / 100
+  # AdamW: two float32 moments per parameter, split 8 ways
+  assert abs(states['adamw'] - 8 * result['params_total'] / 8) < 0.01 * states['adamw']
+  run = result['run']
+  assert run['tokens_per_step'] == 128 * 512 and run['tokens'] == 128 * 512 * 2 ** 19
+  report = analytic.report(result)
+  assert 'optimizer state (adafactor)' in report and 'adamw would keep' in report
+  assert '65,536 tokens/step x 524,288 steps' in report
+
+
+def test_accumulation_under_fsdp_repeats_the_parameter_collectives():
+  config = helpers.tiny_config()
+  config.train.batch_size, config.train.microbatches = 8, 4
+  config.mesh.data, config.mesh.fsdp = 1, 8
+  run = analytic.plan(config, 8)['run']
+  params = analytic.plan(config, 8)['per_device_bytes']['params']
+  assert run['rows_per_microbatch'] == 2
+  assert run['fsdp_collective_bytes_per_step_per_device'] == 3 * 4 * 7 * params
+  assert run['fsdp_collective_bytes_per_step_per_device_unaccumulated'] == 3 * 7 * params

@@ -58,6 +58,10 @@ def run(config, json_path=None, compile_step=False, topology_name=None, sweep=Fa
                           'peak_flops_per_chip': tpu_slice.chip.peak_flops}
   if sweep:
     result['sweep'] = sweep_lib.sweep(config, tpu_slice)
+    fitting = [r for r in result['sweep'] if not r['invalid'] and r['fits']]
+    if fitting:  # the whole run at the fastest mesh that fits, by the analytic estimate
+      result['run'].update(estimated_seconds=fitting[0]['step_seconds'] * config.train.steps,
+                           estimated_mesh=fitting[0]['mesh'])
   elif tpu_slice or compile_step:
     devices = topology.devices(tpu_slice) if tpu_slice else jax.devices()
     _compiled(config, result, devices, tpu_slice)

@@ -183,9 +183,9 @@ def report(result):
                  f"HBM bytes at bandwidth); fits in "
                  f"{result['topology']['hbm_bytes_per_chip'] / 2**30:.0f} GiB HBM: "
                  f"{'yes' if result['fits'] else 'NO'}")
-  states = result['optimizer_state_bytes_per_device']
-  lines.append(f"optimizer state ({result['optimizer']}): {gib(states[result['optimizer']])} "
-               'per device; ' + ', '.join(f'{name} would keep {gib(b)}' for name, b in
+  states, size = result['optimizer_state_bytes_per_device'], _size
+  lines.append(f"optimizer state ({result['optimizer']}): {size(states[result['optimizer']])} "
+               'per device; ' + ', '.join(f'{name} would keep {size(b)}' for name, b in
                                           states.items() if name != result['optimizer']))
   lines.extend(_run_lines(result))
   if result['not_divisible']:
@@ -199,8 +199,10 @@ def _run_lines(result):
   run, gib = result['run'], lambda b: f'{b / 2**30:,.2f} GiB'
   lines = [f"run: {run['tokens_per_step']:,} tokens/step x {run['steps']:,} steps = "
            f"{run['tokens']:.4g} tokens" +
-           (f"; at the estimated step time on {result['topology']['name']}: "
-            f"{_duration(run['estimated_seconds'])}" if 'estimated_seconds' in run else '')]
+           (f"; at the estimated step time on {result['topology']['name']}"
+            + (f" (the sweep's fastest mesh that fits, {run['estimated_mesh']})"
+               if 'estimated_mesh' in run else '') +
+            f": {_duration(run['estimated_seconds'])}" if 'estimated_seconds' in run else '')]
   if run['microbatches'] > 1:
     line = (f"gradient accumulation: {run['microbatches']} microbatches of "
             f"{run['rows_per_microbatch']} rows")
@@ -212,6 +214,11 @@ def _run_lines(result):
                f"{gib(run['fsdp_collective_bytes_per_step_per_device_unaccumulated'])})")
     lines.append(line)
   return lines
+
+
+def _size(num_bytes):
+  return (f'{num_bytes / 2**30:,.2f} GiB' if num_bytes >= 2**30 else
+          f'{num_bytes / 2**20:,.1f} MiB')
 
 
 def _duration(seconds):

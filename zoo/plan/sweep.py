@@ -58,8 +58,8 @@ def estimate(config, sizes, chip, plan_result, boxed):
   flops = plan_result['flops_per_token'] * tokens * (4 / 3 if remat else 1)
   seconds = flops / (chips * chip.peak_flops)
   comm = 0.0
-  if fsdp > 1:
-    comm += 3 * params * compute_bytes / tensor * (fsdp - 1) / fsdp
+  if fsdp > 1:  # gathered forward and backward, reduce-scattered: once per microbatch
+    comm += 3 * t.microbatches * params * compute_bytes / tensor * (fsdp - 1) / fsdp
   if data > 1:
     comm += 2 * params * 4 / (fsdp * tensor) * (data - 1) / data
   if tensor > 1:
@@ -72,8 +72,9 @@ def estimate(config, sizes, chip, plan_result, boxed):
   working = (10 * m.d_model + 2 * m.mlp_dim / tensor +
              2 * m.num_heads / tensor * config.data.seq_len * 4 / compute_bytes)
   per_token = (layers * m.d_model / tensor + working if remat else layers * working)
-  activations = tokens_per_device * per_token * compute_bytes
-  logits = 2 * tokens_per_device * m.vocab_size / tensor * 4
+  live_tokens = tokens_per_device / t.microbatches  # one microbatch's activations at a time
+  activations = live_tokens * per_token * compute_bytes
+  logits = 2 * live_tokens * m.vocab_size / tensor * 4
   state = analytic.state_bytes(boxed, sharding.rules(config), sizes,
                                config.optim)[1]['total']
   return seconds, state + activations + logits
