@@ -41,6 +41,11 @@ def main():
     config = config_lib.load(args.config, [*base, f'train.microbatches={k}',
                                            f'train.loss_chunk_len={chunk}'])
     mesh = sharding.make_mesh(config.mesh, devices)
+    try:
+      sharding.check_divisible(config, dict(mesh.shape))
+    except config_lib.ConfigError as e:
+      print(f'{k:>12} {"":>10} {e}', flush=True)
+      continue
     start = time.time()
     memory = compiled.lower(config, mesh).compile().memory_analysis()
     seconds = time.time() - start

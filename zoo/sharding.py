@@ -98,22 +98,19 @@ def batch_shards(mesh):
   return math.prod(mesh.shape[a] for a in BATCH_AXES)
 
 
-def check_batch(batch_size, mesh, num_streams, microbatches=1):
+def check_batch(batch_size, mesh, num_streams):
   shards = batch_shards(mesh)
   if batch_size % shards or batch_size % num_streams:
     raise ConfigError(f'train.batch_size={batch_size} does not split over data x fsdp x expert '
                       f'= {shards} '
                       f'shards and {num_streams} input streams; use a multiple of '
                       f'{math.lcm(shards, num_streams)}')
-  if (batch_size // shards) % microbatches:
-    raise ConfigError(f'train.microbatches={microbatches} does not divide the rows each device '
-                      f'holds (train.batch_size={batch_size} / {shards} batch shards = '
-                      f'{batch_size // shards}); use a divisor of it or a larger batch')
 
 
 def check_divisible(config, sizes):
   """The dims a mesh must split evenly: batch over data x fsdp x expert, heads over tensor,
-  experts over expert; the first that does not -> ConfigError naming both."""
+  experts over expert, each device's rows over train.microbatches; the first that does
+  not -> ConfigError naming both."""
   m, batch = config.model, config.train.batch_size
   checks = [('train.batch_size', batch, 'data x fsdp x expert',
              sizes['data'] * sizes['fsdp'] * sizes['expert']),
@@ -125,6 +122,11 @@ def check_divisible(config, sizes):
     if value % size:
       raise ConfigError(f'{field}={value} does not split over mesh {axes}={size}; use a mesh '
                         f'whose {axes} divides {value} (or change {field})')
+  shards, microbatches = checks[0][3], config.train.microbatches
+  if (batch // shards) % microbatches:
+    raise ConfigError(f'train.microbatches={microbatches} does not divide the rows each device '
+                      f'holds (train.batch_size={batch} / {shards} batch shards = '
+                      f'{batch // shards}); use a divisor of it or a larger batch')
 
 
 def process_rows(mesh, batch_size):

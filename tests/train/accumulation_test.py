@@ -22,7 +22,7 @@ def _train(config, mesh_sizes, microbatches, state=None):
   devices = int(np.prod(list(mesh_sizes.values())))
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:devices])
   place = runtime.Placement(mesh, sharding.rules(config), None)
-  sharding.check_batch(config.train.batch_size, mesh, 1, microbatches)
+  sharding.check_divisible(config, dict(mesh.shape))
   parts = runtime.model_state(config, mesh)
   if state is None:
     state = jax.jit(parts.init_fn, out_shardings=parts.shardings)(jax.random.PRNGKey(0))

@@ -66,8 +66,7 @@ def attention_kernel(config, on=None):
 def placement(config):
   """The mesh (fails on a device-count or divisibility mismatch before any compile)."""
   mesh = sharding.make_mesh(config.mesh)
-  sharding.check_batch(config.train.batch_size, mesh, _num_streams(config),
-                       config.train.microbatches)
+  sharding.check_batch(config.train.batch_size, mesh, _num_streams(config))
   sharding.check_divisible(config, dict(mesh.shape))
   return Placement(mesh, sharding.rules(config), attention_kernel(config))
 
