@@ -57,7 +57,8 @@ def _assert_same(config, mesh):
 ONE_DEVICE = {'data': 1, 'fsdp': 1, 'tensor': 1, 'expert': 1}
 
 
-@pytest.mark.parametrize('name', ['gpt_shakespeare', 'bert_base', 't5_base'])
+# the decoder's share is shown on the mesh below; here BERT (next-sentence rows) and T5
+@pytest.mark.parametrize('name', ['bert_base', 't5_base'])
 def test_four_microbatches_train_like_one_batch_on_one_device(name):
   config = helpers.smoke(name, 'train.batch_size=16', 'optim.clip_norm=0.5', 'data.seq_len=32')
   _assert_same(config, ONE_DEVICE)
