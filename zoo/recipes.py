@@ -11,10 +11,9 @@ token budget.
 
 def _adamw(c, learning_rate, warmup_steps, b2, eps, weight_decay, schedule='cosine',
            floor=0.1):
-  o = c.optim
-  o.name, o.schedule, o.learning_rate, o.warmup_steps = 'adamw', schedule, learning_rate, (
-      warmup_steps)
-  o.b1, o.b2, o.eps, o.weight_decay, o.min_learning_rate_ratio = 0.9, b2, eps, weight_decay, floor
+  c.optim.update(name='adamw', schedule=schedule, learning_rate=learning_rate,
+                 warmup_steps=warmup_steps, b1=0.9, b2=b2, eps=eps, weight_decay=weight_decay,
+                 min_learning_rate_ratio=floor)
 
 
 def _steps_for(c, tokens):

@@ -20,13 +20,13 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from zoo import config as config_lib
 from zoo import counting
 from zoo import families
 from zoo import sharding
 from zoo.models import dims
 from zoo.train import optim
 
-OPTIMIZERS = ('adamw', 'adafactor')  # plan mode prints both optimizers' state bytes
 
 
 def mesh_sizes_for(mesh_config, num_devices):
@@ -75,9 +75,9 @@ def state_bytes(boxed, rules, sizes, optim_config):
   leaves = jax.tree_util.tree_flatten_with_path(nn.unbox(boxed))[0]
   spec_leaves = jax.tree.leaves(specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
   total, param_bytes, not_divisible = 0, 0.0, []
-  by_optimizer = {name: 0.0 for name in OPTIMIZERS}
+  by_optimizer = {name: 0.0 for name in config_lib.OPTIMIZERS}
   as_named = {}
-  for optimizer in OPTIMIZERS:
+  for optimizer in config_lib.OPTIMIZERS:
     as_named[optimizer] = optim_config.copy_and_resolve_references()
     with as_named[optimizer].unlocked():
       as_named[optimizer].name = optimizer

@@ -107,7 +107,8 @@ def _scale_by_factored_rms(a, stacked):
   def axes(p, s):
     return factored_axes(p.shape, s, a.min_dim_size_to_factor) if a.factored else None
 
-  flags = lambda params: stacked(params) if callable(stacked) else stacked
+  def flags(params):
+    return jax.tree.map(lambda _: False, params) if stacked is None else stacked
 
   def init(params):
     def one(p, s, which):
@@ -195,8 +196,6 @@ def make(optim_config, total_steps, stacked=None):
   if o.name == 'adamw':
     tx = _adamw(o, learning_rate)
   else:
-    if stacked is None:
-      stacked = lambda params: jax.tree.map(lambda _: False, params)
     tx = _adafactor(o, learning_rate, stacked)
   if not o.clip_norm:
     return tx
