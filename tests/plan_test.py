@@ -135,8 +135,9 @@ def test_accumulation_under_fsdp_repeats_the_parameter_collectives():
   config = helpers.tiny_config()
   config.train.batch_size, config.train.microbatches = 8, 4
   config.mesh.data, config.mesh.fsdp = 1, 8
-  run = analytic.plan(config, 8)['run']
-  params = analytic.plan(config, 8)['per_device_bytes']['params']
+  result = analytic.plan(config, 8)
+  run, params = result['run'], result['per_device_bytes']['params']
+  assert 'gradient accumulation: 4 microbatches of 2 rows; under fsdp' in analytic.report(result)
   assert run['rows_per_microbatch'] == 2
   assert run['fsdp_collective_bytes_per_step_per_device'] == 3 * 4 * 7 * params
   assert run['fsdp_collective_bytes_per_step_per_device_unaccumulated'] == 3 * 7 * params

@@ -28,7 +28,6 @@ from zoo.models import dims
 from zoo.train import optim
 
 
-
 def mesh_sizes_for(mesh_config, num_devices):
   sizes = {axis: mesh_config[axis] for axis in sharding.MESH_AXES}
   known = math.prod(s for s in sizes.values() if s != -1)
@@ -183,9 +182,9 @@ def report(result):
                  f"HBM bytes at bandwidth); fits in "
                  f"{result['topology']['hbm_bytes_per_chip'] / 2**30:.0f} GiB HBM: "
                  f"{'yes' if result['fits'] else 'NO'}")
-  states, size = result['optimizer_state_bytes_per_device'], _size
-  lines.append(f"optimizer state ({result['optimizer']}): {size(states[result['optimizer']])} "
-               'per device; ' + ', '.join(f'{name} would keep {size(b)}' for name, b in
+  states = result['optimizer_state_bytes_per_device']
+  lines.append(f"optimizer state ({result['optimizer']}): {_size(states[result['optimizer']])} "
+               'per device; ' + ', '.join(f'{name} would keep {_size(b)}' for name, b in
                                           states.items() if name != result['optimizer']))
   lines.extend(_run_lines(result))
   if result['not_divisible']:
@@ -194,24 +193,25 @@ def report(result):
   return '\n'.join(lines)
 
 
-
 def _run_lines(result):
-  run, gib = result['run'], lambda b: f'{b / 2**30:,.2f} GiB'
-  lines = [f"run: {run['tokens_per_step']:,} tokens/step x {run['steps']:,} steps = "
-           f"{run['tokens']:.4g} tokens" +
-           (f"; at the estimated step time on {result['topology']['name']}"
-            + (f" (the sweep's fastest mesh that fits, {run['estimated_mesh']})"
-               if 'estimated_mesh' in run else '') +
-            f": {_duration(run['estimated_seconds'])}" if 'estimated_seconds' in run else '')]
+  run = result['run']
+  line = (f"run: {run['tokens_per_step']:,} tokens/step x {run['steps']:,} steps = "
+          f"{run['tokens']:.4g} tokens")
+  if 'estimated_seconds' in run:
+    where = result['topology']['name']
+    if 'estimated_mesh' in run:
+      where += f" (the sweep's fastest mesh that fits, {run['estimated_mesh']})"
+    line += f"; at the estimated step time on {where}: {_duration(run['estimated_seconds'])}"
+  lines = [line]
   if run['microbatches'] > 1:
     line = (f"gradient accumulation: {run['microbatches']} microbatches of "
             f"{run['rows_per_microbatch']} rows")
     if 'fsdp_collective_bytes_per_step_per_device' in run:
       line += (f"; under fsdp the parameters are all-gathered (forward and backward) and the "
                f"gradients reduce-scattered once per microbatch: "
-               f"{gib(run['fsdp_collective_bytes_per_step_per_device'])} per device per step "
-               f"(one batch at once: "
-               f"{gib(run['fsdp_collective_bytes_per_step_per_device_unaccumulated'])})")
+               f"{_size(run['fsdp_collective_bytes_per_step_per_device'])} per device per "
+               f"step (one batch at once: "
+               f"{_size(run['fsdp_collective_bytes_per_step_per_device_unaccumulated'])})")
     lines.append(line)
   return lines
 
