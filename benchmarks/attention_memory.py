@@ -1,50 +1,83 @@
-"""Benchmark: per-device memory of a decoder train step against sequence length, splash vs
+"""Benchmark: per-device memory of a train step against sequence length, a Pallas kernel vs
 XLA attention, from the TPU compiler (AOT for a TPU slice on this machine; needs libtpu).
 
-    JAX_PLATFORMS=cpu python benchmarks/attention_memory.py [--topology=v5p-8]
-        [--lengths=1024,2048,4096,8192] [--batch=8]
+    JAX_PLATFORMS=cpu python benchmarks/attention_memory.py [--model=decoder|t5]
+        [--topology=v5p-8] [--lengths=...] [--batch=8]
 
-The model: Llama-style, d_model 1024, 8 heads of 128, 4 layers, vocab 32000, bfloat16
-compute, no remat (so the XLA path keeps its [B, H, L, L] probabilities for the backward
-pass), fsdp over all chips, `batch` sequences of each length. Prints, per length and kernel,
-the compiler's per-device total and temporaries, and the ratio to the shortest length.
+decoder (splash vs xla, lengths 1024,2048,4096,8192): Llama-style, d_model 1024, 8 heads of
+128, 4 layers, vocab 32000, no remat (so the XLA path keeps its [B, H, L, L] probabilities
+for the backward pass).
+t5 (flash_bias vs xla, lengths 512,2048,8192): t5_v1_1_base as published (12 + 12 layers,
+12 heads of 64, relative position bias), decoder length = input length / 4.
+Both in bfloat16 with fsdp over all chips and `batch` sequences. Prints, per length and
+kernel, the compiler's per-device total and temporaries and the ratio to the shortest
+length; a step that cannot fit prints the temporaries the compiler asked for.
 """
 
 import argparse
+import re
+
+import jax
 
 from zoo import config as config_lib
 from zoo.plan import compiled
 from zoo.plan import topology
 
+MODELS = {
+    'decoder': ('configs/llama3_8b.py:smoke', ('splash', 'xla'), '1024,2048,4096,8192', lambda n: [
+        'model.d_model=1024', 'model.num_heads=8', 'model.num_kv_heads=8', 'model.head_dim=128',
+        'model.mlp_dim=2816', 'model.num_layers=4', 'model.vocab_size=32000',
+        f'model.max_length={n}']),
+    't5': ('configs/t5_v1_1_base.py', ('flash_bias', 'xla'), '512,2048,8192',
+           lambda n: [f'data.target_seq_len={n // 4}']),
+}
+
+
+def _measure(config, devices):
+  """-> (total bytes, temporaries bytes, compile seconds), or (None, temporaries the
+  compiler asked for, None) when the step does not fit."""
+  try:
+    out = compiled.compile_step(config, devices, scan_corrected_cost=False)
+  except jax.errors.JaxRuntimeError as e:
+    asked = re.search(r'temporaries \(([\d.]+)G\)', str(e))
+    if not asked:
+      raise
+    return None, float(asked.group(1)) * 2**30, None
+  bytes_ = out['per_device_bytes']
+  return bytes_['total'], bytes_['temporaries'], out['compile_seconds']
+
 
 def main():
   parser = argparse.ArgumentParser()
+  parser.add_argument('--model', default='decoder', choices=sorted(MODELS))
   parser.add_argument('--topology', default='v5p-8')
-  parser.add_argument('--lengths', default='1024,2048,4096,8192')
+  parser.add_argument('--lengths', default='')
   parser.add_argument('--batch', type=int, default=8)
   args = parser.parse_args()
+  config_file, kernels, lengths, shape = MODELS[args.model]
   tpu_slice = topology.parse(args.topology)
   devices = topology.devices(tpu_slice)
-  lengths = [int(x) for x in args.lengths.split(',')]
-  print(f'decoder train step on {args.topology} ({tpu_slice.chips} chips), batch {args.batch}, '
-        'per-device bytes from the TPU compiler')
-  print(f'{"length":>7} {"kernel":>7} {"total GiB":>10} {"temp GiB":>9} {"x shortest":>11} '
+  lengths = [int(x) for x in (args.lengths or lengths).split(',')]
+  print(f'{args.model} train step on {args.topology} ({tpu_slice.chips} chips), batch '
+        f'{args.batch}, per-device bytes from the TPU compiler')
+  print(f'{"length":>7} {"kernel":>10} {"total GiB":>10} {"temp GiB":>9} {"x shortest":>11} '
         f'{"compile s":>10}')
-  for kernel in ('splash', 'xla'):
+  for kernel in kernels:
     first = None
     for length in lengths:
-      config = config_lib.load('configs/llama3_8b.py:smoke', [
-          'model.d_model=1024', 'model.num_heads=8', 'model.num_kv_heads=8',
-          'model.head_dim=128', 'model.mlp_dim=2816', 'model.num_layers=4',
-          'model.vocab_size=32000', 'model.dtype=bfloat16', f'model.max_length={length}',
-          f'data.seq_len={length}', f'train.batch_size={args.batch}', 'mesh.data=1',
-          'mesh.fsdp=-1', f'model.attention.kernel={kernel}'])
-      out = compiled.compile_step(config, devices, scan_corrected_cost=False)
-      total = out['per_device_bytes']['total']
+      config = config_lib.load(config_file, [
+          *shape(length), 'model.dtype=bfloat16', f'data.seq_len={length}',
+          f'train.batch_size={args.batch}', 'mesh.data=1', 'mesh.fsdp=-1',
+          f'model.attention.kernel={kernel}'])
+      with jax.default_matmul_precision('default'):
+        total, temporaries, seconds = _measure(config, devices)
+      if total is None:
+        print(f'{length:>7} {kernel:>10} does not fit: the compiler asked for '
+              f'{temporaries / 2**30:.2f} GiB of temporaries', flush=True)
+        continue
       first = first or total
-      print(f'{length:>7} {kernel:>7} {total / 2**30:>10.2f} '
-            f'{out["per_device_bytes"]["temporaries"] / 2**30:>9.2f} {total / first:>11.2f} '
-            f'{out["compile_seconds"]:>10.1f}', flush=True)
+      print(f'{length:>7} {kernel:>10} {total / 2**30:>10.2f} {temporaries / 2**30:>9.2f} '
+            f'{total / first:>11.2f} {seconds:>10.1f}', flush=True)
 
 
 if __name__ == '__main__':

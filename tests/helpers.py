@@ -2,11 +2,14 @@
 
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from zoo import config as config_lib
 from zoo import families
+from zoo import sharding
+from zoo.train import runtime
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMBEDDED_CORPUS = os.path.join(REPO, 'zoo', 'data', 'assets', 'tinyshakespeare.txt')
@@ -75,3 +78,26 @@ def family_batch(config, rows, seed=0):
     if key.endswith('loss_weights'):  # padding attends to nothing: it has no loss
       batch[key] *= batch[key.replace('loss_weights', 'segment_ids')] > 0
   return batch
+
+
+def train_steps(config, mesh_sizes, steps, state=None):
+  """-> (metrics rows, final params, initial state) of `steps` train steps on family_batch
+  batches (seeds 0, 1, ...) from `state` (else a fresh one), on a mesh of `mesh_sizes`."""
+  config = config.copy_and_resolve_references()
+  config.mesh.update(mesh_sizes)
+  config_lib.validate(config)
+  devices = int(np.prod(list(mesh_sizes.values())))
+  mesh = sharding.make_mesh(config.mesh, jax.devices()[:devices])
+  place = runtime.Placement(mesh, sharding.rules(config), None)
+  sharding.check_divisible(config, dict(mesh.shape))
+  parts = runtime.model_state(config, mesh)
+  if state is None:
+    state = jax.jit(parts.init_fn, out_shardings=parts.shardings)(jax.random.PRNGKey(0))
+  initial = state
+  step = place.jit(parts.train_step(config), (parts.shardings, sharding.batch_sharding(mesh)),
+                   (parts.shardings, sharding.replicated(mesh)))
+  rows = []
+  for seed in range(steps):
+    state, metrics = step(state, family_batch(config, config.train.batch_size, seed))
+    rows.append(jax.device_get(metrics))
+  return rows, jax.device_get(state['params']), initial

@@ -3,6 +3,7 @@ TPU slice through libtpu (--plan_topology), the mesh sweep, and their bad input.
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -18,6 +19,7 @@ from zoo import sharding
 from zoo.plan import compiled
 from zoo.plan import sweep
 from zoo.plan import topology
+from zoo.train import runtime
 
 SMOKE = helpers.config_file('gpt_shakespeare')
 
@@ -130,6 +132,21 @@ def test_splash_compiles_for_a_tpu_slice_and_its_memory_grows_linearly_in_length
     short, long = (compiled.compile_step(config(n), devices, scan_corrected_cost=False)[
         'per_device_bytes']['total'] for n in (512, 2048))
   assert long / short <= 6.0, (short, long)  # 4x the length; xla's [B,H,L,L] grows ~16x
+
+
+def test_t5_trains_through_flash_bias_on_a_tpu_slice():
+  # auto on TPU: the relative bias computed in the kernel, forward and both backward kernels
+  # of each stack in the compiled step (the cross-attention, without a bias, runs splash)
+  devices = topology.devices(topology.parse('v5p-8'))
+  config = helpers.smoke('t5_base', 'model.dtype=bfloat16', 'data.seq_len=256',
+                         'data.target_seq_len=128', 'mesh.data=1', 'mesh.fsdp=4')
+  assert runtime.attention_kernel(config, on='tpu')[0] == 'flash_bias'
+  with jax.default_matmul_precision('default'):
+    hlo = compiled.lower(config, sharding.make_mesh(config.mesh, devices)).compile().as_text()
+  calls = re.findall(r'%([a-z_]+)[.0-9]* = .*custom_call_target="tpu_custom_call"', hlo)
+  assert sorted(calls) == sorted(['flash_bias_fwd', 'flash_bias_dq', 'flash_bias_dkv'] * 2 + [
+      'splash_mha_fwd_segmented_residuals', 'splash_mha_dq_segmented_no_residuals',
+      'splash_mha_dkv_segmented_no_residuals']), calls
 
 
 def test_dropless_expert_parallelism_compiles_to_ragged_all_to_alls_for_a_tpu_slice():

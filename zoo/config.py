@@ -15,6 +15,7 @@ from zoo import families
 from zoo import kernels
 from zoo import sharding
 from zoo.errors import ConfigError  # the error of every layer, raised here the most
+from zoo.kernels import flash_bias
 from zoo.models import dims
 from zoo.models import transformer
 
@@ -104,9 +105,9 @@ def _model():
   m.scan_layers = True  # nn.scan over layers keeps compile time flat in depth
   m.remat = 'none'  # 'none' | 'full' | 'dots' | 'dots_no_batch'
   m.attention = ml_collections.ConfigDict({
-      'kernel': 'auto',  # 'auto' | 'xla' | 'splash' | 'gpu' (zoo/kernels/__init__.py)
+      'kernel': 'auto',  # 'auto' | 'xla' | 'splash' | 'flash_bias' | 'gpu' (zoo/kernels)
       'window': 0,  # causal sliding window (keys back, the query included); 0 = none
-      'block_q': 0,  # splash block sizes; 0 = min(512, length); must divide the length
+      'block_q': 0,  # splash/flash_bias blocks; 0 = min(512, length); must divide it
       'block_kv': 0,
   })
   m.moe = ml_collections.ConfigDict({
@@ -392,10 +393,20 @@ def _validate_family(m, family):
 def _validate_attention(m, d):
   a = m.attention
   _one_of('model.attention.kernel', a.kernel, kernels.KERNELS)
-  if a.kernel in ('splash', 'gpu') and dims.has_position_bias(m):
-    raise ConfigError(f"model.attention.kernel={a.kernel!r} takes no additive bias, "
-                      f"which model.position={m.position!r} adds; use 'xla' (or 'auto', which "
-                      'runs xla for it)')
+  if a.kernel == 'splash' and dims.has_position_bias(m):
+    raise ConfigError(f"model.attention.kernel='splash' takes no additive bias, which "
+                      f"model.position={m.position!r} adds; use 'flash_bias' (TPU), 'auto' or "
+                      "'xla'")
+  if a.kernel == 'flash_bias':
+    if not dims.has_position_bias(m):
+      raise ConfigError(f"model.attention.kernel='flash_bias' computes a position bias, and "
+                        f"model.position={m.position!r} adds none; use 'splash' or 'auto'")
+    lengths = {d.seq_len, d.target_seq_len} if m.family == 'encoder_decoder' else {d.seq_len}
+    for length in sorted(lengths):
+      try:
+        flash_bias.block_sizes(length, length, a.block_q, a.block_kv)
+      except ValueError as e:
+        raise ConfigError(str(e)) from None
   if a.kernel == 'splash':
     if d.seq_len % 128:
       raise ConfigError(f"model.attention.kernel='splash' needs data.seq_len={d.seq_len} to be a "

@@ -20,8 +20,9 @@ def test_auto_picks_splash_on_tpu_gpu_on_gpu_and_xla_where_they_cannot_run():
   assert kernels.resolve('auto', on='tpu', lengths=(1024, 1024))[0] == 'splash'
   assert kernels.resolve('auto', on='gpu', dtype=jnp.bfloat16)[0] == 'gpu'
   assert kernels.resolve('auto', on='cpu')[0] == 'xla'
+  assert kernels.resolve('auto', has_bias=True, on='cpu')[0] == 'xla'
   name, why = kernels.resolve('auto', has_bias=True, on='tpu')
-  assert name == 'xla' and 'additive position bias' in why
+  assert name == 'flash_bias' and 'position bias computed in' in why
   assert kernels.resolve('auto', on='gpu', dtype=jnp.float32)[0] == 'xla'
   assert kernels.resolve('auto', on='tpu', lengths=(100, 100))[0] == 'xla'
   with kernels.target('tpu'):  # AOT compiles for a TPU slice trace as TPU
@@ -41,8 +42,6 @@ def test_kernels_that_cannot_run_say_which_field_and_what_to_use():
     (['model.attention.kernel=splash'], r'data.seq_len=64 to be a multiple of 128'),
     (['model.attention.kernel=splash', 'data.seq_len=128', 'model.max_length=128',
       'model.attention.block_q=96'], r'model.attention.block_q=96 must be a multiple of 128'),
-    (['model.attention.kernel=splash', 'model.position=alibi'],
-     r"kernel='splash' takes no additive bias, which model.position='alibi' adds; use 'xla'"),
 ])
 def test_config_rejects_a_splash_setup_it_cannot_run(overrides, message):
   with pytest.raises(config_lib.ConfigError, match=message):

@@ -9,13 +9,13 @@ import pytest
 from tests import helpers
 from zoo import families
 from zoo import presets
-from zoo.models import attention
+from zoo.kernels import bias as bias_lib
 
 ATOL = 1e-5
 
 
 def test_relative_position_buckets_by_hand():
-  bucket = lambda rel, bidirectional: int(attention.relative_position_bucket(
+  bucket = lambda rel, bidirectional: int(bias_lib.relative_position_bucket(
       jnp.array(rel), bidirectional, 32, 128))
   # bidirectional: 16 buckets per direction, 8 exact; keys after the query add 16
   assert [bucket(r, True) for r in (0, -1, -7, 1, 7)] == [0, 1, 7, 17, 23]

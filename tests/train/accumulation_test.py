@@ -6,35 +6,15 @@ import pytest
 
 from tests import helpers
 from zoo import config as config_lib
-from zoo import sharding
 from zoo.train import runtime
 
 STEPS = 5
 
 
 def _train(config, mesh_sizes, microbatches, state=None):
-  """-> (metrics rows, final params, initial state) of STEPS steps from `state` (else a
-  fresh one)."""
   config = config.copy_and_resolve_references()
   config.train.microbatches = microbatches
-  config.mesh.update(mesh_sizes)
-  config_lib.validate(config)
-  devices = int(np.prod(list(mesh_sizes.values())))
-  mesh = sharding.make_mesh(config.mesh, jax.devices()[:devices])
-  place = runtime.Placement(mesh, sharding.rules(config), None)
-  sharding.check_divisible(config, dict(mesh.shape))
-  parts = runtime.model_state(config, mesh)
-  if state is None:
-    state = jax.jit(parts.init_fn, out_shardings=parts.shardings)(jax.random.PRNGKey(0))
-  initial = state
-  step = place.jit(parts.train_step(config), (parts.shardings, sharding.batch_sharding(mesh)),
-                   (parts.shardings, sharding.replicated(mesh)))
-  rows = []
-  for seed in range(STEPS):
-    batch = helpers.family_batch(config, config.train.batch_size, seed)
-    state, metrics = step(state, batch)
-    rows.append(jax.device_get(metrics))
-  return rows, jax.device_get(state['params']), initial
+  return helpers.train_steps(config, mesh_sizes, STEPS, state)
 
 
 def _assert_same(config, mesh):

@@ -2,11 +2,19 @@
 
 - 'xla': the reference (zoo/kernels/reference.py), everywhere; what tests compare with.
 - 'splash': JAX's Pallas TPU splash attention (zoo/kernels/splash.py); interpret mode on CPU.
-  It takes no additive bias: T5's relative bias and ALiBi use 'xla' (validate() says so).
-- 'gpu': cuDNN fused attention (zoo/kernels/gpu.py); bfloat16/float16 on a GPU.
-- 'auto': splash on TPU, gpu on GPU, xla elsewhere, and xla where the chosen kernel cannot
-  take the call (an additive bias; float32 on GPU). `resolve` says what ran and why.
+  It takes no additive bias.
+- 'flash_bias': the zoo's Pallas TPU flash kernel that computes T5's relative position bias
+  or ALiBi inside each block (zoo/kernels/flash_bias.py); interpret mode on CPU. Attention
+  without a bias in the same model (T5's cross-attention) runs splash (xla at lengths
+  splash cannot block).
+- 'gpu': cuDNN fused attention (zoo/kernels/gpu.py); bfloat16/float16 on a GPU; a position
+  bias goes to cuDNN as a dense [B, H, L, S] input.
+- 'auto': on TPU flash_bias where there is a position bias and splash elsewhere, gpu on GPU,
+  xla on CPU; xla where the chosen kernel cannot take the call (lengths it cannot block,
+  float32 on GPU). `resolve` says what ran and why.
 
+A position bias reaches the kernels as a bias.PositionBias (positions and parameters);
+`prepare_bias` turns it into the dense array once per stack where the kernel wants that.
 The platform is the default backend, or the one set by `target(platform)` while tracing
 for other devices (AOT compiles for a TPU slice on a CPU machine).
 """
@@ -15,12 +23,14 @@ import contextlib
 
 import jax
 
+from zoo.kernels import bias as bias_lib
+from zoo.kernels import flash_bias
 from zoo.kernels import gpu
 from zoo.kernels import mask as mask_lib
 from zoo.kernels import reference
 from zoo.kernels import splash
 
-KERNELS = ('auto', 'xla', 'splash', 'gpu')
+KERNELS = ('auto', 'xla', 'splash', 'flash_bias', 'gpu')
 _target = []
 
 
@@ -43,30 +53,58 @@ def resolve(kernel, has_bias=False, dtype=None, lengths=None, on=None):
   `lengths` = (query length, key length) when known."""
   on = on or platform()
   if kernel == 'auto':
-    chosen = {'tpu': 'splash', 'gpu': 'gpu'}.get(on, 'xla')
-    if chosen != 'xla' and has_bias:
-      return 'xla', f'auto on {on}: an additive position bias, which {chosen} does not take'
-    if chosen == 'splash' and lengths and not splash.supports(*lengths):
-      return 'xla', f'auto on tpu: lengths {lengths} are not multiples of {splash.LANES}'
-    if chosen == 'gpu' and dtype is not None and dtype not in gpu.DTYPES:
-      return 'xla', f'auto on gpu: cuDNN needs bfloat16/float16, compute dtype is {dtype}'
-    return chosen, f'auto on {on}'
+    return _auto(has_bias, dtype, lengths, on)
   if kernel == 'gpu' and on != 'gpu':
     raise ValueError(f"model.attention.kernel='gpu' needs a GPU, this is {on}; use 'auto' or "
                      "'xla'")
-  if kernel in ('splash', 'gpu') and has_bias:
-    raise ValueError(f"model.attention.kernel={kernel!r} takes no additive position bias "
-                     "(t5_bias, alibi); use 'xla' or 'auto'")
+  if kernel == 'flash_bias' and on == 'gpu':
+    raise ValueError("model.attention.kernel='flash_bias' is a TPU kernel (interpret mode on "
+                     "CPU); on a GPU use 'gpu' or 'auto', which pass the bias to cuDNN")
+  if kernel == 'splash' and has_bias:
+    raise ValueError("model.attention.kernel='splash' takes no additive position bias "
+                     "(t5_bias, alibi); use 'flash_bias', 'auto' or 'xla'")
+  if kernel == 'flash_bias' and not has_bias:  # e.g. T5's cross-attention
+    if lengths and not splash.supports(*lengths):
+      return 'xla', f'flash_bias configured; no bias here, and splash cannot block {lengths}'
+    return 'splash', 'flash_bias configured; no bias here'
   if kernel == 'splash' and lengths and not splash.supports(*lengths):
     raise ValueError(f"model.attention.kernel='splash' needs lengths that are multiples of "
                      f"{splash.LANES}, got {lengths}; set data.seq_len to one or use 'xla'")
+  if kernel == 'flash_bias' and lengths:
+    flash_bias.block_sizes(*lengths)  # says which field to change
   return kernel, 'configured'
+
+
+def _auto(has_bias, dtype, lengths, on):
+  chosen = {'tpu': 'flash_bias' if has_bias else 'splash', 'gpu': 'gpu'}.get(on, 'xla')
+  if chosen == 'splash' and lengths and not splash.supports(*lengths):
+    return 'xla', f'auto on tpu: lengths {lengths} are not multiples of {splash.LANES}'
+  if chosen == 'flash_bias' and lengths and not flash_bias.supports(*lengths):
+    return 'xla', (f'auto on tpu: lengths {lengths} are neither multiples of '
+                   f'{flash_bias.LANES} nor one block')
+  if chosen == 'gpu' and dtype is not None and dtype not in gpu.DTYPES:
+    return 'xla', f'auto on gpu: cuDNN needs bfloat16/float16, compute dtype is {dtype}'
+  if chosen == 'flash_bias':
+    return chosen, 'auto on tpu: the position bias computed in the kernel\'s blocks'
+  return chosen, f'auto on {on}'
+
+
+def prepare_bias(kernel, bias, dtype, kv_cache=False):
+  """A stack's bias.PositionBias as the kernel that will run takes it: kept for flash_bias,
+  else the dense [B, H, L, S] array, built once for all the stack's layers."""
+  if bias is None:
+    return None
+  lengths = (bias.q_positions.shape[1], bias.kv_positions.shape[1])
+  if not kv_cache and resolve(kernel, True, dtype, lengths)[0] == 'flash_bias':
+    return bias
+  return bias.dense()
 
 
 def attention(query, key, value, mask=None, bias=None, scale=None, kernel='xla',
               block_sizes=(0, 0)):
   """query [B, L, H, K], key/value [B, S, G, K]; `mask` a mask.Mask (or, for 'xla', a boolean
-  array or None). -> [B, L, H, K]."""
+  array or None); `bias` None, a bias.PositionBias (flash_bias) or an array broadcastable to
+  [B, H, L, S]. -> [B, L, H, K]."""
   scale = query.shape[-1] ** -0.5 if scale is None else scale
   if isinstance(mask, mask_lib.Mask) and mask.kv_cache:  # decoding: a few queries, the cache
     name = 'xla'
@@ -75,9 +113,16 @@ def attention(query, key, value, mask=None, bias=None, scale=None, kernel='xla',
   if name != 'xla' and not isinstance(mask, mask_lib.Mask):
     raise ValueError(f'kernel {name!r} needs a zoo.kernels.mask.Mask (segment ids, causal, '
                      "window), not a dense mask; use kernel 'xla' for arbitrary masks")
+  interpret = jax.default_backend() == 'cpu' and platform() == 'cpu'
+  if name == 'flash_bias':
+    if not isinstance(bias, bias_lib.PositionBias):
+      raise ValueError("kernel 'flash_bias' computes a bias.PositionBias (t5, alibi) in its "
+                       "blocks, not a dense bias array; use 'xla' or 'gpu' for those")
+    return flash_bias.attention(query, key, value, mask, bias, scale, block_sizes, interpret)
+  if isinstance(bias, bias_lib.PositionBias):
+    bias = bias.dense()
   if name == 'splash':
-    return splash.attention(query, key, value, mask, scale, block_sizes,
-                            interpret=jax.default_backend() == 'cpu' and platform() == 'cpu')
+    return splash.attention(query, key, value, mask, scale, block_sizes, interpret=interpret)
   if name == 'gpu':
     return gpu.attention(query, key, value, mask, bias, scale)
   dense = mask.dense() if isinstance(mask, mask_lib.Mask) else mask

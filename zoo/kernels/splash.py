@@ -17,9 +17,8 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
-from jax.sharding import PartitionSpec as P
 
-from zoo import sharding
+from zoo.kernels import shard
 
 DEFAULT_BLOCK = 512
 LANES = 128  # blocks (and so lengths) are multiples of this
@@ -50,13 +49,8 @@ def _base_mask(length, kv_length, causal, window):
 
 
 def _local(q_BLHK, k_BSGK, v_BSGK, q_segment_BL, kv_segment_BS, *, causal, window, scale,
-           blocks, interpret, kv_replicated=False, heads_per_group=1):
-  """One shard: [B, L, H, K] queries against [B, S, G, K] keys/values. With kv_replicated
-  (fewer kv heads than tensor shards) this shard's query heads share one kv head: pick it."""
-  if kv_replicated:
-    group = jax.lax.axis_index('tensor') * q_BLHK.shape[2] // heads_per_group
-    k_BSGK = jax.lax.dynamic_slice_in_dim(k_BSGK, group, 1, axis=2)
-    v_BSGK = jax.lax.dynamic_slice_in_dim(v_BSGK, group, 1, axis=2)
+           blocks, interpret):
+  """One shard: [B, L, H, K] queries against [B, S, G, K] keys/values."""
   B, L, H, K = q_BLHK.shape
   S, G = k_BSGK.shape[1], k_BSGK.shape[2]
   N = H // G
@@ -89,24 +83,5 @@ def attention(q_BLHK, k_BSGK, v_BSGK, mask, scale, blocks=(0, 0), interpret=Fals
   axes and heads over `tensor` under shard_map when a mesh is set."""
   fn = functools.partial(_local, causal=mask.causal, window=mask.window, scale=scale,
                          blocks=tuple(blocks), interpret=interpret)
-  args = (q_BLHK, k_BSGK, v_BSGK, mask.q_segment_ids.astype(jnp.int32),
-          mask.kv_segment_ids.astype(jnp.int32))
-  mesh = jax.sharding.get_abstract_mesh()
-  if mesh.empty or mesh.size == 1:
-    return fn(*args)
-  batch = tuple(a for a in sharding.BATCH_AXES if a in mesh.shape)
-  rows = 1
-  for a in batch:
-    rows *= mesh.shape[a]
-  if q_BLHK.shape[0] % rows:  # e.g. init's one-row example batch: no split
-    batch = ()
-  tensor = mesh.shape.get('tensor', 1)
-  heads, kv_heads = q_BLHK.shape[2], k_BSGK.shape[2]
-  kv_replicated = kv_heads % tensor != 0
-  if kv_replicated:
-    fn = functools.partial(fn, kv_replicated=True, heads_per_group=heads // kv_heads)
-  q_spec = P(batch or None, None, 'tensor' if tensor > 1 else None, None)
-  kv_spec = P(batch or None, None, None if kv_replicated else q_spec[2], None)
-  segment = P(batch or None, None)
-  return jax.shard_map(fn, mesh=mesh, in_specs=(q_spec, kv_spec, kv_spec, segment, segment),
-                       out_specs=q_spec, check_vma=False)(*args)
+  return shard.over_mesh(fn, q_BLHK, k_BSGK, v_BSGK, rows=(
+      mask.q_segment_ids.astype(jnp.int32), mask.kv_segment_ids.astype(jnp.int32)))

@@ -1,5 +1,6 @@
 """The multi-head (GQA/MQA) attention module and position biases (T5, ALiBi); the attention
-itself runs in zoo/kernels (the reference, splash, cuDNN), which also builds the masks.
+itself runs in zoo/kernels (the reference, splash, flash_bias, cuDNN), which also builds the
+masks and computes the biases (zoo/kernels/bias.py).
 
 Glossary: B batch, L query length, S key length, D d_model, H heads, G kv heads,
 Q = H // G query heads per kv head, K head dim.
@@ -10,9 +11,9 @@ Masks are boolean, True = may attend, broadcastable to [B, H, L, S]; modules pas
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from zoo import kernels
+from zoo.kernels import bias as bias_lib
 from zoo.kernels import mask as mask_lib
 from zoo.models import layers
 
@@ -38,7 +39,7 @@ class MultiHeadAttention(nn.Module):
 
   @nn.compact
   def __call__(self, x_BLD, kv_BSD=None, mask=None, q_positions_BL=None, kv_positions_BS=None,
-               bias_BHLS=None):
+               bias=None):
     kv_BSD = x_BLD if kv_BSD is None else kv_BSD
     dense = lambda name, f, axes, num_in=1, scale=1.0: layers.DenseGeneral(
         f, axes, num_in=num_in, use_bias=self.use_bias, dtype=self.dtype,
@@ -54,7 +55,7 @@ class MultiHeadAttention(nn.Module):
     q_BLHK = nn.with_logical_constraint(q_BLHK, ('batch', 'length', 'heads', 'head_dim'))
     if isinstance(mask, mask_lib.Mask) and mask.kv_cache:
       k_BSGK, v_BSGK, mask = self._cached(k_BSGK, v_BSGK, mask)
-    out_BLHK = kernels.attention(q_BLHK, k_BSGK, v_BSGK, mask, bias=bias_BHLS,
+    out_BLHK = kernels.attention(q_BLHK, k_BSGK, v_BSGK, mask, bias=bias,
                                  scale=1.0 if self.fold_scale else None, kernel=self.kernel,
                                  block_sizes=self.block_sizes)
     out_BLHK = nn.with_logical_constraint(out_BLHK, ('batch', 'length', 'heads', 'head_dim'))
@@ -78,32 +79,11 @@ class MultiHeadAttention(nn.Module):
     return key.value, value.value, mask.replace(q_start=start)
 
 
-# ----------------------------------------------------------- T5 relative position bias
-
-def relative_position_bucket(relative_position, bidirectional, num_buckets, max_distance):
-  """T5's bucket of key_position - query_position (Raffel et al. 2020, sec. 2.1).
-
-  Half the buckets (per direction when bidirectional) are exact offsets; the rest grow
-  logarithmically up to max_distance, beyond which offsets share the last bucket.
-  Unidirectional (decoder) buckets only distinguish keys at or before the query.
-  """
-  n = -relative_position
-  bucket = jnp.zeros_like(n)
-  if bidirectional:
-    num_buckets //= 2
-    bucket += (n < 0).astype(n.dtype) * num_buckets
-    n = jnp.abs(n)
-  else:
-    n = jnp.maximum(n, 0)
-  max_exact = num_buckets // 2
-  log_ratio = jnp.log(n.astype(jnp.float32) / max_exact + jnp.finfo(jnp.float32).eps)
-  large = max_exact + (log_ratio / np.log(max_distance / max_exact) *
-                       (num_buckets - max_exact)).astype(n.dtype)
-  return bucket + jnp.where(n < max_exact, n, jnp.minimum(large, num_buckets - 1))
-
+# ------------------------------------------------------------------- position biases
 
 class RelativePositionBias(nn.Module):
-  """One learned [buckets, H] table per stack -> additive logits bias [B, H, L, S]."""
+  """One learned [buckets, H] table per stack -> T5's bias.PositionBias of the logits (the
+  kernels compute it per block or take its dense [B, H, L, S] form)."""
   num_heads: int
   bidirectional: bool
   num_buckets: int = 32
@@ -115,24 +95,12 @@ class RelativePositionBias(nn.Module):
     table = self.param('rel_embedding', nn.with_logical_partitioning(
         nn.initializers.normal(1.0), (None, 'heads')), (self.num_buckets, self.num_heads),
                        self.param_dtype)
-    relative_BLS = kv_positions_BS[:, None, :] - q_positions_BL[:, :, None]
-    buckets_BLS = relative_position_bucket(relative_BLS, self.bidirectional, self.num_buckets,
-                                           self.max_distance)
-    return jnp.take(table, buckets_BLS, axis=0).transpose(0, 3, 1, 2).astype(jnp.float32)
-
-
-# ---------------------------------------------------------------------------- ALiBi
-
-def alibi_slopes(num_heads):
-  """Per-head slopes of ALiBi (Press et al. 2022): 2^(-8/n), 2^(-16/n), ... for the largest
-  power of two n <= H, then every other slope of 2n for the remaining heads."""
-  def powers(n):
-    return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
-  n = 2 ** int(np.floor(np.log2(num_heads)))
-  return np.asarray(powers(n) + powers(2 * n)[0::2][:num_heads - n], np.float32)
+    return bias_lib.PositionBias(q_positions_BL, kv_positions_BS, table, kind='t5',
+                                 bidirectional=self.bidirectional,
+                                 max_distance=self.max_distance)
 
 
 def alibi_bias(q_positions_BL, kv_positions_BS, num_heads):
-  """[B, H, L, S]: -slope_h * (query position - key position), a linear distance penalty."""
-  distance_BLS = (q_positions_BL[:, :, None] - kv_positions_BS[:, None, :]).astype(jnp.float32)
-  return -alibi_slopes(num_heads)[None, :, None, None] * jnp.abs(distance_BLS)[:, None]
+  """ALiBi's bias.PositionBias: -slope_h * |query position - key position|."""
+  slopes = jnp.asarray(bias_lib.alibi_slopes(num_heads))
+  return bias_lib.PositionBias(q_positions_BL, kv_positions_BS, slopes, kind='alibi')

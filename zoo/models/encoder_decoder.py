@@ -10,6 +10,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from zoo import kernels
 from zoo.kernels import mask as mask_lib
 from zoo.models import attention
 from zoo.models import layers
@@ -29,19 +30,19 @@ class _Stack(nn.Module):
     kv_segment_ids_BS, kv_positions_BS = cache_slots or (segment_ids_BL, positions_BL)
     mask = mask_lib.Mask(segment_ids_BL, kv_segment_ids_BS, causal=self.decoder,
                           kv_cache=cache_slots is not None)
-    bias_BHLS = None
+    bias = None
     if m.position == 't5_bias':
-      bias_BHLS = attention.RelativePositionBias(
+      bias = kernels.prepare_bias(m.attention.kernel, attention.RelativePositionBias(
           m.num_heads, bidirectional=not self.decoder, num_buckets=m.relative_buckets,
-          max_distance=m.relative_max_distance, name='relative_bias')(positions_BL,
-                                                                      kv_positions_BS)
+          max_distance=m.relative_max_distance, name='relative_bias')(
+              positions_BL, kv_positions_BS), jnp.dtype(m.dtype), cache_slots is not None)
     cross_mask = None
     if encoded_BSD is not None:
       cross_mask = mask_lib.Mask(segment_ids_BL, encoder_segment_ids_BS)
     x_BLD = nn.Dropout(m.dropout_rate)(x_BLD, deterministic=not train)
     num_layers = m.num_decoder_layers if self.decoder else m.num_encoder_layers
     x_BLD, _ = transformer.stack(m, train, num_layers, 'layers')(
-        x_BLD, mask, positions_BL, bias_BHLS, encoded_BSD, cross_mask)
+        x_BLD, mask, positions_BL, bias, encoded_BSD, cross_mask)
     if m.norm_position == 'pre':
       x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',
                           **transformer.dtypes(m))(x_BLD)

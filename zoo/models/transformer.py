@@ -9,6 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo import kernels
 from zoo.kernels import mask as mask_lib
 from zoo.models import attention
 from zoo.models import dims
@@ -39,7 +40,7 @@ class Block(nn.Module):
   moe: bool = False  # a mixture of experts in place of the MLP
 
   @nn.compact
-  def __call__(self, x_BLD, mask, positions_BL, bias_BHLS=None, encoded_BSD=None,
+  def __call__(self, x_BLD, mask, positions_BL, bias=None, encoded_BSD=None,
                cross_mask=None):
     m = self.config
     norm = lambda name: layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name=name,
@@ -60,7 +61,7 @@ class Block(nn.Module):
                        name='mlp', **dtypes(m))
     drop = lambda y: nn.Dropout(m.dropout_rate)(y, deterministic=not self.train)
     self_attend = lambda h: attend(h, mask=mask, q_positions_BL=positions_BL,
-                                   kv_positions_BS=positions_BL, bias_BHLS=bias_BHLS)
+                                   kv_positions_BS=positions_BL, bias=bias)
     cross_attend = lambda h: attention_module('cross_attention', rope=False)(
         h, encoded_BSD, mask=cross_mask)
 
@@ -233,10 +234,11 @@ class Decoder(nn.Module):
     kv_positions_BS = batch['kv_positions'] if kv_cache else positions_BL
     mask = mask_lib.Mask(segment_ids_BL, kv_segment_ids_BS, causal=True,
                           window=m.attention.window, kv_cache=kv_cache)
-    bias_BHLS = None
+    bias = None
     if m.position == 'alibi':
-      bias_BHLS = attention.alibi_bias(positions_BL, kv_positions_BS, m.num_heads)
-    x_BLD, _ = stack(m, train, m.num_layers, 'layers')(x_BLD, mask, positions_BL, bias_BHLS)
+      bias = kernels.prepare_bias(m.attention.kernel, attention.alibi_bias(
+          positions_BL, kv_positions_BS, m.num_heads), jnp.dtype(m.dtype), kv_cache)
+    x_BLD, _ = stack(m, train, m.num_layers, 'layers')(x_BLD, mask, positions_BL, bias)
 
     if m.norm_position == 'pre':
       x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',
