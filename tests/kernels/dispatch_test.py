@@ -10,6 +10,7 @@ import pytest
 from tests import helpers
 from zoo import config as config_lib
 from zoo import kernels
+from zoo.kernels import bias as bias_lib
 from zoo.kernels import gpu
 from zoo.kernels import mask as mask_lib
 from zoo.kernels import reference
@@ -59,6 +60,35 @@ def test_the_cudnn_call_means_the_reference_attention(causal, window):
   got = gpu.attention(q, k, v, mask, scale=0.3, implementation='xla')  # same call, XLA
   want = reference.dot_product_attention(q, k, v, mask.dense(), scale=0.3)
   np.testing.assert_allclose(got * real, want * real, atol=1e-5)
+
+
+@pytest.mark.parametrize('kind', ['t5', 'alibi'])
+def test_the_cudnn_call_with_a_position_bias_means_the_reference_forward_and_backward(kind):
+  # on a GPU, auto gives T5 and ALiBi models cuDNN with the dense bias as an input
+  rng = np.random.default_rng(2)
+  q = jnp.asarray(rng.normal(size=(2, 16, 4, 8)), jnp.float32)
+  k, v = (jnp.asarray(rng.normal(size=(2, 16, 2, 8)), jnp.float32) for _ in range(2))
+  ids = jnp.asarray([[1] * 9 + [2] * 7, [1] * 12 + [0] * 4], jnp.int32)
+  positions = jnp.asarray([list(range(9)) + list(range(7)), list(range(16))], jnp.int32)
+  params = (jnp.asarray(rng.normal(size=(32, 4)), jnp.float32) if kind == 't5'
+            else jnp.asarray(bias_lib.alibi_slopes(4)))
+  mask = mask_lib.Mask(ids, ids, causal=kind == 'alibi')
+  real = np.asarray(ids > 0)[..., None, None]
+
+  def loss(attend):
+    def value(q, k, v, params):
+      bias = bias_lib.PositionBias(positions, positions, params, kind=kind,
+                                   bidirectional=kind == 't5').dense()
+      return jnp.sum(jnp.sin(attend(q, k, v, bias)) * real)
+    return value
+  cudnn = lambda q, k, v, bias: gpu.attention(q, k, v, mask, bias, 0.3, implementation='xla')
+  xla = lambda q, k, v, bias: reference.dot_product_attention(q, k, v, mask.dense(), bias, 0.3)
+  got = jax.grad(loss(cudnn), (0, 1, 2, 3))(q, k, v, params)
+  want = jax.grad(loss(xla), (0, 1, 2, 3))(q, k, v, params)
+  np.testing.assert_allclose(loss(cudnn)(q, k, v, params), loss(xla)(q, k, v, params),
+                             rtol=1e-6)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g, w, atol=1e-5)
 
 
 def test_the_decoder_on_xla_and_a_dense_mask_still_work():
