@@ -329,7 +329,7 @@ def validate(config):
   family = families.get(config.model)
   _validate_model(config.model)
   _validate_family(config.model, family)
-  _validate_attention(config.model, config.data)
+  _validate_attention(config.model, config.data, family)
   _validate_moe(config.model, config.mesh)
   d = config.data
   if d.objective not in family.OBJECTIVES:
@@ -390,7 +390,7 @@ def _validate_family(m, family):
                       f'built for model.family={family.NAME!r}; set it to 0')
 
 
-def _validate_attention(m, d):
+def _validate_attention(m, d, family):
   a = m.attention
   _one_of('model.attention.kernel', a.kernel, kernels.KERNELS)
   if a.kernel == 'splash' and dims.has_position_bias(m):
@@ -401,7 +401,7 @@ def _validate_attention(m, d):
     if not dims.has_position_bias(m):
       raise ConfigError(f"model.attention.kernel='flash_bias' computes a position bias, and "
                         f"model.position={m.position!r} adds none; use 'splash' or 'auto'")
-    lengths = {d.seq_len, d.target_seq_len} if m.family == 'encoder_decoder' else {d.seq_len}
+    lengths = {shape[1] for shape, _ in family.batch_spec(d, 1).values() if len(shape) == 2}
     for length in sorted(lengths):
       try:
         flash_bias.block_sizes(length, length, a.block_q, a.block_kv)

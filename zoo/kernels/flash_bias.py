@@ -43,8 +43,8 @@ def block_sizes(length, kv_length, block_q=0, block_kv=0):
   if not (fits(block_q, length) and fits(block_kv, kv_length)):
     raise ValueError(f'model.attention.block_q={block_q} / block_kv={block_kv} must divide '
                      f'the query length {length} and key length {kv_length} and be multiples '
-                     f'of {LANES} (or the whole length); set them to 0 (min(512, length)) or '
-                     f'data.seq_len to a multiple of {LANES}')
+                     f'of {LANES} (or the whole length); set them so (0 = 512), or data.seq_len '
+                     'to a multiple of the block')
   return block_q, block_kv
 
 

@@ -12,7 +12,8 @@ def kv_heads(m):
 
 
 def has_position_bias(m):
-  """True where attention takes an additive bias (which splash and cuDNN do not)."""
+  """True where attention adds a position bias (flash_bias computes it per block; splash
+  takes none)."""
   return m.position in POSITION_BIASES
 
 
