@@ -32,19 +32,21 @@ def _rows(kind):
   return as_batch(ids, np.ones(L)), as_batch(positions, np.arange(L))
 
 
-CASES = {  # bias kind, rows, causal, window, (heads, kv heads)
-    't5_encoder': ('t5', 'padded', False, 0, (4, 4)),
-    't5_decoder_self_attention': ('t5', 'full', True, 0, (4, 4)),
-    't5_packed_bidirectional_mqa': ('t5', 'packed', False, 0, (4, 1)),
-    't5_packed_causal': ('t5', 'packed', True, 0, (4, 2)),
-    'alibi_gqa': ('alibi', 'packed', True, 0, (4, 2)),
-    'alibi_gqa_sliding_window': ('alibi', 'full', True, 48, (4, 2)),
+CASES = {  # bias kind, rows, causal, window, (heads, kv heads), T5's max distance
+    't5_encoder': ('t5', 'padded', False, 0, (4, 4), 128),
+    't5_decoder_self_attention': ('t5', 'full', True, 0, (4, 4), 128),
+    't5_packed_bidirectional_mqa': ('t5', 'packed', False, 0, (4, 1), 128),
+    't5_packed_causal': ('t5', 'packed', True, 0, (4, 2), 128),
+    # far blocks whose pairs all share one bucket (the kernel loops over a block's buckets)
+    't5_short_distance': ('t5', 'full', False, 0, (4, 4), 16),
+    'alibi_gqa': ('alibi', 'packed', True, 0, (4, 2), 128),
+    'alibi_gqa_sliding_window': ('alibi', 'full', True, 48, (4, 2), 128),
 }
 
 
 @pytest.mark.parametrize('name', sorted(CASES))
 def test_flash_bias_matches_the_reference_forward_and_backward(name):
-  kind, rows, causal, window, (heads, groups) = CASES[name]
+  kind, rows, causal, window, (heads, groups), max_distance = CASES[name]
   ids, positions = _rows(rows)
   rng = np.random.default_rng(0)
   q = jnp.asarray(rng.normal(size=(B, L, heads, K)), jnp.float32)
@@ -59,7 +61,7 @@ def test_flash_bias_matches_the_reference_forward_and_backward(name):
   def run(kernel):
     def attend(q, k, v, params):
       bias = bias_lib.PositionBias(positions, positions, params, kind=kind,
-                                   bidirectional=not causal)
+                                   bidirectional=not causal, max_distance=max_distance)
       return kernels.attention(q, k, v, mask, bias=bias, kernel=kernel, block_sizes=(128, 128))
     return attend
 

@@ -6,7 +6,9 @@ against every key block; it also sums T5's bias gradient into the [buckets, H] t
 dk/dv (one key block against every query block of the query heads sharing it: GQA/MQA).
 Each block's bias comes from the query and key positions (zoo.kernels.bias.PositionBias):
 the bucket of key - query position looked up in the table (held in SMEM), or -slope *
-|distance|. Masks as the reference: segment ids (0 = padding, packed documents never see
+|distance|. The lookup is a select per bucket over the block, looping only over the buckets
+among the block's visible pairs: far from the diagonal (beyond max_distance) that is one,
+near it all of them. Gradients through masked pairs are zero, as in the reference. Masks as the reference: segment ids (0 = padding, packed documents never see
 each other), causal, a causal sliding window; key blocks a query block cannot see are
 skipped (and not fetched). Masked logits take the reference's finite MASKED value, so real
 rows equal the reference; padding rows (no key visible) may differ and carry no loss.
@@ -112,10 +114,19 @@ def _clamp(first, last, index):
   return jnp.minimum(jnp.maximum(index, first), last)
 
 
+def _bucket_range(buckets, mask):
+  """The smallest and largest bucket among the block's visible pairs (first > last when none
+  is visible): far from the diagonal a block's pairs share one bucket."""
+  first = jnp.min(jnp.where(mask, buckets, jnp.iinfo(jnp.int32).max))
+  last = jnp.max(jnp.where(mask, buckets, -1))
+  return first, last
+
+
 def _biased_logits(spec, qk, h, q_offset, kv_offset, q_ids, kv_ids, q_pos, kv_pos, param_ref,
                    transposed):
   """qk [rows, cols] float32 (queries x keys, or keys x queries when transposed); ids and
-  positions broadcastable to it -> (masked logits with the bias, T5 bucket ids or None)."""
+  positions broadcastable to it -> (masked logits with the bias, the mask, T5's bucket ids
+  or None)."""
   q_axis, kv_axis = (1, 0) if transposed else (0, 1)
   s = qk * spec.scale if spec.scale != 1.0 else qk
   mask = (q_ids == kv_ids) & (kv_ids > 0)
@@ -130,14 +141,14 @@ def _biased_logits(spec, qk, h, q_offset, kv_offset, q_ids, kv_ids, q_pos, kv_po
   buckets = None
   if spec.kind == 'alibi':
     s += bias_lib.alibi(param_ref[h], relative)
-  else:
+  else:  # the table looked up bucket by bucket, over the buckets the block holds
     buckets = bias_lib.relative_position_bucket(relative, spec.bidirectional, spec.num_buckets,
                                                 spec.max_distance)
-    table = jnp.zeros(s.shape, _f32)
-    for b in range(spec.num_buckets):
-      table = jnp.where(buckets == b, param_ref[h, b], table)
-    s += table
-  return jnp.where(mask, s, reference.MASKED), buckets
+    first, last = _bucket_range(buckets, mask)
+    s += jax.lax.fori_loop(
+        first, last + 1, lambda b, table: jnp.where(buckets == b, param_ref[h, b], table),
+        jnp.zeros(s.shape, _f32))
+  return jnp.where(mask, s, reference.MASKED), mask, buckets
 
 
 # ------------------------------------------------------------------------------ forward
@@ -155,7 +166,7 @@ def _forward_kernel(q_ref, k_ref, v_ref, q_ids_ref, kv_ids_ref, q_pos_ref, kv_po
   @pl.when(_visible(*_kv_range(spec, i), j))
   def _step():
     qk = jax.lax.dot_general(q_ref[...], k_ref[...], NT, preferred_element_type=_f32)
-    s, _ = _biased_logits(spec, qk, h, i * spec.block_q, j * spec.block_kv,
+    s, _, _ = _biased_logits(spec, qk, h, i * spec.block_q, j * spec.block_kv,
                           q_ids_ref[:, :1], kv_ids_ref[:1, :], q_pos_ref[:, :1],
                           kv_pos_ref[:1, :], param_ref, transposed=False)
     m_prev = m_scratch[...]
@@ -251,17 +262,20 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_ref, kv_ids_r
   def _step():
     k, v = k_ref[...], v_ref[...]
     qk = jax.lax.dot_general(q_ref[...], k, NT, preferred_element_type=_f32)
-    s, buckets = _biased_logits(spec, qk, h, i * spec.block_q, j * spec.block_kv,
+    s, mask, buckets = _biased_logits(spec, qk, h, i * spec.block_q, j * spec.block_kv,
                                 q_ids_ref[:, :1], kv_ids_ref[:1, :], q_pos_ref[:, :1],
                                 kv_pos_ref[:1, :], param_ref, transposed=False)
     p = jnp.exp(s - jnp.expand_dims(lse_ref[0], -1))
     dp = jax.lax.dot_general(do_ref[...].astype(v.dtype), v, NT, preferred_element_type=_f32)
-    ds = p * (dp - jnp.expand_dims(di_ref[0], -1))
+    ds = jnp.where(mask, p * (dp - jnp.expand_dims(di_ref[0], -1)), 0.0)
     dq_scratch[...] += jnp.dot(ds.astype(k.dtype), k, preferred_element_type=_f32)
     if dtable_ref is not None:  # d table[b] = sum of ds over the block's pairs in bucket b
-      for b in range(spec.num_buckets):
+      def add(b, carry):
         in_bucket = jnp.sum(jnp.where(buckets == b, ds, 0.0), axis=0, keepdims=True)
-        dtable_ref[b:b + 1, :] += _fold_lanes(in_bucket)
+        dtable_ref[pl.ds(b, 1), :] += _fold_lanes(in_bucket)
+        return carry
+      first, last = _bucket_range(buckets, mask)
+      jax.lax.fori_loop(first, last + 1, add, 0)
 
   @pl.when(j == spec.kv_blocks - 1)
   def _finish():
@@ -282,13 +296,13 @@ def _dkv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_ref, kv_ids_
   def _step():
     q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
     kq = jax.lax.dot_general(k, q, NT, preferred_element_type=_f32)  # [keys, queries]
-    s, _ = _biased_logits(spec, kq, h, i * spec.block_q, j * spec.block_kv,
+    s, mask, _ = _biased_logits(spec, kq, h, i * spec.block_q, j * spec.block_kv,
                           q_ids_ref[:1, :], kv_ids_ref[:, :1], q_pos_ref[:1, :],
                           kv_pos_ref[:, :1], param_ref, transposed=True)
     p = jnp.exp(s - lse_ref[...])
     dv_scratch[...] += jnp.dot(p.astype(do.dtype), do, preferred_element_type=_f32)
     dp = jax.lax.dot_general(v, do.astype(v.dtype), NT, preferred_element_type=_f32)
-    ds = p * (dp - di_ref[...])
+    ds = jnp.where(mask, p * (dp - di_ref[...]), 0.0)
     dk_scratch[...] += jnp.dot(ds.astype(q.dtype), q, preferred_element_type=_f32)
 
   @pl.when((n == spec.heads_per_group - 1) & (i == spec.q_blocks - 1))
