@@ -8,10 +8,11 @@ Each block's bias comes from the query and key positions (zoo.kernels.bias.Posit
 the bucket of key - query position looked up in the table (held in SMEM), or -slope *
 |distance|. The lookup is a select per bucket over the block, looping only over the buckets
 among the block's visible pairs: far from the diagonal (beyond max_distance) that is one,
-near it all of them. Gradients through masked pairs are zero, as in the reference. Masks as the reference: segment ids (0 = padding, packed documents never see
-each other), causal, a causal sliding window; key blocks a query block cannot see are
-skipped (and not fetched). Masked logits take the reference's finite MASKED value, so real
-rows equal the reference; padding rows (no key visible) may differ and carry no loss.
+near it all of them.
+Masks as the reference: segment ids (0 = padding, packed documents never see each other),
+causal, a causal sliding window; key blocks a query block cannot see are skipped (and not
+fetched). Masked logits take the reference's finite MASKED value and pass no gradient, so
+real rows equal the reference; padding rows (no key visible) may differ and carry no loss.
 
 Layout inside the kernels: q [B, H, L, K], k/v [B, G, S, K]; per-row ids and positions are
 given both as columns [B, L, 128] and as rows [B, 8, L] so each block reads the one it
@@ -167,8 +168,8 @@ def _forward_kernel(q_ref, k_ref, v_ref, q_ids_ref, kv_ids_ref, q_pos_ref, kv_po
   def _step():
     qk = jax.lax.dot_general(q_ref[...], k_ref[...], NT, preferred_element_type=_f32)
     s, _, _ = _biased_logits(spec, qk, h, i * spec.block_q, j * spec.block_kv,
-                          q_ids_ref[:, :1], kv_ids_ref[:1, :], q_pos_ref[:, :1],
-                          kv_pos_ref[:1, :], param_ref, transposed=False)
+                             q_ids_ref[:, :1], kv_ids_ref[:1, :], q_pos_ref[:, :1],
+                             kv_pos_ref[:1, :], param_ref, transposed=False)
     m_prev = m_scratch[...]
     m_next = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
     p = jnp.exp(s - m_next[:, :1])
@@ -263,8 +264,8 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_ref, kv_ids_r
     k, v = k_ref[...], v_ref[...]
     qk = jax.lax.dot_general(q_ref[...], k, NT, preferred_element_type=_f32)
     s, mask, buckets = _biased_logits(spec, qk, h, i * spec.block_q, j * spec.block_kv,
-                                q_ids_ref[:, :1], kv_ids_ref[:1, :], q_pos_ref[:, :1],
-                                kv_pos_ref[:1, :], param_ref, transposed=False)
+                                      q_ids_ref[:, :1], kv_ids_ref[:1, :], q_pos_ref[:, :1],
+                                      kv_pos_ref[:1, :], param_ref, transposed=False)
     p = jnp.exp(s - jnp.expand_dims(lse_ref[0], -1))
     dp = jax.lax.dot_general(do_ref[...].astype(v.dtype), v, NT, preferred_element_type=_f32)
     ds = jnp.where(mask, p * (dp - jnp.expand_dims(di_ref[0], -1)), 0.0)
@@ -297,8 +298,8 @@ def _dkv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_ref, kv_ids_
     q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
     kq = jax.lax.dot_general(k, q, NT, preferred_element_type=_f32)  # [keys, queries]
     s, mask, _ = _biased_logits(spec, kq, h, i * spec.block_q, j * spec.block_kv,
-                          q_ids_ref[:1, :], kv_ids_ref[:, :1], q_pos_ref[:1, :],
-                          kv_pos_ref[:, :1], param_ref, transposed=True)
+                                q_ids_ref[:1, :], kv_ids_ref[:, :1], q_pos_ref[:1, :],
+                                kv_pos_ref[:, :1], param_ref, transposed=True)
     p = jnp.exp(s - lse_ref[...])
     dv_scratch[...] += jnp.dot(p.astype(do.dtype), do, preferred_element_type=_f32)
     dp = jax.lax.dot_general(v, do.astype(v.dtype), NT, preferred_element_type=_f32)
