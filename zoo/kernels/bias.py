@@ -13,8 +13,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-KINDS = ('t5', 'alibi')
-
 
 def relative_position_bucket(relative_position, bidirectional, num_buckets, max_distance):
   """T5's bucket of key_position - query_position.
@@ -62,10 +60,6 @@ class PositionBias:
   kind: str = flax.struct.field(pytree_node=False, default='t5')
   bidirectional: bool = flax.struct.field(pytree_node=False, default=True)
   max_distance: int = flax.struct.field(pytree_node=False, default=128)
-
-  @property
-  def num_heads(self):
-    return self.params.shape[-1]
 
   def dense(self):
     """[B, H, L, S] float32."""
