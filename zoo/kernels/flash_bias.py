@@ -30,9 +30,10 @@ from jax.experimental.pallas import tpu as pltpu
 from zoo.kernels import bias as bias_lib
 from zoo.kernels import reference
 from zoo.kernels import shard
+from zoo.kernels import splash
 
-DEFAULT_BLOCK = 512
-LANES, SUBLANES = 128, 8
+DEFAULT_BLOCK, LANES = splash.DEFAULT_BLOCK, splash.LANES  # the same blocks as splash
+SUBLANES = 8
 NT = (((1,), (1,)), ((), ()))  # a @ b.T
 _f32 = jnp.float32
 
