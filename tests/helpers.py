@@ -1,5 +1,6 @@
 """Tiny configs and batches shared by the tests (kept small so compiled steps are cheap)."""
 
+import itertools
 import os
 
 import jax
@@ -9,10 +10,23 @@ import numpy as np
 from zoo import config as config_lib
 from zoo import families
 from zoo import sharding
+from zoo.data import readers
 from zoo.train import runtime
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMBEDDED_CORPUS = os.path.join(REPO, 'zoo', 'data', 'assets', 'tinyshakespeare.txt')
+
+
+def shakespeare(count):
+  """The embedded corpus's first `count` documents, as the readers split it."""
+  documents = readers.documents([EMBEDDED_CORPUS])
+  return [text for text, _ in itertools.islice(documents, count)]
+
+
+def tokenize(documents, tokenizer):
+  """Each document -> int32 [BOS, pieces..., EOS], as the pipeline reads a prepared one."""
+  return [np.asarray([tokenizer.bos_id, *ids, tokenizer.eos_id], np.int32)
+          for ids in tokenizer.encode(documents)]
 
 
 def config_file(name, arg='smoke'):

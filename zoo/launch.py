@@ -11,6 +11,8 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from zoo.cli import split_overrides
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string('config', None, 'configs/NAME.py[:arg]', required=True)
 flags.DEFINE_string('workdir', None, 'metrics.jsonl, TensorBoard events, checkpoints/, '
@@ -32,15 +34,6 @@ flags.DEFINE_integer('process_id', None, 'this process, in a multi-process run')
 flags.DEFINE_integer('distributed_timeout', 300,
                      'seconds to wait for all processes to join (and at most 60 for a '
                      'heartbeat) before giving up with an error')
-
-_OVERRIDE_PREFIX = '--config.'
-
-
-def split_overrides(argv):
-  """--config.a.b=v arguments (for zoo.config.load) apart from the absl flags."""
-  overrides = [a[len(_OVERRIDE_PREFIX):] for a in argv if a.startswith(_OVERRIDE_PREFIX)]
-  return overrides, [a for a in argv if not a.startswith(_OVERRIDE_PREFIX)]
-
 
 def default_workdir(config_spec):
   """runs/NAME for configs/NAME.py, runs/NAME_ARG for a variant (its shapes differ)."""

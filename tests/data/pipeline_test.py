@@ -29,31 +29,6 @@ def _docs(lengths, start=10):
   return docs
 
 
-def test_reads_the_embedded_corpus_a_file_and_a_directory(tmp_path):
-  assert len(pipeline.read_documents(_data_config())) > 5000
-  (tmp_path / 'a.txt').write_text('one\n\ntwo\n\n\n')
-  (tmp_path / 'sub').mkdir()
-  (tmp_path / 'sub' / 'b.txt').write_text('three')
-  assert pipeline.read_documents(_data_config(str(tmp_path / 'a.txt'))) == ['one', 'two']
-  assert pipeline.read_documents(_data_config(str(tmp_path))) == ['one', 'two', 'three']
-
-
-def test_missing_or_empty_corpus_is_a_config_error(tmp_path):
-  with pytest.raises(config_lib.ConfigError, match='data.path=.*does not exist'):
-    pipeline.read_documents(_data_config(str(tmp_path / 'nope.txt')))
-  (tmp_path / 'empty.txt').write_text('\n\n  \n')
-  with pytest.raises(config_lib.ConfigError, match='holds no text'):
-    pipeline.read_documents(_data_config(str(tmp_path / 'empty.txt')))
-
-
-def test_split_is_deterministic_disjoint_and_complete():
-  docs = [f'doc {i}' for i in range(1000)]
-  train, held_out = pipeline.split_documents(docs, 0.1, seed=0)
-  assert (train, held_out) == pipeline.split_documents(docs, 0.1, seed=0)
-  assert sorted(train + held_out) == sorted(docs) and not set(train) & set(held_out)
-  assert 50 < len(held_out) < 150
-
-
 def test_packed_rows_keep_documents_apart():
   docs = _docs([3, 5, 2, 9, 4, 1, 6])
   ds = pipeline.make_dataset(docs, *_spec(_data_config(seq_len=8), 2), train=True, seed=0)
@@ -120,14 +95,16 @@ def test_eval_stream_is_one_padded_pass():
 
 
 def test_tokenizer_is_trained_once_cached_and_round_trips(tmp_path):
-  docs = pipeline.read_documents(_data_config())[:2000]
+  docs = helpers.shakespeare(2000)
   cfg = ml_collections.ConfigDict({'type': 'bpe', 'vocab_size': 600, 'path': ''})
-  tok = tokenizer_lib.load_or_train(cfg, docs, str(tmp_path))
   cached = tmp_path / 'tokenizer' / 'bpe_600.model'
-  assert cached.exists() and tok.vocab_size == 600
+  assert tokenizer_lib.load_or_train(cfg, str(tmp_path), lambda: docs) == str(cached)
+  assert tokenizer_lib.load(str(cached)).vocab_size == 600
   mtime = os.path.getmtime(cached)
-  again = tokenizer_lib.load_or_train(cfg, [], str(tmp_path))  # no documents: must read cache
-  assert os.path.getmtime(cached) == mtime
+  reads = []  # a cached model is never retrained: the documents are not even read
+  path = tokenizer_lib.load_or_train(cfg, str(tmp_path), lambda: reads.append(1) or [])
+  assert os.path.getmtime(cached) == mtime and not reads
+  again = tokenizer_lib.load(path)
   text = 'ROMEO:\nBut, soft!  what light through yonder window breaks?'
   ids = again.encode([text])[0]
   assert again.decode(ids) == text and max(ids) < 600
@@ -139,9 +116,9 @@ def test_a_vocabulary_too_small_for_the_byte_pieces_is_a_config_error():
 
 
 def _mlm_dataset(docs, seq_len=32, batch=64, seed=0):
-  docs_text = pipeline.read_documents(_data_config())[:400]
+  docs_text = helpers.shakespeare(400)
   tok = tokenizer_lib.train(docs_text, 600, 'bpe')
-  tokens = pipeline.tokenize(docs or docs_text, tok)
+  tokens = helpers.tokenize(docs or docs_text, tok)
   data = _data_config(seq_len=seq_len)
   data.objective = 'mlm'
   return tok, tokens, iter(pipeline.make_dataset(tokens, *_spec(data, batch), train=True,
@@ -227,12 +204,12 @@ def test_span_corruption_reconstructs_the_text_with_sentinels_from_the_top():
 
 
 def test_span_corruption_batches_follow_the_encoder_decoder_contract():
-  tok = tokenizer_lib.train(pipeline.read_documents(_data_config())[:400], 600, 'bpe')
+  tok = tokenizer_lib.train(helpers.shakespeare(400), 600, 'bpe')
   c = config_lib.base()
   c.model.vocab_size = 728
   c.data.objective, c.data.seq_len, c.data.target_seq_len = 'span_corruption', 64, 24
   c.data.reserved_ids = 128
-  tokens = pipeline.tokenize(pipeline.read_documents(_data_config())[:400], tok)
+  tokens = helpers.tokenize(helpers.shakespeare(400), tok)
   batch = next(iter(pipeline.make_dataset(tokens, *_spec(c.data, 4), train=True,
                                           tokenizer=tok)))
   assert set(batch) == {'encoder_inputs', 'encoder_segment_ids', 'encoder_positions',

@@ -23,9 +23,9 @@ SMOKES = {'causal_lm': 'gpt_shakespeare', 'mlm': 'bert_base', 'span_corruption':
 
 @pytest.fixture(scope='module')
 def tokens_and_tokenizer():
-  documents = pipeline.read_documents(config_lib.base().data)[:600]
+  documents = helpers.shakespeare(600)
   tokenizer = tokenizer_lib.train(documents, 400, 'bpe')
-  return pipeline.tokenize(documents, tokenizer), tokenizer
+  return helpers.tokenize(documents, tokenizer), tokenizer
 
 
 @pytest.mark.parametrize('objective', sorted(SMOKES))

@@ -1,4 +1,7 @@
-"""Input pipeline: read documents, tokenize, split, shuffle, pack, batch (numpy only).
+"""Input pipeline: documents of token ids -> shuffle, objective, pack, batch (numpy only).
+
+The documents come from a prepared corpus (zoo/data/shards.py, zoo/data/corpus.py) as a
+grain MapDataset read on demand, or from a list (tests).
 
 Every batch is what the family's batch spec says (zoo/families; docs/contracts.md): the
 keys, shapes and dtypes of `spec`, with `segment_ids` 1, 2, ... per packed document
@@ -6,64 +9,14 @@ keys, shapes and dtypes of `spec`, with `segment_ids` 1, 2, ... per packed docum
 """
 
 import functools
-import importlib.resources
-import os
 
 import grain
 import numpy as np
 
 from zoo.errors import ConfigError
 
-EMBEDDED_CORPUS = 'tinyshakespeare.txt'
 _READ_OPTIONS = grain.ReadOptions(num_threads=1, prefetch_buffer_size=16)
 _PACKING_BINS = 16  # first-fit packing for span corruption: more bins, less padding
-
-
-def read_documents(data_config):
-  """data.path ('' = embedded corpus, a file, or a directory of files) -> list of strings."""
-  path = data_config.path
-  if not path:
-    texts = [importlib.resources.files('zoo.data').joinpath('assets', EMBEDDED_CORPUS)
-             .read_text(encoding='utf-8')]
-  elif os.path.isfile(path):
-    texts = [_read(path)]
-  elif os.path.isdir(path):
-    files = sorted(os.path.join(root, name) for root, _, names in os.walk(path)
-                   for name in names if not name.startswith('.'))
-    texts = [_read(f) for f in files]
-  else:
-    raise ConfigError(f'data.path={path!r} does not exist; pass a text file or a directory '
-                      "of text files ('' = the embedded corpus)")
-  documents = [doc.strip() for text in texts
-               for doc in text.split(data_config.document_separator) if doc.strip()]
-  if not documents:
-    raise ConfigError(f'data.path={path!r} holds no text; point it at a non-empty corpus')
-  return documents
-
-
-def _read(path):
-  try:
-    with open(path, encoding='utf-8') as f:
-      return f.read()
-  except UnicodeDecodeError:
-    raise ConfigError(f'data.path: {path!r} is not UTF-8 text; remove it or convert it') from None
-
-
-def split_documents(documents, eval_fraction, seed):
-  """Deterministic held-out split: (train, eval) lists, each document in exactly one."""
-  held_out = np.random.default_rng(seed).random(len(documents)) < eval_fraction
-  held_out[np.argmax(held_out) if held_out.any() else 0] = True  # never an empty eval split
-  if held_out.all():
-    raise ConfigError(f'data: {len(documents)} document(s) leave nothing to train on; '
-                      'add text or lower data.eval_fraction')
-  return ([d for d, h in zip(documents, held_out) if not h],
-          [d for d, h in zip(documents, held_out) if h])
-
-
-def tokenize(documents, tokenizer):
-  """Each document -> int32 [BOS, pieces..., EOS]."""
-  return [np.asarray([tokenizer.bos_id, *ids, tokenizer.eos_id], np.int32)
-          for ids in tokenizer.encode(documents)]
 
 
 # ---------------------------------------------------------------------- objectives
@@ -216,23 +169,27 @@ def make_dataset(tokens, data_config, spec, *, train, seed=0, stream=0, num_stre
   """One input stream's batches, each as `spec` ({key: (shape, dtype)}, the family's batch
   spec for the stream's rows) says, as a grain IterDataset.
 
-  Stream s of n reads documents s::n (streams are disjoint; zoo/data/streams.py puts them
-  side by side into global batches). Train: shuffled with seed + s, reshuffled every epoch,
-  endless. Eval: in order, one pass, the last batch padded. causal_lm
+  `tokens`: the documents (a grain MapDataset or a list of int32 arrays). Train: every epoch
+  is a new global shuffle of the document indices (seed), endless, and stream s of n reads
+  positions s::n of it (streams are disjoint; zoo/data/streams.py puts them side by side
+  into global batches). Eval: stream s reads documents s::n in order, one pass, the last
+  batch padded. Random objectives draw from seed + s. causal_lm
   rows are packed (concat-then-split); span_corruption examples are packed whole
   (first-fit); mlm rows hold one sentence pair each. mlm and span_corruption need the
   tokenizer.
   """
   rows = next(iter(spec.values()))[0][0]
-  ds = grain.MapDataset.source(tokens)[stream::num_streams]
-  if not len(ds):
+  documents = tokens if isinstance(tokens, grain.MapDataset) else grain.MapDataset.source(tokens)
+  if not len(documents[stream::num_streams]):
     raise ConfigError(f'data: stream {stream} of data.num_streams={num_streams} got no '
                       'documents; use a larger corpus or fewer streams')
-  seed += stream
   if train:
-    ds = ds.shuffle(seed=seed).repeat(None)
+    ds = documents.shuffle(seed=seed).repeat(None)[stream::num_streams]
+  else:
+    ds = documents[stream::num_streams]
+  seed += stream
   if data_config.objective == 'mlm':
-    example = functools.partial(mlm_example, documents=tokens, seq_len=data_config.seq_len,
+    example = functools.partial(mlm_example, documents=documents, seq_len=data_config.seq_len,
                                 tokenizer=tokenizer, mask_rate=data_config.mask_rate)
     ds = ds.random_map(lambda t, rng: example(t, rng), seed=seed).to_iter_dataset(_READ_OPTIONS)
   elif data_config.objective == 'span_corruption':

@@ -1,5 +1,6 @@
 """SentencePiece tokenizer: trained on the corpus on first use, cached in the workdir."""
 
+import hashlib
 import io
 import os
 
@@ -30,6 +31,18 @@ class Tokenizer:
     return self.processor.decode([int(i) for i in ids])
 
 
+def from_file(path):
+  """The tokenizer saved at `path`."""
+  with open(path, 'rb') as f:
+    return Tokenizer(f.read())
+
+
+def checksum(path):
+  """sha256 of a tokenizer file: prepared shards name the tokenizer that made them."""
+  with open(path, 'rb') as f:
+    return hashlib.sha256(f.read()).hexdigest()
+
+
 def train(documents, vocab_size, model_type):
   """Trains a byte-fallback tokenizer that keeps newlines and spacing exactly."""
   proto = io.BytesIO()
@@ -50,28 +63,26 @@ def train(documents, vocab_size, model_type):
   return Tokenizer(proto.getvalue())
 
 
-def _path(tokenizer_config, workdir):
+def path(tokenizer_config, workdir):
   """tokenizer.path, else where the workdir caches the tokenizer it trained."""
   return tokenizer_config.path or os.path.join(
       workdir, 'tokenizer', f'{tokenizer_config.type}_{tokenizer_config.vocab_size}.model')
 
 
-def load(tokenizer_config, workdir):
-  """The model at tokenizer.path, else the one cached in WORKDIR/tokenizer; never trains."""
-  path = _path(tokenizer_config, workdir)
-  if not os.path.isfile(path):
-    raise ConfigError(f'no tokenizer in {path}; train first (it is made from the corpus on '
-                      'first use) or set data.tokenizer.path to a SentencePiece model')
-  with open(path, 'rb') as f:
-    return Tokenizer(f.read())
+def load(model_path):
+  """The tokenizer at `model_path`; never trains."""
+  if not os.path.isfile(model_path):
+    raise ConfigError(f'no tokenizer in {model_path}; train first (it is made from the corpus '
+                      'on first use) or set data.tokenizer.path to a SentencePiece model')
+  return from_file(model_path)
 
 
-def load_or_train(tokenizer_config, documents, workdir):
-  """The model at tokenizer.path, else the cached one in WORKDIR/tokenizer, else a new one
-  trained on `documents` and cached there."""
-  cache = _path(tokenizer_config, workdir)
+def load_or_train(tokenizer_config, workdir, documents):
+  """The path of tokenizer.path, else of the model cached in WORKDIR/tokenizer, else of a
+  new one trained on documents() and cached there."""
+  cache = path(tokenizer_config, workdir)
   if not tokenizer_config.path and not os.path.exists(cache):
-    tokenizer = train(documents, tokenizer_config.vocab_size, tokenizer_config.type)
+    tokenizer = train(documents(), tokenizer_config.vocab_size, tokenizer_config.type)
     os.makedirs(os.path.dirname(cache), exist_ok=True)
     partial = f'{cache}.{os.getpid()}.tmp'
     with open(partial, 'wb') as f:
@@ -81,4 +92,5 @@ def load_or_train(tokenizer_config, documents, workdir):
     except FileExistsError:
       pass
     os.remove(partial)
-  return load(tokenizer_config, workdir)
+  load(cache)  # a readable model, or the one-line error
+  return cache

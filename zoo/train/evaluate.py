@@ -19,7 +19,7 @@ def evaluator(config, place, streams, corpus, state):
                         (state_lib.model_variables(state.shardings),
                          sharding.batch_sharding(place.mesh)),
                         sharding.replicated(place.mesh))
-  datasets = runtime.datasets(config, streams, corpus.eval_tokens, corpus.tokenizer,
+  datasets = runtime.datasets(config, streams, corpus.eval, corpus.tokenizer,
                               train=False)
   batches = streams_lib.eval_batches(datasets, config.train.eval_batches)
   count = len(batches)

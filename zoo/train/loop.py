@@ -35,7 +35,7 @@ def _describe(config, workdir, place, streams, corpus, params, start_step):
       'batch_per_device': config.train.batch_size // sharding.batch_shards(place.mesh),
       'seq_len': config.data.seq_len, 'vocab': corpus.tokenizer.vocab_size,
       'attention_kernel': place.kernel[0], 'attention_kernel_why': place.kernel[1],
-      'train_documents': len(corpus.train_tokens),
+      'train_documents': len(corpus.train),
   }
   print(' '.join(f'{k}={v}' for k, v in header.items()), flush=True)
   return header
@@ -104,7 +104,7 @@ def train(config, workdir):
   parts = runtime.model_state(config, place.mesh)
   saved = runtime.checkpointer(config, workdir)
   data_iter = streams_lib.TrainBatches(runtime.datasets(
-      config, streams, corpus.train_tokens, corpus.tokenizer, train=True), streams.num_streams)
+      config, streams, corpus.train, corpus.tokenizer, train=True), streams.num_streams)
 
   # --- state: resume from the newest readable checkpoint, else initialise sharded
   start_step, state = _start(config, place, parts, saved, data_iter)

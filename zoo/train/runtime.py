@@ -4,7 +4,7 @@ what it uses. Training builds them all; --mode=eval skips nothing but the train 
 
   placement(config)            mesh, logical-axis rules, the attention kernel that will run
   input_streams(config, mesh)  which of the global batch's streams this process reads
-  corpus(config, workdir)      documents -> tokenizer (trained once) -> token arrays, split
+  corpus(config, workdir)      the prepared corpus: tokenizer, train and eval documents
   tokenizer(config, workdir)   the run's existing tokenizer, for generation
   datasets(...)                {stream: grain dataset} of this process's streams
   model_state(config, mesh)    model, optimizer and the abstract sharded train state
@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from zoo import families
 from zoo import kernels
 from zoo import sharding
+from zoo.data import corpus as corpus_lib
 from zoo.data import pipeline
 from zoo.data import streams as streams_lib
 from zoo.data import tokenizer as tokenizer_lib
@@ -95,13 +96,6 @@ def input_streams(config, mesh):
 
 # --------------------------------------------------------------------------- data
 
-@dataclasses.dataclass(frozen=True)
-class Corpus:
-  tokenizer: tokenizer_lib.Tokenizer
-  train_tokens: list  # int32 arrays, one per document
-  eval_tokens: list
-
-
 def _check_vocab(config, tokenizer):
   room = config.model.vocab_size - config.data.reserved_ids
   if tokenizer.vocab_size > room:
@@ -113,20 +107,18 @@ def _check_vocab(config, tokenizer):
 
 
 def corpus(config, workdir):
-  """data.path read, split once and for all, tokenized (the tokenizer trained on the train
-  split on first use and cached in WORKDIR/tokenizer)."""
-  documents = pipeline.read_documents(config.data)
-  train_docs, eval_docs = pipeline.split_documents(
-      documents, config.data.eval_fraction, config.data.split_seed)
-  tokenizer = _check_vocab(
-      config, tokenizer_lib.load_or_train(config.data.tokenizer, train_docs, workdir))
-  return Corpus(tokenizer, pipeline.tokenize(train_docs, tokenizer),
-                pipeline.tokenize(eval_docs, tokenizer))
+  """data.path as a prepared corpus (zoo/data/corpus.py): its tokenizer and the train and
+  eval documents, read from shards on demand (a plain corpus is prepared on first use)."""
+  prepared = corpus_lib.open_corpus(config.data, workdir)
+  _check_vocab(config, prepared.tokenizer)
+  return prepared
 
 
 def tokenizer(config, workdir):
-  """The tokenizer the run trained with (data.tokenizer.path, else WORKDIR/tokenizer)."""
-  return _check_vocab(config, tokenizer_lib.load(config.data.tokenizer, workdir))
+  """The tokenizer the run trained with (data.tokenizer.path, a prepared data.path's, else
+  WORKDIR/tokenizer)."""
+  return _check_vocab(config, tokenizer_lib.load(corpus_lib.tokenizer_path(config.data,
+                                                                           workdir)))
 
 
 def datasets(config, streams, tokens, tokenizer, train):
