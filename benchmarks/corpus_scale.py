@@ -68,6 +68,7 @@ def train(prepared, workdir, steps):
   _, rss, out = run([sys.executable, '-m', 'zoo.launch', f'--config={CONFIG}',
                      f'--workdir={workdir}', f'--config.data.path={prepared}',
                      f'--config.train.steps={steps}', f'--config.train.eval_every={steps}',
+                     '--config.train.eval_batches=8',  # 0 (the config's) = the whole split
                      f'--config.optim.warmup_steps={steps // 5}'])
   rows = [json.loads(line) for line in open(os.path.join(workdir, 'metrics.jsonl'))]
   rate = [r['tokens_per_sec'] for r in rows if 'tokens_per_sec' in r][-1]

@@ -8,7 +8,7 @@ from tests.helpers import REPO
 
 # Bottom to top; the same table as docs/architecture.md.
 LAYERS = (
-    ('errors',),
+    ('errors', 'cli'),
     ('sharding',),
     ('kernels',),
     ('collectives',),
@@ -17,7 +17,7 @@ LAYERS = (
     ('config', 'presets', 'recipes', 'counting', 'data'),
     ('train',),
     ('infer', 'plan', 'convert'),
-    ('launch',),
+    ('launch', 'prepare'),
 )
 
 

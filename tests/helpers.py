@@ -25,8 +25,7 @@ def shakespeare(count):
 
 def tokenize(documents, tokenizer):
   """Each document -> int32 [BOS, pieces..., EOS], as the pipeline reads a prepared one."""
-  return [np.asarray([tokenizer.bos_id, *ids, tokenizer.eos_id], np.int32)
-          for ids in tokenizer.encode(documents)]
+  return [tokenizer.document(ids) for ids in tokenizer.encode(documents)]
 
 
 def config_file(name, arg='smoke'):
@@ -115,3 +114,18 @@ def train_steps(config, mesh_sizes, steps, state=None):
     state, metrics = step(state, family_batch(config, config.train.batch_size, seed))
     rows.append(jax.device_get(metrics))
   return rows, jax.device_get(state['params']), initial
+
+
+def assert_resumes_exactly(dataset, skip, count=5):
+  """An iterator restored from its state after `skip` batches yields the same next batches."""
+  it = iter(dataset)
+  for _ in range(skip):
+    next(it)
+  state = it.get_state()
+  expected = [next(it) for _ in range(count)]
+  resumed = iter(dataset)
+  resumed.set_state(state)
+  for want in expected:
+    got = next(resumed)
+    for key in want:
+      np.testing.assert_array_equal(got[key], want[key])

@@ -132,6 +132,9 @@ def _model():
 def _data(m):
   d = ml_collections.ConfigDict()
   d.path = ''  # '' = the embedded tiny Shakespeare; else a text file or a directory of them
+  # several corpora mixed by weight, 'PATH:WEIGHT,PATH:WEIGHT' (each PATH as data.path; all
+  # with one tokenizer); documents are interleaved in proportion, each source shuffled
+  d.mixture = ''
   d.document_separator = '\n\n'  # a file splits into documents at this string
   d.seq_len = 256
   d.objective = 'causal_lm'

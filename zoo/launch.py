@@ -65,6 +65,7 @@ def run(overrides):
   from zoo import plan  # pylint: disable=g-import-not-at-top
   from zoo.infer import run as infer_run  # pylint: disable=g-import-not-at-top
   from zoo.train import evaluate  # pylint: disable=g-import-not-at-top
+  from zoo.train import checkpoint  # pylint: disable=g-import-not-at-top
   from zoo.train import loop  # pylint: disable=g-import-not-at-top
   if not any(a.startswith(('-v', '--verbosity')) for a in sys.argv):
     logging.set_verbosity(logging.WARNING)  # orbax and grain log every save at INFO
@@ -87,7 +88,7 @@ def run(overrides):
   except config_lib.ConfigError as e:
     print(f'error: {e}', file=sys.stderr, flush=True)
     sys.exit(2)
-  except loop.TrainingError as e:
+  except (loop.TrainingError, checkpoint.WriteError) as e:
     print(f'error: {e}', file=sys.stderr, flush=True)
     sys.exit(1)
 

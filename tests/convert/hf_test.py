@@ -13,7 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from safetensors import numpy as safetensors_np
+import tokenizers
 
+from tests.data.pretrained import gpt2_json
 from tests.helpers import REPO
 from zoo import families
 from zoo.convert import hf
@@ -146,12 +148,16 @@ def test_a_sharded_checkpoint_with_an_index_loads(tmp_path):
   chex.assert_trees_all_equal(params, want)
 
 
-def test_an_imported_checkpoint_fine_tunes_and_evaluates_with_zoo_launch(tmp_path):
-  workdir = tmp_path / 'run'
+def run(*args):
+  """python -m ARGS on one CPU device, as a user runs it."""
   env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO,
              XLA_FLAGS='--xla_force_host_platform_device_count=1')
-  run = lambda *args: subprocess.run([sys.executable, '-m', *args], env=env,
-                                     capture_output=True, text=True, timeout=300, check=False)
+  return subprocess.run([sys.executable, '-m', *args], env=env, capture_output=True, text=True,
+                        timeout=300, check=False)
+
+
+def test_an_imported_checkpoint_fine_tunes_and_evaluates_with_zoo_launch(tmp_path):
+  workdir = tmp_path / 'run'
   result = run('zoo.convert.hf', f'--hf_dir={FIXTURES}/llama', f'--workdir={workdir}')
   assert result.returncode == 0, result.stderr[-2000:]
   config, params = hf.load(os.path.join(FIXTURES, 'llama'))
@@ -175,3 +181,26 @@ def test_an_imported_checkpoint_fine_tunes_and_evaluates_with_zoo_launch(tmp_pat
   assert run('zoo.convert.hf', f'--hf_dir={FIXTURES}/llama',
              f'--workdir={workdir}').returncode == 2  # never overwrites an import
   del config
+
+
+def test_an_imported_model_trains_and_generates_with_its_own_tokenizer(tmp_path):
+  hf_dir, workdir = tmp_path / 'gpt2', tmp_path / 'run'
+  shutil.copytree(os.path.join(FIXTURES, 'gpt2'), hf_dir)
+  tokenizer = tokenizers.Tokenizer.from_file(gpt2_json(hf_dir / 'tokenizer.json'))
+  result = run('zoo.convert.hf', f'--hf_dir={hf_dir}', f'--workdir={workdir}')
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert (workdir / 'tokenizer' / 'tokenizer.json').read_bytes() == \
+      (hf_dir / 'tokenizer.json').read_bytes()
+
+  config = [f'--config={workdir}/config.py', f'--workdir={workdir}']
+  result = run('zoo.launch', *config, '--config.train.steps=5', '--config.train.batch_size=4',
+               '--config.data.seq_len=32', '--config.optim.warmup_steps=1')
+  assert result.returncode == 0, result.stderr[-2000:]
+  header = next(r for r in metrics_lib.read(str(workdir)) if r.get('event') == 'start')
+  assert header['vocab'] == tokenizer.get_vocab_size()  # the checkpoint's, not a trained one
+  assert not (workdir / 'tokenizer' / 'bpe_384.model').exists()
+  result = run('zoo.launch', *config, '--mode=generate', '--prompt=ROMEO: But, soft',
+               '--config.generate.max_new_tokens=8', '--config.data.seq_len=32')
+  assert result.returncode == 0, result.stderr[-2000:]
+  completion = result.stdout.split('--- step 5:')[1]
+  assert 'ROMEO: But, soft' in completion and len(completion.strip()) > len('ROMEO: But, soft')

@@ -19,6 +19,7 @@ from zoo.data import readers
 from zoo.data import shards
 from zoo.data import tokenizer as tokenizer_lib
 from zoo.errors import ConfigError
+from zoo.train import metrics as metrics_lib
 
 TEXTS = ['the first document', 'a second one\nwith two lines', 'third', 'and a fourth']
 
@@ -199,3 +200,44 @@ def test_bad_shards_and_another_tokenizer_are_one_line_errors(tmp_path, tokenize
   (out / prepare.MANIFEST).unlink()
   with pytest.raises(ConfigError, match='holds no manifest.json .* run python -m zoo.prepare'):
     shards.open_prepared(str(out))
+
+
+def _launch(workdir, *overrides):
+  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=helpers.REPO,
+             XLA_FLAGS='--xla_force_host_platform_device_count=1')
+  command = [sys.executable, '-m', 'zoo.launch',
+             f'--config={helpers.config_file("gpt_shakespeare")}', f'--workdir={workdir}',
+             '--config.model.vocab_size=640', '--config.train.steps=4',
+             '--config.train.log_every=2', '--config.optim.warmup_steps=1',
+             *[f'--config.{o}' for o in overrides]]
+  return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300,
+                        check=False)
+
+
+def test_training_reads_a_prepared_corpus_and_a_mixture_of_two(tmp_path, tokenizer_path):
+  books = prepare.prepare([_corpus(tmp_path / 'books', documents=300)], str(tmp_path / 'b'),
+                          tokenizer_path)
+  rng = np.random.default_rng(1)
+  (tmp_path / 'wiki').mkdir()
+  (tmp_path / 'wiki' / 'w.txt').write_text('\n\n'.join(
+      'wiki ' * int(n) for n in rng.integers(5, 30, 300)))
+  prepare.prepare([str(tmp_path / 'wiki')], str(tmp_path / 'w'), tokenizer_path)
+
+  result = _launch(tmp_path / 'one', f'data.path={tmp_path / "b"}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  rows = metrics_lib.read(str(tmp_path / 'one'))
+  assert rows[0]['train_documents'] == books['splits']['train']['documents']
+  assert not (tmp_path / 'one' / 'data').exists()  # read in place, not prepared again
+
+  mixture = f'{tmp_path / "b"}:0.75,{tmp_path / "w"}:0.25'
+  result = _launch(tmp_path / 'mix', f'data.mixture={mixture}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  train_rows = [r for r in metrics_lib.read(str(tmp_path / 'mix')) if 'loss' in r]
+  assert train_rows[-1]['tokens_b'] > 0 and train_rows[-1]['tokens_w'] > 0
+
+  other = tmp_path / 'other.model'
+  other.write_bytes(tokenizer_lib.train(helpers.shakespeare(800), 520, 'bpe').model_proto)
+  prepare.prepare([str(tmp_path / 'wiki')], str(tmp_path / 'w2'), str(other))
+  result = _launch(tmp_path / 'bad', f'data.mixture={tmp_path / "b"}:1,{tmp_path / "w2"}:1')
+  assert result.returncode == 2 and 'prepared with another tokenizer' in result.stderr
+  assert result.stderr.strip().count('\n') == 0, result.stderr

@@ -16,6 +16,7 @@ from zoo.families import decoding
 from zoo import presets
 from zoo import sharding
 from zoo.infer import generate
+from zoo.data import tokenizer as tokenizer_lib
 from zoo.infer import run
 
 PROMPTS = [[2, 10, 11, 12, 13, 14], [2, 20, 21]]  # the second is left-padded by 3
@@ -138,13 +139,14 @@ def test_top_k_and_top_p_keep_the_likeliest_tokens_as_numpy_does():
 
 
 def test_ids_past_the_tokenizer_print_as_t5_sentinels_or_as_ids():
-  class Letters:  # ids 0-9 are the letters a-j
-    vocab_size = 10
+  class Letters(tokenizer_lib.Tokenizer):  # ids 0-9 are the letters a-j; no sentinel pieces
+    vocab_size, sentinels = 10, ()
     decode = staticmethod(lambda ids: ''.join(chr(97 + i) for i in ids))
-  data = lambda objective: ml_collections.ConfigDict({'objective': objective, 'vocab_size': 20})
-  assert run._text(Letters, [0, 1, 19, 2, 18], data('span_corruption')) == (
+  data = lambda objective: ml_collections.ConfigDict({'objective': objective,
+                                                      'num_sentinels': 10})
+  assert run._text(Letters(), [0, 1, 19, 2, 18], data('span_corruption')) == (
       'ab<extra_id_0>c<extra_id_1>')
-  assert run._text(Letters, [0, 15, 1], data('causal_lm')) == 'a<id 15>b'
+  assert run._text(Letters(), [0, 15, 1], data('causal_lm')) == 'a<id 15>b'
 
 
 def test_cached_decoding_on_a_data_fsdp_tensor_mesh_gives_the_unsharded_logits():

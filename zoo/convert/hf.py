@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 from typing import Callable
 
 import flax.linen as nn
@@ -594,9 +595,27 @@ def _overrides(config):
           if key not in _DERIVED and base.get(key) != value]
 
 
+TOKENIZER_FILES = ('tokenizer.json', 'spiece.model', 'tokenizer.model')  # first found is used
+
+
+def _import_tokenizer(hf_dir, workdir, config):
+  """The checkpoint's tokenizer copied to workdir/tokenizer/ and named by
+  data.tokenizer.path (-> its path), or None when the directory has none."""
+  name = next((n for n in TOKENIZER_FILES if os.path.isfile(os.path.join(hf_dir, n))), None)
+  if name is None:
+    return None
+  target = os.path.abspath(os.path.join(workdir, 'tokenizer', name))
+  os.makedirs(os.path.dirname(target), exist_ok=True)
+  shutil.copyfile(os.path.join(hf_dir, name), target)
+  with config.unlocked():
+    config.data.tokenizer.path = target
+  return target
+
+
 def write_workdir(hf_dir, workdir):
-  """Imports `hf_dir` into `workdir`: the params (orbax, workdir/imported) and
-  workdir/config.py, whose train.init_params points at them."""
+  """Imports `hf_dir` into `workdir`: the params (orbax, workdir/imported), the checkpoint's
+  tokenizer (workdir/tokenizer/, if it has one) and workdir/config.py, whose
+  train.init_params and data.tokenizer.path point at them."""
   from zoo.train import checkpoint  # pylint: disable=g-import-not-at-top
   config, params = load(hf_dir)
   imported = os.path.abspath(os.path.join(workdir, 'imported'))
@@ -607,6 +626,9 @@ def write_workdir(hf_dir, workdir):
   checkpoint.save_params(imported, params)
   with config.unlocked():
     config.train.init_params = imported
+  tokenizer = _import_tokenizer(hf_dir, workdir, config)
+  about_tokenizer = (f'The tokenizer is the checkpoint\'s ({tokenizer}).' if tokenizer else
+                     'The checkpoint has no tokenizer file; the zoo trains one on data.path.')
   lines = ',\n    '.join(repr(o) for o in _overrides(config))
   with open(os.path.join(workdir, 'config.py'), 'w', encoding='utf-8') as f:
     f.write(f'''"""Imported from {os.path.abspath(hf_dir)} by zoo.convert.hf.
@@ -614,7 +636,7 @@ def write_workdir(hf_dir, workdir):
     python -m zoo.launch --config={os.path.join(workdir, 'config.py')} --workdir={workdir}
 
 trains from the imported weights (train.init_params) until the workdir has checkpoints.
-The tokenizer is the zoo's (trained on data.path); a Hugging Face tokenizer is not read.
+{about_tokenizer}
 """
 
 from zoo import config as config_lib

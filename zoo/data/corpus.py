@@ -1,16 +1,22 @@
-"""The corpus a config names, always as a prepared corpus (one pipeline, not two).
+"""The corpus a config names, always as prepared corpora (one pipeline, not two).
 
-data.path is a prepared directory (python -m zoo.prepare), or the embedded corpus (''), a
-text file or a directory of files, which are prepared on first use into WORKDIR/data/KEY
+data.path (or each source of data.mixture, 'PATH:WEIGHT,...') is a prepared directory
+(python -m zoo.prepare), or the embedded corpus (''), a text file or a directory of files,
+which are prepared on first use into WORKDIR/data/KEY
 (KEY: a hash of the inputs' paths, sizes and times and of the recipe) with the tokenizer the
 run trains on their first documents and caches in WORKDIR/tokenizer.
 """
 
+import dataclasses
 import hashlib
 import importlib.resources
 import json
 import os
+from typing import Any
 
+import grain
+
+from zoo.data import pipeline
 from zoo.data import prepare
 from zoo.data import readers
 from zoo.data import shards
@@ -37,19 +43,70 @@ def _cache(data_config, workdir, files, tokenizer_path):
   return os.path.join(workdir, 'data', key)
 
 
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+  tokenizer: tokenizer_lib.Tokenizer
+  train: Any  # grain MapDataset of documents, or a pipeline.Mixture of the sources'
+  eval: grain.MapDataset  # every source's eval split, one after the other
+  sources: tuple = ()  # the mixture's source names, as the metrics rows say them
+
+  def train_documents(self):
+    parts = self.train.datasets if isinstance(self.train, pipeline.Mixture) else [self.train]
+    return sum(len(p) for p in parts)
+
+
+def parse_mixture(spec):
+  """data.mixture 'PATH:WEIGHT,PATH:WEIGHT' -> [(path, weight)], weights positive."""
+  sources = []
+  for item in spec.split(','):
+    path, _, weight = item.strip().rpartition(':')
+    try:
+      weight = float(weight)
+    except ValueError:
+      weight = float('nan')
+    if not path or not weight > 0:
+      raise ConfigError(f'data.mixture: {item.strip()!r} is not PATH:WEIGHT with a positive '
+                        "weight; write e.g. 'books:0.7,wiki:0.3'")
+    sources.append((path, weight))
+  return sources
+
+
 def open_corpus(data_config, workdir):
-  """-> shards.Prepared for data.path, preparing a plain corpus on first use."""
+  """-> Corpus for data.path (or data.mixture's sources), preparing plain corpora on first
+  use."""
   d = data_config
-  if prepare.is_prepared(d.path):
-    return shards.open_prepared(d.path, d.tokenizer.path)
-  files = _inputs(d.path)
+  if not d.mixture:
+    one = _open(d.path, d, workdir)
+    return Corpus(one.tokenizer, one.train, one.eval)
+  if d.path:
+    raise ConfigError(f'data.path={d.path!r} and data.mixture are both set; put every source '
+                      "in data.mixture and set data.path=''")
+  sources = parse_mixture(d.mixture)
+  opened = [_open(path, d, workdir) for path, _ in sources]
+  for (path, _), one in zip(sources, opened):
+    if one.manifest['tokenizer']['sha256'] != opened[0].manifest['tokenizer']['sha256']:
+      raise ConfigError(f'data.mixture: {path} was prepared with another tokenizer than '
+                        f'{sources[0][0]}; prepare every source with the same --tokenizer')
+  names = [os.path.basename(os.path.normpath(path)) or 'embedded' for path, _ in sources]
+  names = [n if names.count(n) == 1 else f'{n}_{k}' for k, n in enumerate(names)]
+  return Corpus(opened[0].tokenizer,
+                pipeline.Mixture(tuple(o.train for o in opened), tuple(w for _, w in sources)),
+                grain.MapDataset.concatenate([o.eval for o in opened]), tuple(names))
+
+
+def _open(path, d, workdir):
+  """-> shards.Prepared for one path: a prepared directory, or a plain corpus prepared on
+  first use."""
+  if prepare.is_prepared(path):
+    return shards.open_prepared(path, d.tokenizer.path)
+  files = _inputs(path)
 
   def first_documents():
     texts = prepare.train_documents(readers.documents(files, separator=d.document_separator),
                                     d.eval_fraction, d.split_seed,
                                     prepare.TOKENIZER_DOCUMENTS)
     if not texts:
-      raise ConfigError(f'data.path={d.path!r} holds no text to train a tokenizer on; point '
+      raise ConfigError(f'data.path={path!r} holds no text to train a tokenizer on; point '
                         'it at a non-empty corpus')
     return texts
   tokenizer_path = tokenizer_lib.load_or_train(d.tokenizer, workdir, first_documents)
@@ -64,7 +121,8 @@ def tokenizer_path(data_config, workdir):
   """Where the run's tokenizer is: data.tokenizer.path, a prepared data.path's, else the
   one the run trained and cached in WORKDIR/tokenizer."""
   d = data_config
-  if not d.tokenizer.path and prepare.is_prepared(d.path):
-    manifest = prepare.read_json(os.path.join(d.path, prepare.MANIFEST))
-    return os.path.join(d.path, manifest['tokenizer']['file'])
+  path = parse_mixture(d.mixture)[0][0] if d.mixture else d.path
+  if not d.tokenizer.path and prepare.is_prepared(path):
+    manifest = prepare.read_json(os.path.join(path, prepare.MANIFEST))
+    return os.path.join(path, manifest['tokenizer']['file'])
   return tokenizer_lib.path(d.tokenizer, workdir)

@@ -8,6 +8,7 @@ keys, shapes and dtypes of `spec`, with `segment_ids` 1, 2, ... per packed docum
 (0 = padding) and `positions` restarting at 0 in every document.
 """
 
+import dataclasses
 import functools
 
 import grain
@@ -17,6 +18,7 @@ from zoo.errors import ConfigError
 
 _READ_OPTIONS = grain.ReadOptions(num_threads=1, prefetch_buffer_size=16)
 _PACKING_BINS = 16  # first-fit packing for span corruption: more bins, less padding
+SOURCE_TOKENS = 'source_tokens'  # a mixture's batches: real tokens per source (not model input)
 
 
 # ---------------------------------------------------------------------- objectives
@@ -26,15 +28,22 @@ def causal_lm(tokens):
   return {'inputs': tokens[:-1], 'targets': tokens[1:]}
 
 
-def mlm_example(tokens, rng, *, documents, seq_len, tokenizer, mask_rate):
+def _body(document, tokenizer):
+  """A document's pieces without its BOS (if the tokenizer has one) and EOS."""
+  return document[int(tokenizer.bos_id is not None):-1]
+
+
+def mlm_example(tokens, rng, *, documents, seq_len, tokenizer, mask_rate, pieces):
   """BERT pretraining example from one document (Devlin et al. 2019, sec. 3.1).
 
   [CLS] A [SEP] B [SEP] with B the rest of the document half the time (label 0) and a span
   of another document otherwise (label 1); `mask_rate` of the non-special tokens are chosen,
   of which 80% become [MASK], 10% a random piece and 10% stay; the loss reads only those.
   Rows are not packed (the next-sentence head reads the first token); padding is segment 0.
+  [CLS] and [SEP] are the tokenizer's BOS and EOS; random pieces are drawn from `pieces`
+  (the tokenizer's non-special ids).
   """
-  body = tokens[1:-1]  # without BOS/EOS
+  body = _body(tokens, tokenizer)
   room = seq_len - 3
   if len(body) > room:
     start = rng.integers(0, len(body) - room + 1)
@@ -43,21 +52,20 @@ def mlm_example(tokens, rng, *, documents, seq_len, tokenizer, mask_rate):
   first, second = body[:split], body[split:]
   is_random_next = len(second) == 0 or rng.random() < 0.5
   if is_random_next:
-    other = documents[int(rng.integers(len(documents)))][1:-1]
+    other = _body(documents[int(rng.integers(len(documents)))], tokenizer)
     length = max(1, min(room - len(first), len(other)))
     offset = int(rng.integers(0, len(other) - length + 1)) if len(other) >= length else 0
     second = other[offset:offset + length]
   cls, sep = tokenizer.bos_id, tokenizer.eos_id
   ids = np.concatenate([[cls], first, [sep], second, [sep]]).astype(np.int32)
   token_type_ids = np.concatenate([np.zeros(len(first) + 2), np.ones(len(second) + 1)])
-  candidates = np.flatnonzero(ids >= tokenizer.first_piece_id)
+  candidates = np.flatnonzero(~np.isin(ids, list(tokenizer.special_ids)))
   chosen = rng.choice(candidates, max(1, round(mask_rate * len(candidates))), replace=False) \
       if len(candidates) else np.zeros(0, np.int64)
   inputs, roll = ids.copy(), rng.random(len(chosen))
   inputs[chosen[roll < 0.8]] = tokenizer.mask_id
   random_slots = chosen[(roll >= 0.8) & (roll < 0.9)]
-  inputs[random_slots] = rng.integers(tokenizer.first_piece_id, tokenizer.vocab_size,
-                                      len(random_slots))
+  inputs[random_slots] = pieces[rng.integers(0, len(pieces), len(random_slots))]
   loss_weights = np.zeros(len(ids), np.float32)
   loss_weights[chosen] = 1.0
   pad = lambda x, dtype: np.pad(x, (0, seq_len - len(ids))).astype(dtype)
@@ -87,14 +95,13 @@ def _span_lengths(n, data_config):
   return noise, spans
 
 
-def span_corruption_example(tokens, rng, *, data_config, eos_id):
+def span_corruption_example(tokens, rng, *, data_config, tokenizer, sentinels):
   """T5 span corruption (Raffel et al. 2020, sec. 3.1.4): noise spans of one document
   become sentinels in the inputs; targets are each sentinel followed by its span, then EOS.
-  Sentinels count down from the top of the vocabulary (data.vocab_size - 1, - 2, ...).
-  The document is cropped (at a random offset) so inputs fit data.seq_len and targets
-  data.target_seq_len.
+  Span i is `sentinels[i]` (tokenizer.sentinel_ids: <extra_id_i>). The document is cropped
+  (at a random offset) so inputs fit data.seq_len and targets data.target_seq_len.
   """
-  body = tokens[1:-1]
+  body, eos_id = _body(tokens, tokenizer), tokenizer.eos_id
 
   def fits(n):
     noise, spans = _span_lengths(n, data_config)
@@ -113,7 +120,7 @@ def span_corruption_example(tokens, rng, *, data_config, eos_id):
     keep_lengths = _partition(n - noise, spans, rng)
     offset = 0
     for i, (keep, drop) in enumerate(zip(keep_lengths, noise_lengths)):
-      sentinel = data_config.vocab_size - 1 - i
+      sentinel = sentinels[i]
       inputs += [*body[offset:offset + keep], sentinel]
       targets += [sentinel, *body[offset + keep:offset + keep + drop]]
       offset += keep + drop
@@ -133,6 +140,7 @@ def _span_corruption_contract(packed):
       'decoder_segment_ids': packed['decoder_inputs_segment_ids'],
       'decoder_positions': packed['decoder_inputs_positions'],
       'decoder_loss_weights': (packed['decoder_targets_segment_ids'] > 0).astype(np.float32),
+      **({'source': packed['source']} if 'source' in packed else {}),
   }
 
 
@@ -148,20 +156,55 @@ def _contract(packed):
       'inputs': packed['inputs'], 'targets': packed['targets'],
       'segment_ids': segment_ids, 'positions': packed['inputs_positions'],
       'loss_weights': (segment_ids > 0).astype(np.float32),
+      **({'source': packed['source']} if 'source' in packed else {}),
   }
 
 
-def _conform(batch, spec):
+def _conform(batch, spec, num_sources=0):
   """The batch checked against the spec (keys and dtypes: a mismatch is a bug in an
   objective, named here), short batches (the last of an eval pass) padded with
-  all-padding rows (segment 0, weight 0)."""
+  all-padding rows (segment 0, weight 0). A mixture's batch also says how many real tokens
+  each source gave (SOURCE_TOKENS)."""
+  source = batch.pop('source', None)
   if set(batch) != set(spec) or any(batch[k].dtype != d for k, (_, d) in spec.items()):
     raise ValueError(f'the pipeline made {({k: str(v.dtype) for k, v in batch.items()})}, '
                      f'the batch spec says {({k: str(d) for k, (_, d) in spec.items()})}')
-  return {key: np.concatenate([batch[key], np.zeros((shape[0] - len(batch[key]), *shape[1:]),
-                                                    dtype)])
-          if len(batch[key]) < shape[0] else batch[key]
-          for key, (shape, dtype) in spec.items()}
+  out = {key: np.concatenate([batch[key], np.zeros((shape[0] - len(batch[key]), *shape[1:]),
+                                                   dtype)])
+         if len(batch[key]) < shape[0] else batch[key]
+         for key, (shape, dtype) in spec.items()}
+  if num_sources:
+    out[SOURCE_TOKENS] = np.bincount(source.ravel(), minlength=num_sources + 1)[1:]
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Mixture:
+  """Sources of train documents (grain MapDatasets) mixed by weight."""
+  datasets: tuple
+  weights: tuple
+
+
+def _stream(documents, train, seed, stream, num_streams):
+  """Stream s of n: train, positions s::n of an endless sequence of epochs, each a new
+  shuffle of all document indices; eval, documents s::n in order, once."""
+  if not len(documents[stream::num_streams]):
+    raise ConfigError(f'data: stream {stream} of data.num_streams={num_streams} got no '
+                      'documents; use a larger corpus or fewer streams')
+  if train:
+    return documents.shuffle(seed=seed).repeat(None)[stream::num_streams]
+  return documents[stream::num_streams]
+
+
+def _tagged(example, key):
+  """example(document, ...) -> example((document, source), ...) with a `source` feature:
+  the source (1, 2, ...) on each real token of example[key]."""
+  def tagged(item, *args):
+    document, source = item
+    out = example(document, *args)
+    real = out['segment_ids'] > 0 if 'segment_ids' in out else np.ones(len(out[key]), bool)
+    return {**out, 'source': (real * source).astype(np.int32)}
+  return tagged
 
 
 def make_dataset(tokens, data_config, spec, *, train, seed=0, stream=0, num_streams=1,
@@ -169,44 +212,50 @@ def make_dataset(tokens, data_config, spec, *, train, seed=0, stream=0, num_stre
   """One input stream's batches, each as `spec` ({key: (shape, dtype)}, the family's batch
   spec for the stream's rows) says, as a grain IterDataset.
 
-  `tokens`: the documents (a grain MapDataset or a list of int32 arrays). Train: every epoch
-  is a new global shuffle of the document indices (seed), endless, and stream s of n reads
-  positions s::n of it (streams are disjoint; zoo/data/streams.py puts them side by side
-  into global batches). Eval: stream s reads documents s::n in order, one pass, the last
-  batch padded. Random objectives draw from seed + s. causal_lm
-  rows are packed (concat-then-split); span_corruption examples are packed whole
+  `tokens`: the documents (a grain MapDataset or a list of int32 arrays), or for training a
+  Mixture of sources: each its own stream (seed + k for source k), interleaved in
+  proportion to the weights (grain's MapDataset.mix), and every batch says how many real
+  tokens each source gave (SOURCE_TOKENS). Streams as _stream says (zoo/data/streams.py
+  puts them side by side into global batches); random objectives draw from seed + s.
+  causal_lm rows are packed (concat-then-split); span_corruption examples are packed whole
   (first-fit); mlm rows hold one sentence pair each. mlm and span_corruption need the
   tokenizer.
   """
-  rows = next(iter(spec.values()))[0][0]
-  documents = tokens if isinstance(tokens, grain.MapDataset) else grain.MapDataset.source(tokens)
-  if not len(documents[stream::num_streams]):
-    raise ConfigError(f'data: stream {stream} of data.num_streams={num_streams} got no '
-                      'documents; use a larger corpus or fewer streams')
-  if train:
-    ds = documents.shuffle(seed=seed).repeat(None)[stream::num_streams]
+  d, rows = data_config, next(iter(spec.values()))[0][0]
+  mixture = isinstance(tokens, Mixture)
+  if mixture:
+    ds = grain.MapDataset.mix([
+        _stream(docs, train, seed + k, stream, num_streams).map(lambda t, k=k: (t, k + 1))
+        for k, docs in enumerate(tokens.datasets)], tokens.weights)
+    documents = grain.MapDataset.concatenate(list(tokens.datasets))
   else:
-    ds = documents[stream::num_streams]
+    documents = tokens if isinstance(tokens, grain.MapDataset) else grain.MapDataset.source(tokens)
+    ds = _stream(documents, train, seed, stream, num_streams)
+  tag = (lambda example, key: _tagged(example, key)) if mixture else (lambda example, _: example)
   seed += stream
-  if data_config.objective == 'mlm':
-    example = functools.partial(mlm_example, documents=documents, seq_len=data_config.seq_len,
-                                tokenizer=tokenizer, mask_rate=data_config.mask_rate)
-    ds = ds.random_map(lambda t, rng: example(t, rng), seed=seed).to_iter_dataset(_READ_OPTIONS)
-  elif data_config.objective == 'span_corruption':
-    example = functools.partial(span_corruption_example, data_config=data_config,
-                                eos_id=tokenizer.eos_id)
-    ds = ds.random_map(lambda t, rng: example(t, rng), seed=seed).to_iter_dataset(_READ_OPTIONS)
-    lengths = {'encoder_inputs': data_config.seq_len, 'decoder_inputs': data_config.target_seq_len,
-               'decoder_targets': data_config.target_seq_len}
+  if d.objective == 'mlm':
+    example = tag(functools.partial(mlm_example, documents=documents, seq_len=d.seq_len,
+                                    tokenizer=tokenizer, mask_rate=d.mask_rate,
+                                    pieces=tokenizer.piece_ids()), 'inputs')
+    ds = ds.random_map(example, seed=seed).to_iter_dataset(_READ_OPTIONS)
+  elif d.objective == 'span_corruption':
+    example = tag(functools.partial(span_corruption_example, data_config=d, tokenizer=tokenizer,
+                                    sentinels=tokenizer.sentinel_ids(d.num_sentinels)),
+                  'encoder_inputs')
+    ds = ds.random_map(example, seed=seed).to_iter_dataset(_READ_OPTIONS)
+    lengths = {'encoder_inputs': d.seq_len, 'decoder_inputs': d.target_seq_len,
+               'decoder_targets': d.target_seq_len, **({'source': d.seq_len} if mixture else {})}
     ds = grain.experimental.FirstFitPackIterDataset(
         ds, length_struct=lengths, num_packing_bins=_PACKING_BINS, shuffle_bins=False
     ).map(_span_corruption_contract)
   else:
-    ds = ds.map(OBJECTIVES[data_config.objective]).to_iter_dataset(_READ_OPTIONS)
-    lengths = {'inputs': data_config.seq_len, 'targets': data_config.seq_len}
+    ds = ds.map(tag(OBJECTIVES[d.objective], 'inputs')).to_iter_dataset(_READ_OPTIONS)
+    lengths = {'inputs': d.seq_len, 'targets': d.seq_len,
+               **({'source': d.seq_len} if mixture else {})}
     ds = grain.experimental.ConcatThenSplitIterDataset(ds, length_struct=lengths).map(_contract)
   ds = ds.batch(rows, drop_remainder=train)
-  return ds.map(functools.partial(_conform, spec=spec))
+  return ds.map(functools.partial(_conform, spec=spec,
+                                  num_sources=len(tokens.datasets) if mixture else 0))
 
 
 def packing_efficiency(batch):

@@ -1,5 +1,5 @@
 """A prepared corpus (zoo/data/prepare.py) opened for training: its tokenizer and, per split,
-a grain MapDataset of documents (int32 [BOS, pieces..., EOS]) read from the shards on demand.
+a grain MapDataset of documents (int32 [BOS if any, pieces..., EOS]) read from the shards on demand.
 
 Nothing is loaded up front: the datasets index ArrayRecord files, so the training process's
 memory does not grow with the corpus. Every shard is checked against the manifest (size and
@@ -28,9 +28,8 @@ class Prepared:
   eval: grain.MapDataset
 
 
-def _document(record, bos_id, eos_id):
-  ids = np.frombuffer(record, prepare.RECORD_DTYPE)
-  return np.concatenate([[bos_id], ids, [eos_id]]).astype(np.int32)
+def _document(record, tokenizer):
+  return tokenizer.document(np.frombuffer(record, prepare.RECORD_DTYPE))
 
 
 def _check_shard(directory, shard):
@@ -72,7 +71,7 @@ def open_prepared(directory, tokenizer_path=''):
                       'prepare the corpus with --tokenizer set to it, or unset '
                       'data.tokenizer.path')
   tokenizer = tokenizer_lib.from_file(own)
-  document = functools.partial(_document, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)
+  document = functools.partial(_document, tokenizer=tokenizer)
 
   def split(name):
     paths = [_check_shard(directory, s) for s in manifest['shards'] if s['split'] == name]

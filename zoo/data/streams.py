@@ -8,6 +8,7 @@ depends on num_streams and the seed, not on the mesh or the number of processes.
 
 import numpy as np
 
+from zoo.data import pipeline
 from zoo.errors import ConfigError
 
 
@@ -33,7 +34,9 @@ def _key(stream, num_streams):
 
 
 def _concat(parts):
-  return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+  """Rows side by side; a mixture's per-source token counts (one vector per part) summed."""
+  return {k: sum(p[k] for p in parts) if k == pipeline.SOURCE_TOKENS
+          else np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
 class TrainBatches:

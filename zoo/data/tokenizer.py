@@ -1,28 +1,79 @@
-"""SentencePiece tokenizer: trained on the corpus on first use, cached in the workdir."""
+"""Tokenizers: a SentencePiece model (the zoo trains one on the corpus on first use and caches
+it in the workdir, or a pretrained one such as T5's) or a Hugging Face tokenizer.json (GPT-2
+byte-level BPE, BERT WordPiece, Llama 3 BPE) through the `tokenizers` library.
+
+Special ids are read from the tokenizer, never assumed: SentencePiece's own pad/unk/bos/eos
+ids and `<mask>`/`[MASK]` and `<extra_id_k>` pieces; a tokenizer.json's special added
+tokens by their usual names. encode() adds no special tokens; document() does.
+"""
 
 import hashlib
 import io
+import json
 import os
 
+import numpy as np
 import sentencepiece as spm
 
 from zoo.errors import ConfigError
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3  # the layout of tokenizers the zoo trains
 USER_SYMBOLS = ('\n', '<mask>')  # ids 4 and 5: newlines survive, MLM has a [MASK]
 _MAX_TRAINING_DOCUMENTS = 200_000
+# the names special tokens go by in tokenizer.json files, by role (first match wins)
+_ROLES = {
+    'bos': ('<s>', '<|begin_of_text|>', '<|startoftext|>', '[CLS]'),
+    'eos': ('</s>', '<|end_of_text|>', '<|endoftext|>', '[SEP]'),
+    'pad': ('<pad>', '[PAD]', '<|pad|>'),
+    'unk': ('<unk>', '[UNK]'),
+    'mask': ('<mask>', '[MASK]'),
+}
 
 
 class Tokenizer:
-  """Thin wrapper: encode/decode plus the special ids the pipeline uses."""
+  """encode/decode plus the special ids the objectives use (bos_id and mask_id may be None;
+  pad_id is the eos id where the tokenizer has no pad token)."""
+  vocab_size: int
+  bos_id: int | None
+  eos_id: int
+  pad_id: int
+  mask_id: int | None
+  special_ids: frozenset  # never masked nor drawn as a random replacement
+  sentinels: tuple  # the ids of the tokenizer's own <extra_id_0>, <extra_id_1>, ... pieces
+
+  def document(self, ids):
+    """A document as the model reads it: [BOS if any, ids..., EOS], int32."""
+    head = [] if self.bos_id is None else [self.bos_id]
+    return np.asarray([*head, *ids, self.eos_id], np.int32)
+
+  def piece_ids(self):
+    """The ids of ordinary pieces (all but the special ones)."""
+    return np.setdiff1d(np.arange(self.vocab_size), sorted(self.special_ids))
+
+  def sentinel_ids(self, count):
+    """T5's sentinels <extra_id_0..count-1>: the tokenizer's own pieces of those names, else
+    ids above its vocabulary counting down from vocab_size + count - 1 (T5's extra ids)."""
+    if len(self.sentinels) >= count:
+      return tuple(self.sentinels[:count])
+    return tuple(self.vocab_size + count - 1 - k for k in range(count))
+
+
+class SentencePiece(Tokenizer):
+  """A SentencePiece model with the special ids it declares."""
 
   def __init__(self, model_proto):
-    self.processor = spm.SentencePieceProcessor(model_proto=model_proto)
+    self.processor = p = spm.SentencePieceProcessor(model_proto=model_proto)
     self.model_proto = model_proto
-    self.vocab_size = self.processor.vocab_size()
-    self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID
-    self.mask_id = self.processor.piece_to_id('<mask>')
-    self.first_piece_id = max(BOS_ID, EOS_ID, self.mask_id) + 1  # below: control symbols
+    self.vocab_size = p.vocab_size()
+    piece = lambda name: p.piece_to_id(name) if p.piece_to_id(name) != p.unk_id() else None
+    self.bos_id = p.bos_id() if p.bos_id() >= 0 else None
+    self.eos_id = p.eos_id()
+    self.pad_id = p.pad_id() if p.pad_id() >= 0 else p.eos_id()
+    self.mask_id = piece('<mask>') if piece('<mask>') is not None else piece('[MASK]')
+    self.sentinels = tuple(_prefix_run(piece, '<extra_id_{}>'))
+    control = [i for i in range(self.vocab_size) if p.is_control(i) or p.is_unknown(i)]
+    self.special_ids = frozenset([*control, *self.sentinels] +
+                                 ([self.mask_id] if self.mask_id is not None else []))
 
   def encode(self, texts):
     return self.processor.encode(list(texts))
@@ -31,10 +82,51 @@ class Tokenizer:
     return self.processor.decode([int(i) for i in ids])
 
 
+class HuggingFace(Tokenizer):
+  """A Hugging Face tokenizer.json, through the `tokenizers` library."""
+
+  def __init__(self, text):
+    import tokenizers  # pylint: disable=g-import-not-at-top
+    self.impl = tokenizers.Tokenizer.from_str(text)
+    self.vocab_size = self.impl.get_vocab_size(with_added_tokens=True)
+    added = {t['content']: t['id'] for t in json.loads(text).get('added_tokens', [])
+             if t.get('special')}
+    role = {r: next((added[n] for n in names if n in added), None) for r, names in _ROLES.items()}
+    self.bos_id, self.eos_id, self.mask_id = role['bos'], role['eos'], role['mask']
+    if self.eos_id is None:
+      raise ValueError(f'no end-of-text token among its special tokens {sorted(added)} '
+                       f'(looked for {_ROLES["eos"]})')
+    self.pad_id = role['pad'] if role['pad'] is not None else self.eos_id
+    self.sentinels = tuple(_prefix_run(added.get, '<extra_id_{}>'))
+    self.special_ids = frozenset(added.values())
+
+  def encode(self, texts):
+    return [e.ids for e in self.impl.encode_batch(list(texts), add_special_tokens=False)]
+
+  def decode(self, ids):
+    return self.impl.decode([int(i) for i in ids], skip_special_tokens=False)
+
+
+def _prefix_run(lookup, pattern):
+  """lookup(pattern.format(k)) for k = 0, 1, ... while it finds one."""
+  k = 0
+  while (found := lookup(pattern.format(k))) is not None:
+    yield found
+    k += 1
+
+
 def from_file(path):
-  """The tokenizer saved at `path`."""
+  """The tokenizer saved at `path`: a tokenizer.json (by its extension) or a SentencePiece
+  model; one that cannot be read is a ConfigError naming the file."""
   with open(path, 'rb') as f:
-    return Tokenizer(f.read())
+    data = f.read()
+  try:
+    if path.endswith('.json'):
+      return HuggingFace(data.decode('utf-8'))
+    return SentencePiece(data)
+  except Exception as e:  # pylint: disable=broad-except
+    raise ConfigError(f'{path}: not a tokenizer the zoo reads ({e}); pass a SentencePiece '
+                      'model or a Hugging Face tokenizer.json') from None
 
 
 def checksum(path):
@@ -60,7 +152,7 @@ def train(documents, vocab_size, model_type):
     raise ConfigError(f'data.tokenizer.vocab_size={vocab_size} is too small for the 256 byte '
                       'pieces plus the characters of this corpus; raise model.vocab_size '
                       '(e.g. 512)') from None
-  return Tokenizer(proto.getvalue())
+  return SentencePiece(proto.getvalue())
 
 
 def path(tokenizer_config, workdir):

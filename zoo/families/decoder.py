@@ -76,7 +76,7 @@ def hf_model_type(m):
 
 def tokenize_prompts(config, tokenizer, prompts):
   """Prompts as in training (BOS + pieces), left-padded -> (ids, segment ids) [B, P]."""
-  rows = [[tokenizer.bos_id, *p] for p in tokenizer.encode(prompts)]
+  rows = [list(tokenizer.document(p)[:-1]) for p in tokenizer.encode(prompts)]
   new_tokens, m = config.generate.max_new_tokens, config.model
   longest = max(len(r) for r in rows)
   if m.position == 'learned' and longest + new_tokens > m.max_length:

@@ -29,8 +29,9 @@ def check(config, prompts):
 
 
 def _text(tokenizer, ids, data_config):
-  """Ids -> text; ids past the tokenizer are T5 sentinels (<extra_id_k>, counting down from
-  data.vocab_size) or, elsewhere, shown as <id N>."""
+  """Ids -> text; ids past the tokenizer are T5 sentinels (<extra_id_k>, as
+  tokenizer.sentinel_ids numbers them) or, elsewhere, shown as <id N>."""
+  sentinels = tokenizer.sentinel_ids(data_config.num_sentinels)
   parts, pieces = [], []
   for i in ids:
     if i < tokenizer.vocab_size:
@@ -38,8 +39,8 @@ def _text(tokenizer, ids, data_config):
       continue
     parts.append(tokenizer.decode(pieces))
     pieces = []
-    if data_config.objective == 'span_corruption' and i < data_config.vocab_size:
-      parts.append(f'<extra_id_{data_config.vocab_size - 1 - i}>')
+    if data_config.objective == 'span_corruption' and i in sentinels:
+      parts.append(f'<extra_id_{sentinels.index(i)}>')
     else:
       parts.append(f'<id {i}>')
   return ''.join(parts) + tokenizer.decode(pieces)

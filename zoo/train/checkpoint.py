@@ -12,6 +12,8 @@ previous good one is used.
 import glob
 import json
 import os
+import re
+import shutil
 import time
 
 import grain
@@ -21,25 +23,59 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 
+class WriteError(RuntimeError):
+  """A checkpoint could not be written; the message names the step, the cause, the path
+  and the last good checkpoint."""
+
+
 class Checkpointer:
 
   def __init__(self, directory, keep):
     self.directory = os.path.abspath(directory)
     self.keep = keep
     self.manager = self._open()
+    self.pending = None  # the step of the async save in flight
+    self.failed = False  # a write failed (and was reported)
 
   def _open(self):
     options = ocp.CheckpointManagerOptions(max_to_keep=self.keep, create=True)
     return ocp.CheckpointManager(self.directory, options=options, item_names=('state', 'data'))
 
   def save(self, step, state, data_iter):
-    """Starts an async save; the previous one is finished first."""
+    """Starts an async save; the previous one is finished first. A failed write (this one
+    or the previous) raises WriteError."""
     start = time.time()
-    self.manager.wait_until_finished()
+    self.finish()
+    self.pending = step
+    need = sum(a.nbytes for a in jax.tree.leaves(state)) * _ROOM + (8 << 20)
+    free = _free_bytes(self.directory)
+    if free is not None and free < need:  # fail cleanly before the writes start
+      self.failed = True
+      raise WriteError(self._failure(f'{free / 2**20:,.0f} MiB free, about '
+                                     f'{need / 2**20:,.0f} MiB needed'))
     data = grain.checkpoint.CheckpointSave(_IteratorSnapshot(data_iter.get_state()))
-    self.manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), data=data), force=True)
+    self._guard(lambda: self.manager.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(state), data=data), force=True))
     logging.info('checkpoint %d started in %.2fs', step, time.time() - start)
+
+  def finish(self):
+    """Waits for the save in flight; WriteError if it failed."""
+    self._guard(self.manager.wait_until_finished)
+    self.pending = None
+
+  def _guard(self, write):
+    try:
+      write()
+    except Exception as e:  # pylint: disable=broad-except
+      self.failed = True
+      raise WriteError(self._failure(_cause(e))) from None
+
+  def _failure(self, cause):
+    good = [s for s in self.manager.all_steps() if s != self.pending]
+    last = f'step {max(good)} ({self.directory}/{max(good)})' if good else 'none yet'
+    return (f'the checkpoint of step {self.pending} cannot be written to {self.directory} '
+            f'({cause}); the last good checkpoint is {last}; free space (or fix the path) and '
+            'run the same command to resume from it')
 
   def restore(self, abstract_state, data_iter=None):
     """Newest readable checkpoint -> (step, state), or None if there is none.
@@ -82,8 +118,41 @@ class Checkpointer:
             flush=True)
 
   def close(self):
-    self.manager.wait_until_finished()
-    self.manager.close()
+    """Finishes the save in flight (WriteError if it failed) and closes the manager."""
+    try:
+      if not self.failed:
+        self.finish()
+    finally:
+      try:
+        self.manager.close()
+      except Exception:  # pylint: disable=broad-except
+        pass  # the failed write is already being reported
+
+
+_ROOM = 1.1  # a checkpoint takes about the state's bytes plus metadata (and 8 MiB)
+
+
+def _free_bytes(directory):
+  """Free bytes on the local filesystem that holds `directory` (None if unknown)."""
+  path = directory
+  while not os.path.exists(path) and os.path.dirname(path) != path:
+    path = os.path.dirname(path)
+  try:
+    return shutil.disk_usage(path).free
+  except OSError:
+    return None
+
+
+def _cause(error):
+  """A short cause: the OS error an exception chain holds (tensorstore names its errno)."""
+  while error is not None:
+    if isinstance(error, OSError) and error.strerror:
+      return f'{error.strerror}: {error.filename}'
+    code = re.search(r"os_error_code='(\d+)'", str(error))
+    if code:
+      return os.strerror(int(code.group(1)))
+    error = error.__cause__ or error.__context__
+  return 'the log above says why'
 
 
 class _IteratorSnapshot:

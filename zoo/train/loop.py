@@ -9,10 +9,12 @@ import time
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from zoo import counting
 from zoo.train import runtime
 from zoo import sharding
+from zoo.data import pipeline
 from zoo.data import streams as streams_lib
 from zoo.train import evaluate as evaluate_lib
 from zoo.train import metrics as metrics_lib
@@ -35,7 +37,7 @@ def _describe(config, workdir, place, streams, corpus, params, start_step):
       'batch_per_device': config.train.batch_size // sharding.batch_shards(place.mesh),
       'seq_len': config.data.seq_len, 'vocab': corpus.tokenizer.vocab_size,
       'attention_kernel': place.kernel[0], 'attention_kernel_why': place.kernel[1],
-      'train_documents': len(corpus.train),
+      'train_documents': corpus.train_documents(),
   }
   print(' '.join(f'{k}={v}' for k, v in header.items()), flush=True)
   return header
@@ -43,14 +45,19 @@ def _describe(config, workdir, place, streams, corpus, params, start_step):
 
 class _Log:
   """Reads each step's metrics (one step late), stops on NaN/Inf streaks, and every
-  train.log_every steps writes a row: the step's metrics plus throughput and MFU."""
+  train.log_every steps writes a row: the step's metrics plus throughput and MFU, and for a
+  mixture the real tokens each source gave since the last row (tokens_NAME, all processes)."""
 
-  def __init__(self, config, writer):
-    self.t, self.writer = config.train, writer
+  def __init__(self, config, writer, sources=()):
+    self.t, self.writer, self.sources = config.train, writer, sources
+    self.source_tokens = np.zeros(len(sources), np.int64)
     self.flops_per_token = counting.flops_per_token(config)
     self.tokens_per_step = config.train.batch_size * config.data.seq_len
     self.alarms = metrics_lib.Alarms(config)
     self.last_row, self.window_steps, self.window_start = None, 0, time.time()
+
+  def count(self, source_tokens):
+    self.source_tokens += source_tokens
 
   def pause(self, seconds):
     """Time spent outside training (eval) is not counted in tokens/s."""
@@ -72,6 +79,12 @@ class _Log:
     row = {'step': step, 'tokens_per_sec': tokens_per_sec,
            'mfu': metrics_lib.mfu(tokens_per_sec * self.flops_per_token, jax.devices())}
     row.update({k: np.round(v, 4).tolist() if np.ndim(v) else v for k, v in metrics.items()})
+    if self.sources:
+      counts = self.source_tokens
+      if jax.process_count() > 1:  # each process counted its own streams
+        counts = multihost_utils.process_allgather(counts).sum(0)
+      row.update({f'tokens_{name}': int(c) for name, c in zip(self.sources, counts)})
+      self.source_tokens = np.zeros_like(self.source_tokens)
     self.alarms.check(step, metrics)
     self.writer.write(row)
     eta = (t.steps - step) * elapsed / self.window_steps
@@ -120,7 +133,7 @@ def train(config, workdir):
   writer = metrics_lib.Writer(workdir, enabled=jax.process_index() == 0)
   writer.write(_describe(config, workdir, place, streams, corpus, state['params'],
                          start_step))
-  log = _Log(config, writer)
+  log = _Log(config, writer, corpus.sources)
   preempted = []
   previous_handler = signal.signal(signal.SIGTERM, lambda *_: preempted.append(True))
 
@@ -128,7 +141,10 @@ def train(config, workdir):
   pending, run_start = None, time.time()
   try:
     for step in range(start_step + 1, t.steps + 1):
-      batch = sharding.to_global(next(data_iter), place.mesh, t.batch_size)
+      local = next(data_iter)
+      if corpus.sources:
+        log.count(local.pop(pipeline.SOURCE_TOKENS))
+      batch = sharding.to_global(local, place.mesh, t.batch_size)
       state, metrics = train_step(state, batch)
       if pending:
         log(*pending)

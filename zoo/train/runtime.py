@@ -103,12 +103,20 @@ def _check_vocab(config, tokenizer):
                       f'model.vocab_size={config.model.vocab_size} minus '
                       f'data.reserved_ids={config.data.reserved_ids} leaves {room}; '
                       'raise model.vocab_size or use a smaller tokenizer')
+  d = config.data
+  if d.objective == 'span_corruption' and \
+      max(tokenizer.sentinel_ids(d.num_sentinels)) >= config.model.vocab_size:
+    raise ConfigError(f'the sentinels <extra_id_0..{d.num_sentinels - 1}> of a '
+                      f'{tokenizer.vocab_size}-piece tokenizer need ids up to '
+                      f'{max(tokenizer.sentinel_ids(d.num_sentinels))}, past model.vocab_size='
+                      f'{config.model.vocab_size}; raise it or lower data.num_sentinels')
   return tokenizer
 
 
 def corpus(config, workdir):
-  """data.path as a prepared corpus (zoo/data/corpus.py): its tokenizer and the train and
-  eval documents, read from shards on demand (a plain corpus is prepared on first use)."""
+  """data.path (or data.mixture) as prepared corpora (zoo/data/corpus.py): the tokenizer and
+  the train and eval documents, read from shards on demand (a plain corpus is prepared on
+  first use)."""
   prepared = corpus_lib.open_corpus(config.data, workdir)
   _check_vocab(config, prepared.tokenizer)
   return prepared

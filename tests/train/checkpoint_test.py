@@ -1,0 +1,50 @@
+"""A checkpoint that cannot be written ends with one line naming the step, the cause, the
+path and the last good checkpoint, and the last good one still restores."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from zoo.train import checkpoint
+
+
+class _Stream:  # a data iterator with a fixed position
+  def get_state(self):
+    return {'0-of-1': {'position': 3}}
+
+
+def _state(value):
+  return {'w': jnp.full((64, 64), value, jnp.float32), 'step': jnp.int32(value)}
+
+
+def test_a_full_disk_fails_before_writing_and_keeps_the_last_good_checkpoint(tmp_path,
+                                                                              monkeypatch):
+  saved = checkpoint.Checkpointer(str(tmp_path / 'checkpoints'), keep=3)
+  saved.save(10, _state(1.0), _Stream())
+  saved.finish()
+  monkeypatch.setattr(checkpoint, '_free_bytes', lambda _: 5 << 20)
+  with pytest.raises(checkpoint.WriteError, match=(
+      r'^the checkpoint of step 20 cannot be written to .*/checkpoints \(5 MiB free, about 8 '
+      r'MiB needed\); the last good checkpoint is step 10 \(.*/checkpoints/10\); free space')):
+    saved.save(20, _state(2.0), _Stream())
+  saved.close()  # the failure is reported once: closing does not raise it again
+  monkeypatch.undo()
+  abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype,
+                                                         sharding=a.sharding), _state(0.0))
+  step, state = checkpoint.Checkpointer(str(tmp_path / 'checkpoints'), 3).restore(abstract)
+  assert step == 10 and np.all(np.asarray(state['w']) == 1.0)
+
+
+def test_a_write_that_fails_mid_save_names_the_os_error(tmp_path, monkeypatch):
+  saved = checkpoint.Checkpointer(str(tmp_path / 'checkpoints'), keep=3)
+
+  def fail(*_, **__):
+    raise ValueError('RESOURCE_EXHAUSTED: Error writing "w/0.0" ... Failed to write 2912256 '
+                     "bytes to file 11: No space left on device [os_error_code='28']")
+  monkeypatch.setattr(saved.manager, 'save', fail)
+  with pytest.raises(checkpoint.WriteError, match=r'step 7 cannot be written .*\(No space '
+                                                  r'left on device\); the last good '
+                                                  r'checkpoint is none yet'):
+    saved.save(7, _state(1.0), _Stream())
+  saved.close()
