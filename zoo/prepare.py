@@ -4,8 +4,8 @@
   --format       auto (by extension: .jsonl/.json, .parquet, .arrow, else text) | text |
                  jsonl | parquet | arrow (a Hugging Face dataset saved to disk)
   --field        the JSON field / column holding the text (default text)
-  --tokenizer    a SentencePiece model to tokenize with; or --config=configs/NAME.py to
-                 train one as data.tokenizer says (type, vocab_size); the config also gives
+  --tokenizer    a SentencePiece model or tokenizer.json to tokenize with; or --config=configs/NAME.py
+                 to train one as data.tokenizer says (type, vocab_size); the config gives
                  data.document_separator, data.eval_fraction and data.split_seed
   --workers      tokenizer processes (default: one per core)
 
@@ -28,7 +28,8 @@ flags.DEFINE_string('output', None, 'the prepared directory (new, or an interrup
 flags.DEFINE_enum('format', 'auto', ['auto', 'text', 'jsonl', 'parquet', 'arrow'],
                   'input format; auto = by file extension')
 flags.DEFINE_string('field', 'text', 'JSON field or column holding the text')
-flags.DEFINE_string('tokenizer', None, 'a SentencePiece model file')
+flags.DEFINE_string('tokenizer', None, 'a SentencePiece model or a Hugging Face '
+                    'tokenizer.json')
 flags.DEFINE_string('config', None, 'configs/NAME.py[:arg]: train a tokenizer as its '
                     'data.tokenizer says; its data settings apply')
 flags.DEFINE_integer('workers', os.cpu_count() or 1, 'tokenizer worker processes')
@@ -47,7 +48,7 @@ def run(overrides):
                                    '--config=CONFIG (train one as its data.tokenizer says)')
     if FLAGS.tokenizer and not os.path.isfile(FLAGS.tokenizer):
       raise config_lib.ConfigError(f'--tokenizer={FLAGS.tokenizer} does not exist; pass a '
-                                   'SentencePiece model file')
+                                   'SentencePiece model or a tokenizer.json')
     if FLAGS.shard_mb <= 0 or FLAGS.workers < 1:
       raise config_lib.ConfigError('--shard_mb must be > 0 and --workers >= 1')
     data = config_lib.load(FLAGS.config, overrides).data if FLAGS.config else \
