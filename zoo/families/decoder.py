@@ -25,6 +25,7 @@ POSITIONS = ('learned', 'sinusoidal', 'rope', 'alibi', 'none')
 BLOCKS = ('sequential', 'parallel')
 SLIDING_WINDOW = True
 PROMPT_JOINT = ''  # printed between a prompt and its generated continuation
+INPUT_SPECIALS = ('bos',)  # around a text it reads: [BOS] text
 
 
 def build(model_config):

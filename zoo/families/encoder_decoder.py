@@ -19,6 +19,7 @@ POSITIONS = ('t5_bias', 'sinusoidal', 'rope', 'none')
 BLOCKS = ('sequential',)  # a parallel block has no place for cross-attention
 SLIDING_WINDOW = False
 PROMPT_JOINT = '\n=> '  # an answer, not a continuation
+INPUT_SPECIALS = ('eos',)  # around a text it reads: text [EOS]
 
 
 def build(model_config):

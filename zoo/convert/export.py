@@ -1,0 +1,61 @@
+"""Export a trained workdir as a Hugging Face directory:
+
+    python -m zoo.convert.export --config=configs/NAME.py --workdir=W --out=DIR [--config.x=v]
+
+writes DIR/config.json + model.safetensors (the newest checkpoint's parameters, through
+zoo.convert.hf.save) and the run's tokenizer as tokenizer.json + tokenizer_config.json
+(zoo/convert/hf_tokenizer.py), so transformers' AutoTokenizer and AutoModelForCausalLM /
+AutoModelForMaskedLM / AutoModelForSeq2SeqLM load it. DIR must be new or empty (nothing is
+overwritten); bad input is one line, exit code 2.
+"""
+
+import os
+import sys
+
+import jax
+
+from zoo import config as config_lib
+from zoo import families
+from zoo.cli import split_overrides
+from zoo.convert import hf
+from zoo.convert import hf_tokenizer
+from zoo.data import corpus as corpus_lib
+from zoo.train import runtime
+
+
+def export(config, workdir, out):
+  """-> the step exported. The model is restored onto this machine's devices."""
+  if os.path.isdir(out) and os.listdir(out):
+    raise config_lib.ConfigError(f'--out={out} is not empty; export into a new directory '
+                                 '(nothing is overwritten)')
+  tokenizer_path = corpus_lib.tokenizer_path(config.data, workdir)
+  runtime.tokenizer(config, workdir)  # readable and fits the model, or one line
+  place = runtime.placement(config)
+  state = runtime.model_state(config, place.mesh)
+  step, variables = runtime.restore_variables(config, workdir, state, 'export')
+  hf.save(config, jax.device_get(variables['params']), out)
+  hf_tokenizer.write(tokenizer_path, out, families.get(config.model).INPUT_SPECIALS,
+                     config.data.seq_len)
+  return step
+
+
+def main():
+  import argparse  # pylint: disable=g-import-not-at-top
+  overrides, argv = split_overrides(sys.argv[1:])
+  parser = argparse.ArgumentParser(description='Export a workdir as a Hugging Face directory.')
+  parser.add_argument('--config', required=True, help='configs/NAME.py[:arg] the run used')
+  parser.add_argument('--workdir', required=True, help='the run (its newest checkpoint)')
+  parser.add_argument('--out', required=True, help='a new directory')
+  args = parser.parse_args(argv)
+  try:
+    config = config_lib.load(args.config, overrides)
+    step = export(config, args.workdir, args.out)
+  except (config_lib.ConfigError, hf.ConvertError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+  print(f'exported step {step} of {args.workdir} to {args.out}: config.json, '
+        'model.safetensors, tokenizer.json, tokenizer_config.json')
+
+
+if __name__ == '__main__':
+  main()
