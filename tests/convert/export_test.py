@@ -29,9 +29,9 @@ def _documents(count, start=0):
 def test_a_sentencepiece_model_converts_to_a_tokenizer_json_with_the_same_ids(kind):
   zoo = tokenizer_lib.train(_documents(1500), 700, kind)
   converted = hf_tokenizer.from_sentencepiece(zoo.model_proto)
-  # SentencePiece also puts its '▁' before a text's leading space, newline or <mask>; the
-  # tokenizer.json does not (documented), so these texts start with a word
-  texts = _documents(1500, start=1500) + ['a <mask> and\nnewlines', 'caf\u00e9 \u2603 \U0001f642']
+  texts = _documents(1500, start=1500) + [
+      '<mask> first, then x <mask> y', '\nleads with a newline', '  two spaces lead',
+      'caf\u00e9 \u2603 \U0001f642', 'tab\there  and   gaps ']
   assert [converted.encode(t).ids for t in texts] == zoo.encode(texts)
   assert converted.decode(converted.encode(texts[0]).ids) == texts[0]
 

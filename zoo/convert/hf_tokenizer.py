@@ -14,7 +14,7 @@ import os
 import sentencepiece as spm
 import tokenizers
 from sentencepiece import sentencepiece_model_pb2
-from tokenizers import decoders, models, pre_tokenizers, processors
+from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from zoo.data import tokenizer as tokenizer_lib
 
@@ -35,9 +35,10 @@ def _merges(pieces, vocab):
 
 
 def from_sentencepiece(model_proto):
-  """A SentencePiece model -> a `tokenizers` Tokenizer giving the same ids, except for a
-  text that begins with a space, a newline or <mask>: SentencePiece puts its '▁' prefix
-  before those too, Metaspace does not."""
+  """A SentencePiece model -> a `tokenizers` Tokenizer giving the same ids. A BPE word that
+  is a piece is taken whole (ignore_merges), as SentencePiece's merges rebuild it; user
+  symbols (the zoo's newline and <mask>) are cut out by the pre-tokenizer, not as added
+  tokens, so the '▁' SentencePiece puts before the whole text stays where it puts it."""
   proto = sentencepiece_model_pb2.ModelProto()
   proto.ParseFromString(model_proto)
   processor = spm.SentencePieceProcessor(model_proto=model_proto)
@@ -45,18 +46,23 @@ def from_sentencepiece(model_proto):
   if proto.trainer_spec.model_type == proto.trainer_spec.BPE:
     vocab = {p.piece: i for i, p in enumerate(pieces)}
     model = models.BPE(vocab=vocab, merges=_merges(pieces, vocab), unk_token=unk,
-                       fuse_unk=True, byte_fallback=True)
+                       fuse_unk=True, byte_fallback=True, ignore_merges=True)
   else:
     model = models.Unigram([(p.piece, p.score) for p in pieces], processor.unk_id(),
                            byte_fallback=True)
   tok = tokenizers.Tokenizer(model)
-  tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement='▁', prepend_scheme='first')
+  # SentencePiece: '▁' before the whole text and for every space, user symbols cut out
+  # anywhere, pieces never across a '▁'
+  tok.normalizer = normalizers.Sequence([normalizers.Prepend('▁'),
+                                         normalizers.Replace(' ', '▁')])
+  users = [p.piece for p in pieces if p.type == _USER]
+  tok.pre_tokenizer = pre_tokenizers.Sequence(
+      [pre_tokenizers.Split(u, 'isolated') for u in users] +
+      [pre_tokenizers.Metaspace(replacement='▁', prepend_scheme='never', split=True)])
   tok.decoder = decoders.Sequence([decoders.Replace('▁', ' '), decoders.ByteFallback(),
                                    decoders.Fuse(), decoders.Strip(' ', 1, 0)])
   tok.add_special_tokens([tokenizers.AddedToken(p.piece, special=True, normalized=False)
                           for p in pieces if p.type in (_CONTROL, _UNKNOWN)])
-  tok.add_tokens([tokenizers.AddedToken(p.piece, special=p.piece == '<mask>', normalized=False)
-                  for p in pieces if p.type == _USER])
   return tok
 
 
