@@ -104,7 +104,7 @@ def _open(path, d, workdir):
   def first_documents():
     texts = prepare.train_documents(readers.documents(files, separator=d.document_separator),
                                     d.eval_fraction, d.split_seed,
-                                    prepare.TOKENIZER_DOCUMENTS)
+                                    tokenizer_lib.TRAINING_DOCUMENTS)
     if not texts:
       raise ConfigError(f'data.path={path!r} holds no text to train a tokenizer on; point '
                         'it at a non-empty corpus')

@@ -231,7 +231,7 @@ def make_dataset(tokens, data_config, spec, *, train, seed=0, stream=0, num_stre
   else:
     documents = tokens if isinstance(tokens, grain.MapDataset) else grain.MapDataset.source(tokens)
     ds = _stream(documents, train, seed, stream, num_streams)
-  tag = (lambda example, key: _tagged(example, key)) if mixture else (lambda example, _: example)
+  tag = _tagged if mixture else (lambda example, _: example)
   seed += stream
   if d.objective == 'mlm':
     example = tag(functools.partial(mlm_example, documents=documents, seq_len=d.seq_len,

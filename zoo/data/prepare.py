@@ -36,7 +36,6 @@ VERSION = 1
 MANIFEST, RECIPE, PARTS = 'manifest.json', 'recipe.json', 'parts'
 RECORD_DTYPE = np.dtype('<i4')
 SHARD_BYTES = 64 << 20
-TOKENIZER_DOCUMENTS = 200_000  # a tokenizer trained here sees the first this many documents
 _WRITER_OPTIONS = 'group_size:1'  # one record per group: random access reads one record
 _worker_tokenizer = None  # set by _init in each worker
 
@@ -86,8 +85,13 @@ def read_json(path):
 
 
 def _write_json(path, value):
-  _atomic(path, lambda tmp: open(tmp, 'w', encoding='utf-8').write(
-      json.dumps(value, indent=1, sort_keys=True) + '\n'))
+  _atomic(path, lambda tmp: _write_bytes(
+      tmp, (json.dumps(value, indent=1, sort_keys=True) + '\n').encode('utf-8')))
+
+
+def _write_bytes(path, data):
+  with open(path, 'wb') as f:
+    f.write(data)
 
 
 def _atomic(path, write):
@@ -128,7 +132,7 @@ def _tokenizer_file(tokenizer, output, documents):
       if not texts:
         raise ConfigError(f'the inputs of {output} hold no text; point them at a corpus')
       model = tokenizer_lib.train(texts, tokenizer['vocab_size'], tokenizer['type'])
-      _atomic(target, lambda tmp: open(tmp, 'wb').write(model.model_proto))
+      _atomic(target, lambda tmp: _write_bytes(tmp, model.model_proto))
     return target
   target = os.path.join(output, 'tokenizer' + (os.path.splitext(tokenizer)[1] or '.model'))
   if not os.path.isfile(target) or \
@@ -139,18 +143,20 @@ def _tokenizer_file(tokenizer, output, documents):
 
 def _chunks(documents, shard_bytes, eval_fraction, split_seed):
   """(number, first document index, texts, eval flags, input bytes) per chunk."""
+  def chunk(number, first, texts, size):
+    flags = held_out(np.arange(first, first + len(texts)), split_seed, eval_fraction)
+    return number, first, texts, flags, size
+
   number = first = 0
   texts, size = [], 0.0
   for text, source_bytes in documents:
     texts.append(text)
     size += source_bytes
     if size >= shard_bytes:
-      flags = held_out(np.arange(first, first + len(texts)), split_seed, eval_fraction)
-      yield number, first, texts, flags, size
+      yield chunk(number, first, texts, size)
       number, first, texts, size = number + 1, first + len(texts), [], 0.0
   if texts:
-    yield number, first, texts, held_out(np.arange(first, first + len(texts)), split_seed,
-                                         eval_fraction), size
+    yield chunk(number, first, texts, size)
 
 
 def _init(tokenizer_path):
@@ -210,7 +216,8 @@ def prepare(inputs, output, tokenizer, *, fmt='auto', field='text', separator='\
             eval_fraction=0.05, split_seed=0, shard_bytes=SHARD_BYTES, workers=1,
             progress=False):
   """Prepares (or finishes preparing) `inputs` into `output` with `tokenizer` (a file, or
-  {'type', 'vocab_size'} to train one on the first TOKENIZER_DOCUMENTS train documents);
+  {'type', 'vocab_size'} to train one on the first tokenizer_lib.TRAINING_DOCUMENTS train
+  documents);
   returns the manifest."""
   files = readers.expand(inputs)
   wanted = recipe(files, tokenizer, fmt=fmt, field=field, separator=separator,
@@ -221,7 +228,7 @@ def prepare(inputs, output, tokenizer, *, fmt='auto', field='text', separator='\
   os.makedirs(os.path.join(output, PARTS), exist_ok=True)
   tokenizer_path = _tokenizer_file(tokenizer, output, lambda: train_documents(
       readers.documents(files, fmt, field, separator), eval_fraction, split_seed,
-      TOKENIZER_DOCUMENTS))
+      tokenizer_lib.TRAINING_DOCUMENTS))
   parts, bar = [], _progress(sum(i['bytes'] for i in wanted['inputs']), progress)
 
   def done(part, size):

@@ -19,7 +19,7 @@ from zoo.errors import ConfigError
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3  # the layout of tokenizers the zoo trains
 USER_SYMBOLS = ('\n', '<mask>')  # ids 4 and 5: newlines survive, MLM has a [MASK]
-_MAX_TRAINING_DOCUMENTS = 200_000
+TRAINING_DOCUMENTS = 200_000  # a tokenizer trained by the zoo sees at most this many
 # the names special tokens go by in tokenizer.json files, by role (first match wins)
 _ROLES = {
     'bos': ('<s>', '<|begin_of_text|>', '<|startoftext|>', '[CLS]'),
@@ -140,7 +140,7 @@ def train(documents, vocab_size, model_type):
   proto = io.BytesIO()
   try:
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(documents[:_MAX_TRAINING_DOCUMENTS]), model_writer=proto,
+        sentence_iterator=iter(documents[:TRAINING_DOCUMENTS]), model_writer=proto,
         vocab_size=vocab_size, model_type=model_type, character_coverage=1.0,
         byte_fallback=True, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
         user_defined_symbols=list(USER_SYMBOLS), remove_extra_whitespaces=False,
