@@ -9,7 +9,7 @@ from tests.helpers import REPO
 # Bottom to top; the same table as docs/architecture.md.
 LAYERS = (
     ('errors', 'cli'),
-    ('sharding',),
+    ('sharding', 'storage'),
     ('kernels',),
     ('collectives',),
     ('models',),

@@ -14,6 +14,7 @@ import ml_collections
 from zoo import families
 from zoo import kernels
 from zoo import sharding
+from zoo import storage
 from zoo.errors import ConfigError  # the error of every layer, raised here the most
 from zoo.kernels import flash_bias
 from zoo.models import dims
@@ -227,12 +228,17 @@ def _generate():
 
 def load(spec, overrides=()):
   """'configs/NAME.py[:arg]' (+ 'a.b=value' overrides) -> the validated, locked config."""
-  path, _, arg = spec.partition(':')
-  if not os.path.isfile(path):
+  path, _, arg = spec.rpartition(':')
+  if not path.endswith('.py'):  # no ':arg' (a gs:// path has a ':' of its own)
+    path, arg = spec, ''
+  if not storage.isfile(path):
     raise ConfigError(f'--config={spec}: no such file {path!r}; pass a file in configs/')
-  module_spec = importlib.util.spec_from_file_location('zoo_config_file', path)
+  local = storage.local_copy(path)  # a workdir's config.py may be in a bucket (zoo.convert.hf)
+  module_spec = importlib.util.spec_from_file_location('zoo_config_file', local)
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
+  if local != path:
+    os.remove(local)
   try:
     config = module.get_config(arg) if arg else module.get_config()
   except ValueError as e:  # e.g. an unknown variant after the ':'
@@ -451,9 +457,14 @@ def _validate_data(d, m, t):
   if d.tokenizer.vocab_size > m.vocab_size:
     raise ConfigError(f'data.tokenizer.vocab_size={d.tokenizer.vocab_size} exceeds '
                       f'model.vocab_size={m.vocab_size}')
+  storage.check(d.path, 'data.path')
+  storage.check(d.tokenizer.path, 'data.tokenizer.path')
+  for source in filter(None, d.mixture.split(',')):
+    storage.check(source.strip(), 'data.mixture')
 
 
 def _validate_train(t, o, d):
+  storage.check(t.init_params, 'train.init_params')
   for name in ('steps', 'batch_size', 'log_every', 'eval_every', 'checkpoint_every',
                'keep_checkpoints', 'max_nonfinite_steps', 'microbatches'):
     _positive(f'train.{name}', t[name])

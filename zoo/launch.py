@@ -63,6 +63,7 @@ def run(overrides):
   """Loads the config, runs the mode; bad input -> one line on stderr and exit 2."""
   from zoo import config as config_lib  # pylint: disable=g-import-not-at-top
   from zoo import plan  # pylint: disable=g-import-not-at-top
+  from zoo import storage  # pylint: disable=g-import-not-at-top
   from zoo.infer import run as infer_run  # pylint: disable=g-import-not-at-top
   from zoo.train import evaluate  # pylint: disable=g-import-not-at-top
   from zoo.train import checkpoint  # pylint: disable=g-import-not-at-top
@@ -72,10 +73,12 @@ def run(overrides):
   try:
     config = config_lib.load(FLAGS.config, overrides)
     if FLAGS.mode == 'plan':
+      storage.check(FLAGS.plan_json or '', '--plan_json')
       plan.run(config, FLAGS.plan_json, FLAGS.plan_compile, FLAGS.plan_topology,
                FLAGS.plan_sweep)
       return
     workdir = FLAGS.workdir or default_workdir(FLAGS.config)
+    storage.check(workdir, '--workdir')
     if FLAGS.mode == 'generate':
       infer_run.check(config, FLAGS.prompt)
     _initialize_distributed()

@@ -39,6 +39,7 @@ flags.DEFINE_float('shard_mb', 64, 'input megabytes per shard (chunk)')
 def run(overrides):
   """Prepares per the flags; bad input -> one line on stderr and exit 2."""
   from zoo import config as config_lib  # pylint: disable=g-import-not-at-top
+  from zoo import storage  # pylint: disable=g-import-not-at-top
   from zoo.data import prepare  # pylint: disable=g-import-not-at-top
   try:
     if not FLAGS.input or not FLAGS.output:
@@ -46,7 +47,10 @@ def run(overrides):
     if bool(FLAGS.tokenizer) == bool(FLAGS.config):
       raise config_lib.ConfigError('pass --tokenizer=MODEL (tokenize with it) or '
                                    '--config=CONFIG (train one as its data.tokenizer says)')
-    if FLAGS.tokenizer and not os.path.isfile(FLAGS.tokenizer):
+    for field, path in ([('--output', FLAGS.output), ('--tokenizer', FLAGS.tokenizer or '')]
+                        + [('--input', path) for path in FLAGS.input]):
+      storage.check(path, field)
+    if FLAGS.tokenizer and not storage.isfile(FLAGS.tokenizer):
       raise config_lib.ConfigError(f'--tokenizer={FLAGS.tokenizer} does not exist; pass a '
                                    'SentencePiece model or a tokenizer.json')
     if FLAGS.shard_mb <= 0 or FLAGS.workers < 1:

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from zoo import storage
 from zoo.train import checkpoint
 
 
@@ -23,7 +24,7 @@ def test_a_full_disk_fails_before_writing_and_keeps_the_last_good_checkpoint(tmp
   saved = checkpoint.Checkpointer(str(tmp_path / 'checkpoints'), keep=3)
   saved.save(10, _state(1.0), _Stream())
   saved.finish()
-  monkeypatch.setattr(checkpoint, '_free_bytes', lambda _: 5 << 20)
+  monkeypatch.setattr(storage, 'free_bytes', lambda _: 5 << 20)
   with pytest.raises(checkpoint.WriteError, match=(
       r'^the checkpoint of step 20 cannot be written to .*/checkpoints \(5 MiB free, about 8 '
       r'MiB needed\); the last good checkpoint is step 10 \(.*/checkpoints/10\); free space')):

@@ -9,13 +9,13 @@ AutoModelForMaskedLM / AutoModelForSeq2SeqLM load it. DIR must be new or empty (
 overwritten); bad input is one line, exit code 2.
 """
 
-import os
 import sys
 
 import jax
 
 from zoo import config as config_lib
 from zoo import families
+from zoo import storage
 from zoo.cli import split_overrides
 from zoo.convert import hf
 from zoo.convert import hf_tokenizer
@@ -25,7 +25,7 @@ from zoo.train import runtime
 
 def export(config, workdir, out):
   """-> the step exported. The model is restored onto this machine's devices."""
-  if os.path.isdir(out) and os.listdir(out):
+  if storage.listdir(out):
     raise config_lib.ConfigError(f'--out={out} is not empty; export into a new directory '
                                  '(nothing is overwritten)')
   tokenizer_path = corpus_lib.tokenizer_path(config.data, workdir)
@@ -33,9 +33,11 @@ def export(config, workdir, out):
   place = runtime.placement(config)
   state = runtime.model_state(config, place.mesh)
   step, variables = runtime.restore_variables(config, workdir, state, 'export')
-  hf.save(config, jax.device_get(variables['params']), out)
-  hf_tokenizer.write(tokenizer_path, out, families.get(config.model).INPUT_SPECIALS,
+  files = storage.Mirror(out)  # written locally, then copied when --out is in a bucket
+  hf.save(config, jax.device_get(variables['params']), files.local)
+  hf_tokenizer.write(tokenizer_path, files.local, families.get(config.model).INPUT_SPECIALS,
                      config.data.seq_len)
+  files.close()
   return step
 
 

@@ -16,7 +16,6 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 from typing import Callable
 
 import flax.linen as nn
@@ -27,6 +26,7 @@ from zoo import config as config_lib
 from zoo import counting
 from zoo import families
 from zoo import presets
+from zoo import storage
 from zoo.config import ConfigError
 from zoo.models import dims
 
@@ -604,9 +604,8 @@ def _import_tokenizer(hf_dir, workdir, config):
   name = next((n for n in TOKENIZER_FILES if os.path.isfile(os.path.join(hf_dir, n))), None)
   if name is None:
     return None
-  target = os.path.abspath(os.path.join(workdir, 'tokenizer', name))
-  os.makedirs(os.path.dirname(target), exist_ok=True)
-  shutil.copyfile(os.path.join(hf_dir, name), target)
+  target = storage.absolute(storage.join(workdir, 'tokenizer', name))
+  storage.write_bytes(target, storage.read_bytes(os.path.join(hf_dir, name)))
   with config.unlocked():
     config.data.tokenizer.path = target
   return target
@@ -618,11 +617,11 @@ def write_workdir(hf_dir, workdir):
   train.init_params and data.tokenizer.path point at them."""
   from zoo.train import checkpoint  # pylint: disable=g-import-not-at-top
   config, params = load(hf_dir)
-  imported = os.path.abspath(os.path.join(workdir, 'imported'))
-  if os.path.exists(imported):
+  imported = storage.absolute(storage.join(workdir, 'imported'))
+  if storage.exists(imported):
     raise ConvertError(f'{imported} exists; import into a new --workdir (nothing is '
                        'overwritten)')
-  os.makedirs(workdir, exist_ok=True)
+  storage.makedirs(workdir)
   checkpoint.save_params(imported, params)
   with config.unlocked():
     config.train.init_params = imported
@@ -630,8 +629,8 @@ def write_workdir(hf_dir, workdir):
   about_tokenizer = (f'The tokenizer is the checkpoint\'s ({tokenizer}).' if tokenizer else
                      'The checkpoint has no tokenizer file; the zoo trains one on data.path.')
   lines = ',\n    '.join(repr(o) for o in _overrides(config))
-  with open(os.path.join(workdir, 'config.py'), 'w', encoding='utf-8') as f:
-    f.write(f'''"""Imported from {os.path.abspath(hf_dir)} by zoo.convert.hf.
+  header = f'Imported from {os.path.abspath(hf_dir)} by zoo.convert.hf.'
+  storage.write_bytes(storage.join(workdir, 'config.py'), f'''"""{header}
 
     python -m zoo.launch --config={os.path.join(workdir, 'config.py')} --workdir={workdir}
 
@@ -652,7 +651,7 @@ def get_config(arg=None):
   for override in OVERRIDES:
     config_lib.apply_override(config, override)
   return config
-''')
+'''.encode())
   return config
 
 

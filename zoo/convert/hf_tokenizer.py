@@ -16,6 +16,7 @@ import tokenizers
 from sentencepiece import sentencepiece_model_pb2
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
+from zoo import storage
 from zoo.data import tokenizer as tokenizer_lib
 
 _NORMAL, _UNKNOWN, _CONTROL, _USER = 1, 2, 3, 4  # SentencePiece piece types
@@ -69,11 +70,11 @@ def from_sentencepiece(model_proto):
 def write(tokenizer_path, out, input_specials, max_length):
   """Writes out/tokenizer.json and out/tokenizer_config.json for the tokenizer file."""
   zoo_tokenizer = tokenizer_lib.from_file(tokenizer_path)
+  data = storage.read_bytes(tokenizer_path)
   if tokenizer_path.endswith('.json'):
-    tok = tokenizers.Tokenizer.from_file(tokenizer_path)
+    tok = tokenizers.Tokenizer.from_str(data.decode('utf-8'))
   else:
-    with open(tokenizer_path, 'rb') as f:
-      tok = from_sentencepiece(f.read())
+    tok = from_sentencepiece(data)
   ids = {'bos': zoo_tokenizer.bos_id, 'eos': zoo_tokenizer.eos_id}
   around = [(role, ids[role]) for role in input_specials if ids[role] is not None]
   names = {role: tok.id_to_token(i) for role, i in around}

@@ -16,6 +16,7 @@ from typing import Any
 
 import grain
 
+from zoo import storage
 from zoo.data import pipeline
 from zoo.data import prepare
 from zoo.data import readers
@@ -29,18 +30,18 @@ EMBEDDED_CORPUS = 'tinyshakespeare.txt'
 def _inputs(path):
   if not path:
     return [str(importlib.resources.files('zoo.data').joinpath('assets', EMBEDDED_CORPUS))]
-  if not os.path.exists(path):
+  if not storage.exists(path):
     raise ConfigError(f'data.path={path!r} does not exist; pass a prepared directory, a text '
                       "file or a directory of text files ('' = the embedded corpus)")
   return readers.expand([path])
 
 
 def _cache(data_config, workdir, files, tokenizer_path):
-  stamp = [(os.path.abspath(f), os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files]
+  stamp = [(storage.absolute(f), storage.size(f), storage.mtime_ns(f)) for f in files]
   settings = [stamp, data_config.document_separator, data_config.eval_fraction,
               data_config.split_seed, tokenizer_lib.checksum(tokenizer_path)]
   key = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
-  return os.path.join(workdir, 'data', key)
+  return storage.join(workdir, 'data', key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +124,6 @@ def tokenizer_path(data_config, workdir):
   d = data_config
   path = parse_mixture(d.mixture)[0][0] if d.mixture else d.path
   if not d.tokenizer.path and prepare.is_prepared(path):
-    manifest = prepare.read_json(os.path.join(path, prepare.MANIFEST))
-    return os.path.join(path, manifest['tokenizer']['file'])
+    manifest = prepare.read_json(storage.join(path, prepare.MANIFEST))
+    return storage.join(path, manifest['tokenizer']['file'])
   return tokenizer_lib.path(d.tokenizer, workdir)

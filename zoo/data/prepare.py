@@ -12,9 +12,10 @@
 A chunk is the next documents holding about `shard_bytes` of input, so the shards depend on
 the inputs and the recipe only: a rerun after an interruption (SIGKILL included) re-reads the
 inputs, skips the chunks that are done and ends with files byte-identical to an uninterrupted
-run's. Every file is written under a temporary name and renamed when complete. A document
-goes to eval by a hash of its index and split_seed (document 0 always, so the eval split is
-never empty). Worker processes tokenize and write chunks while this process reads.
+run's. Every file is written under a temporary name and renamed when complete (uploaded whole
+into a bucket). A document goes to eval by a hash of its index and split_seed (document 0
+always, so the eval split is never empty). Worker processes tokenize and write chunks while
+this process reads.
 """
 
 import collections
@@ -22,12 +23,12 @@ import concurrent.futures
 import json
 import multiprocessing
 import os
-import shutil
 import time
 
 import numpy as np
 from array_record.python import array_record_module as array_record
 
+from zoo import storage
 from zoo.data import readers
 from zoo.data import tokenizer as tokenizer_lib
 from zoo.errors import ConfigError
@@ -70,52 +71,37 @@ def recipe(files, tokenizer, *, fmt, field, separator, eval_fraction, split_seed
                else {'sha256': tokenizer_lib.checksum(tokenizer)})
   return json.loads(json.dumps({
       'version': VERSION,
-      'inputs': [{'path': os.path.abspath(f), 'bytes': os.path.getsize(f)} for f in files],
+      'inputs': [{'path': storage.absolute(f), 'bytes': storage.size(f)} for f in files],
       'format': fmt, 'field': field, 'separator': separator, 'eval_fraction': eval_fraction,
       'split_seed': split_seed, 'shard_bytes': shard_bytes, 'tokenizer': tokenizer}))
 
 
 def is_prepared(path):
-  return bool(path) and os.path.isfile(os.path.join(path, MANIFEST))
+  return bool(path) and storage.isfile(storage.join(path, MANIFEST))
 
 
 def read_json(path):
-  with open(path, encoding='utf-8') as f:
-    return json.load(f)
+  return json.loads(storage.read_text(path))
 
 
 def _write_json(path, value):
-  _atomic(path, lambda tmp: _write_bytes(
-      tmp, (json.dumps(value, indent=1, sort_keys=True) + '\n').encode('utf-8')))
-
-
-def _write_bytes(path, data):
-  with open(path, 'wb') as f:
-    f.write(data)
-
-
-def _atomic(path, write):
-  """write(temporary path), then the rename: `path` is complete or absent."""
-  directory, name = os.path.split(path)
-  tmp = os.path.join(directory, f'.{name}.{os.getpid()}.tmp')
-  write(tmp)
-  os.replace(tmp, path)
+  storage.write_bytes(path, (json.dumps(value, indent=1, sort_keys=True) + '\n').encode())
 
 
 def _claim(output, wanted):
   """The output directory for this recipe: new, empty, or an interrupted run of it."""
-  path = os.path.join(output, RECIPE)
-  if os.path.isfile(path):
+  path = storage.join(output, RECIPE)
+  if storage.isfile(path):
     found = read_json(path)
     if found != wanted:
       differ = sorted(k for k in wanted.keys() | found.keys() if wanted.get(k) != found.get(k))
       raise ConfigError(f'{output} already holds another corpus (its {RECIPE} differs in '
                         f'{differ}); choose a new --output or delete that directory')
     return
-  if os.path.isdir(output) and [n for n in os.listdir(output) if not n.startswith('.')]:
+  if [n for n in storage.listdir(output) if not n.startswith('.')]:
     raise ConfigError(f'{output} already holds other files; choose a new or empty --output')
   try:
-    os.makedirs(output, exist_ok=True)
+    storage.makedirs(output)
     _write_json(path, wanted)
   except OSError as e:
     raise ConfigError(f'{output}: cannot be written ({e.strerror}); choose another --output') \
@@ -126,18 +112,18 @@ def _tokenizer_file(tokenizer, output, documents):
   """The output's tokenizer file: a copy of `tokenizer`, or one trained on the first train
   documents (once: a rerun reuses it) -> its path."""
   if isinstance(tokenizer, dict):
-    target = os.path.join(output, 'tokenizer.model')
-    if not os.path.isfile(target):
+    target = storage.join(output, 'tokenizer.model')
+    if not storage.isfile(target):
       texts = documents()
       if not texts:
         raise ConfigError(f'the inputs of {output} hold no text; point them at a corpus')
       model = tokenizer_lib.train(texts, tokenizer['vocab_size'], tokenizer['type'])
-      _atomic(target, lambda tmp: _write_bytes(tmp, model.model_proto))
+      storage.write_bytes(target, model.model_proto)
     return target
-  target = os.path.join(output, 'tokenizer' + (os.path.splitext(tokenizer)[1] or '.model'))
-  if not os.path.isfile(target) or \
+  target = storage.join(output, 'tokenizer' + (os.path.splitext(tokenizer)[1] or '.model'))
+  if not storage.isfile(target) or \
       tokenizer_lib.checksum(target) != tokenizer_lib.checksum(tokenizer):
-    _atomic(target, lambda tmp: shutil.copyfile(tokenizer, tmp))
+    storage.write_bytes(target, storage.read_bytes(tokenizer))
   return target
 
 
@@ -170,7 +156,7 @@ def _write_shard(path, documents):
     for ids in documents:
       writer.write(ids.tobytes())
     writer.close()
-  _atomic(path, write)
+  storage.write_atomic(path, write)
 
 
 def write_chunk(output, number, first, texts, flags):
@@ -181,12 +167,12 @@ def write_chunk(output, number, first, texts, flags):
     docs = [d for d, flag in zip(ids, flags) if flag == wanted]
     if docs:
       name = f'{split}-{number:05d}.array_record'
-      _write_shard(os.path.join(output, name), docs)
+      _write_shard(storage.join(output, name), docs)
       shards.append({'file': name, 'split': split, 'documents': len(docs),
                      'tokens': int(sum(len(d) for d in docs)),
-                     'bytes': os.path.getsize(os.path.join(output, name))})
+                     'bytes': storage.size(storage.join(output, name))})
   part = {'chunk': number, 'first_document': first, 'documents': len(texts), 'shards': shards}
-  _write_json(os.path.join(output, PARTS, f'{number:05d}.json'), part)
+  _write_json(storage.join(output, PARTS, f'{number:05d}.json'), part)
   return part
 
 
@@ -224,8 +210,8 @@ def prepare(inputs, output, tokenizer, *, fmt='auto', field='text', separator='\
                   eval_fraction=eval_fraction, split_seed=split_seed, shard_bytes=shard_bytes)
   _claim(output, wanted)
   if is_prepared(output):
-    return read_json(os.path.join(output, MANIFEST))
-  os.makedirs(os.path.join(output, PARTS), exist_ok=True)
+    return read_json(storage.join(output, MANIFEST))
+  storage.makedirs(storage.join(output, PARTS))
   tokenizer_path = _tokenizer_file(tokenizer, output, lambda: train_documents(
       readers.documents(files, fmt, field, separator), eval_fraction, split_seed,
       tokenizer_lib.TRAINING_DOCUMENTS))
@@ -239,8 +225,8 @@ def prepare(inputs, output, tokenizer, *, fmt='auto', field='text', separator='\
     for number, first, texts, flags, size in _chunks(
         readers.documents(files, fmt, field, separator), shard_bytes, eval_fraction,
         split_seed):
-      part_path = os.path.join(output, PARTS, f'{number:05d}.json')
-      if os.path.isfile(part_path):
+      part_path = storage.join(output, PARTS, f'{number:05d}.json')
+      if storage.isfile(part_path):
         done(read_json(part_path), size)
       else:
         yield (output, number, first, texts, flags), size
@@ -248,13 +234,16 @@ def prepare(inputs, output, tokenizer, *, fmt='auto', field='text', separator='\
   _run(tasks(), workers, tokenizer_path, done)
   bar(None, None)
   manifest = _manifest(wanted, tokenizer_path, parts)
-  _write_json(os.path.join(output, MANIFEST), manifest)
+  _write_json(storage.join(output, MANIFEST), manifest)
   _sweep(output)
   return manifest
 
 
 def _sweep(output):
-  """Removes the temporary files of runs that were killed (their process is gone)."""
+  """Removes the temporary files of runs that were killed (their process is gone); a
+  bucket has none (its objects are uploaded whole)."""
+  if storage.is_remote(output):
+    return
   for directory in (output, os.path.join(output, PARTS)):
     for name in os.listdir(directory):
       pid = name.rsplit('.', 2)[-2] if name.startswith('.') and name.endswith('.tmp') else ''

@@ -11,6 +11,7 @@ import glob
 import json
 import os
 
+from zoo import storage
 from zoo.errors import ConfigError
 
 FORMATS = ('auto', 'text', 'jsonl', 'parquet', 'arrow')
@@ -21,17 +22,17 @@ _BLOCK_CHARS = 1 << 22
 
 
 def expand(inputs):
-  """Input paths (a file, a directory walked in sorted order, or a glob) -> sorted files."""
+  """Input paths (a file, a directory walked in sorted order, or a glob; local or in a
+  bucket) -> sorted files."""
   files = []
   for pattern in inputs:
-    matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
-    if not matches or not all(os.path.exists(m) for m in matches):
+    matches = storage.glob(pattern) if glob.has_magic(pattern) else [pattern]
+    if not matches or not all(storage.exists(m) for m in matches):
       raise ConfigError(f'input {pattern!r} does not exist; pass a file, a directory or a glob')
     for match in matches:
-      if os.path.isdir(match):
-        files += sorted(os.path.join(root, name) for root, _, names in os.walk(match)
-                        for name in names if not name.startswith('.')
-                        and name not in _HF_METADATA)
+      if storage.isdir(match):
+        files += [f for f in storage.walk_files(match)
+                  if os.path.basename(f) not in _HF_METADATA]
       else:
         files.append(match)
   if not files:
@@ -69,9 +70,9 @@ def _clean(docs, sizes):
 
 def _text(path, separator):
   """Blocks of the file split at the separator; the last piece waits for the next block."""
-  size = os.path.getsize(path)
+  size = storage.size(path)
   try:
-    with open(path, encoding='utf-8') as f:
+    with storage.open_file(path) as f:
       rest, done = '', 0
       while block := f.read(_BLOCK_CHARS):
         pieces = (rest + block).split(separator)
@@ -90,7 +91,7 @@ def _text(path, separator):
 
 def _jsonl(path, field):
   try:
-    with open(path, encoding='utf-8') as f:
+    with storage.open_file(path) as f:
       for number, line in enumerate(f, 1):
         if not line.strip():
           continue
@@ -117,22 +118,25 @@ def _column(path, names, field):
 
 def _parquet(path, field):
   import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
-  try:
-    table = pq.ParquetFile(path)
-  except Exception as e:  # pylint: disable=broad-except
-    raise ConfigError(f'{path}: not a Parquet file ({e}); pass --format for it') from None
-  _column(path, table.schema_arrow.names, field)
-  for group in range(table.num_row_groups):
-    texts = table.read_row_group(group, columns=[field]).column(0).to_pylist()
-    share = table.metadata.row_group(group).total_byte_size / max(len(texts), 1)
-    yield from _clean((t or '' for t in texts), [share] * len(texts))
+  with storage.open_file(path, 'rb') as f:
+    try:
+      table = pq.ParquetFile(f)
+    except Exception as e:  # pylint: disable=broad-except
+      raise ConfigError(f'{path}: not a Parquet file ({e}); pass --format for it') from None
+    _column(path, table.schema_arrow.names, field)
+    for group in range(table.num_row_groups):
+      texts = table.read_row_group(group, columns=[field]).column(0).to_pylist()
+      share = table.metadata.row_group(group).total_byte_size / max(len(texts), 1)
+      yield from _clean((t or '' for t in texts), [share] * len(texts))
 
 
 def _arrow(path, field):
-  """An Arrow IPC file or stream (what `datasets.save_to_disk` writes), memory-mapped."""
+  """An Arrow IPC file or stream (what `datasets.save_to_disk` writes), memory-mapped (read
+  whole from a bucket)."""
   import pyarrow as pa  # pylint: disable=g-import-not-at-top
   try:
-    source = pa.memory_map(path)
+    source = (pa.BufferReader(storage.read_bytes(path)) if storage.is_remote(path)
+              else pa.memory_map(path))
     try:
       table = pa.ipc.open_stream(source).read_all()
     except pa.ArrowInvalid:
@@ -140,7 +144,7 @@ def _arrow(path, field):
   except Exception as e:  # pylint: disable=broad-except
     raise ConfigError(f'{path}: not an Arrow file ({e}); pass --format for it') from None
   _column(path, table.schema.names, field)
-  share = os.path.getsize(path) / max(table.num_rows, 1)
+  share = storage.size(path) / max(table.num_rows, 1)
   for batch in table.column(field).chunks:
     texts = batch.to_pylist()
     yield from _clean((t or '' for t in texts), [share] * len(texts))

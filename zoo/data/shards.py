@@ -8,12 +8,11 @@ record count) and the tokenizer against its checksum before anything compiles.
 
 import dataclasses
 import functools
-import os
-
 import grain
 import numpy as np
 from array_record.python import array_record_module as array_record
 
+from zoo import storage
 from zoo.data import prepare
 from zoo.data import tokenizer as tokenizer_lib
 from zoo.errors import ConfigError
@@ -33,13 +32,14 @@ def _document(record, tokenizer):
 
 
 def _check_shard(directory, shard):
-  path = os.path.join(directory, shard['file'])
+  path = storage.join(directory, shard['file'])
   fix = f'prepare it again (python -m zoo.prepare --output={directory} ...)'
-  if not os.path.isfile(path):
+  if not storage.isfile(path):
     raise ConfigError(f'data.path: shard {path} is missing; {fix}')
-  if os.path.getsize(path) != shard['bytes']:
-    raise ConfigError(f'data.path: shard {path} has {os.path.getsize(path)} bytes, the '
+  if storage.size(path) != shard['bytes']:
+    raise ConfigError(f'data.path: shard {path} has {storage.size(path)} bytes, the '
                       f'manifest says {shard["bytes"]} (truncated or replaced); {fix}')
+  path = storage.native(path)  # ArrayRecord opens it itself (gs:// included)
   reader = array_record.ArrayRecordReader(path)
   records = reader.num_records()
   reader.close()
@@ -55,13 +55,13 @@ def open_prepared(directory, tokenizer_path=''):
   if not prepare.is_prepared(directory):
     raise ConfigError(f'data.path={directory!r} holds no {prepare.MANIFEST} (its preparation '
                       'did not finish); run python -m zoo.prepare with --output there again')
-  manifest = prepare.read_json(os.path.join(directory, prepare.MANIFEST))
+  manifest = prepare.read_json(storage.join(directory, prepare.MANIFEST))
   if manifest.get('version') != prepare.VERSION:
     raise ConfigError(f'data.path={directory!r} was prepared by another zoo version '
                       f'({manifest.get("version")}, this one reads {prepare.VERSION}); '
                       'prepare it again')
   expected = manifest['tokenizer']['sha256']
-  own = os.path.join(directory, manifest['tokenizer']['file'])
+  own = storage.join(directory, manifest['tokenizer']['file'])
   if tokenizer_lib.checksum(own) != expected:
     raise ConfigError(f'data.path: {own} is not the tokenizer the shards were made with '
                       '(checksum); prepare the corpus again')

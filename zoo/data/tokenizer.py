@@ -15,11 +15,15 @@ import os
 import numpy as np
 import sentencepiece as spm
 
+from zoo import storage
 from zoo.errors import ConfigError
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3  # the layout of tokenizers the zoo trains
 USER_SYMBOLS = ('\n', '<mask>')  # ids 4 and 5: newlines survive, MLM has a [MASK]
 TRAINING_DOCUMENTS = 200_000  # a tokenizer trained by the zoo sees at most this many
+# SentencePiece's result depends on its thread count: fixed, every machine (and every
+# process of a pod) trains the same model from the same documents
+TRAINING_THREADS = 8
 # the names special tokens go by in tokenizer.json files, by role (first match wins)
 _ROLES = {
     'bos': ('<s>', '<|begin_of_text|>', '<|startoftext|>', '[CLS]'),
@@ -118,10 +122,9 @@ def _prefix_run(lookup, pattern):
 def from_file(path):
   """The tokenizer saved at `path`: a tokenizer.json (by its extension) or a SentencePiece
   model; one that cannot be read is a ConfigError naming the file."""
-  with open(path, 'rb') as f:
-    data = f.read()
+  data = storage.read_bytes(path)
   try:
-    if path.endswith('.json'):
+    if str(path).endswith('.json'):
       return HuggingFace(data.decode('utf-8'))
     return SentencePiece(data)
   except Exception as e:  # pylint: disable=broad-except
@@ -131,8 +134,7 @@ def from_file(path):
 
 def checksum(path):
   """sha256 of a tokenizer file: prepared shards name the tokenizer that made them."""
-  with open(path, 'rb') as f:
-    return hashlib.sha256(f.read()).hexdigest()
+  return hashlib.sha256(storage.read_bytes(path)).hexdigest()
 
 
 def train(documents, vocab_size, model_type):
@@ -145,7 +147,7 @@ def train(documents, vocab_size, model_type):
         byte_fallback=True, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
         user_defined_symbols=list(USER_SYMBOLS), remove_extra_whitespaces=False,
         normalization_rule_name='identity', max_sentence_length=1 << 16,
-        hard_vocab_limit=False, num_threads=os.cpu_count() or 1, minloglevel=2)
+        hard_vocab_limit=False, num_threads=TRAINING_THREADS, minloglevel=2)
   except RuntimeError as e:
     if 'Vocabulary size is smaller than required_chars' not in str(e):
       raise
@@ -163,7 +165,7 @@ def path(tokenizer_config, workdir):
 
 def load(model_path):
   """The tokenizer at `model_path`; never trains."""
-  if not os.path.isfile(model_path):
+  if not storage.isfile(model_path):
     raise ConfigError(f'no tokenizer in {model_path}; train first (it is made from the corpus '
                       'on first use) or set data.tokenizer.path to a SentencePiece model')
   return from_file(model_path)
@@ -173,16 +175,19 @@ def load_or_train(tokenizer_config, workdir, documents):
   """The path of tokenizer.path, else of the model cached in WORKDIR/tokenizer, else of a
   new one trained on documents() and cached there."""
   cache = path(tokenizer_config, workdir)
-  if not tokenizer_config.path and not os.path.exists(cache):
+  if not tokenizer_config.path and not storage.exists(cache):
     tokenizer = train(documents(), tokenizer_config.vocab_size, tokenizer_config.type)
-    os.makedirs(os.path.dirname(cache), exist_ok=True)
-    partial = f'{cache}.{os.getpid()}.tmp'
-    with open(partial, 'wb') as f:
-      f.write(tokenizer.model_proto)
-    try:  # the first process to finish wins; all then read the same model
-      os.link(partial, cache)
-    except FileExistsError:
-      pass
-    os.remove(partial)
+    storage.makedirs(os.path.dirname(cache))
+    if storage.is_remote(cache):  # every process trains the same model (TRAINING_THREADS)
+      storage.write_bytes(cache, tokenizer.model_proto)
+    else:
+      partial = f'{cache}.{os.getpid()}.tmp'
+      with open(partial, 'wb') as f:
+        f.write(tokenizer.model_proto)
+      try:  # the first process to finish wins; all then read the same model
+        os.link(partial, cache)
+      except FileExistsError:
+        pass
+      os.remove(partial)
   load(cache)  # a readable model, or the one-line error
   return cache

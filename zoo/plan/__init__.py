@@ -14,6 +14,7 @@ import jax
 
 from zoo.train import runtime
 from zoo import sharding
+from zoo import storage
 from zoo.errors import ConfigError
 from zoo.plan import analytic
 from zoo.plan import compiled as compiled_lib
@@ -69,6 +70,5 @@ def run(config, json_path=None, compile_step=False, topology_name=None, sweep=Fa
   if sweep:
     print(sweep_lib.table(result['sweep'], tpu_slice), flush=True)
   if json_path:
-    with open(json_path, 'w', encoding='utf-8') as f:
-      json.dump(result, f, indent=2)
+    storage.write_bytes(json_path, json.dumps(result, indent=2).encode())
   return result

@@ -9,11 +9,9 @@ moves between meshes. An unreadable newest step is moved aside (never deleted) a
 previous good one is used.
 """
 
-import glob
 import json
 import os
 import re
-import shutil
 import time
 
 import grain
@@ -21,6 +19,8 @@ import jax
 import orbax.checkpoint as ocp
 from absl import logging
 from jax.experimental import multihost_utils
+
+from zoo import storage
 
 
 class WriteError(RuntimeError):
@@ -31,7 +31,7 @@ class WriteError(RuntimeError):
 class Checkpointer:
 
   def __init__(self, directory, keep):
-    self.directory = os.path.abspath(directory)
+    self.directory = storage.absolute(directory)
     self.keep = keep
     self.manager = self._open()
     self.pending = None  # the step of the async save in flight
@@ -39,7 +39,8 @@ class Checkpointer:
 
   def _open(self):
     options = ocp.CheckpointManagerOptions(max_to_keep=self.keep, create=True)
-    return ocp.CheckpointManager(self.directory, options=options, item_names=('state', 'data'))
+    return ocp.CheckpointManager(storage.native(self.directory), options=options,
+                                 item_names=('state', 'data'))
 
   def save(self, step, state, data_iter):
     """Starts an async save; the previous one is finished first. A failed write (this one
@@ -48,7 +49,7 @@ class Checkpointer:
     self.finish()
     self.pending = step
     need = sum(a.nbytes for a in jax.tree.leaves(state)) * _ROOM + (8 << 20)
-    free = _free_bytes(self.directory)
+    free = storage.free_bytes(self.directory)
     if free is not None and free < need:  # fail cleanly before the writes start
       self.failed = True
       raise WriteError(self._failure(f'{free / 2**20:,.0f} MiB free, about '
@@ -90,26 +91,25 @@ class Checkpointer:
           self._restore_streams(step, data_iter)
         return step, restored['state']
       except Exception as e:  # pylint: disable=broad-except
-        aside = os.path.join(self.directory, f'unreadable-{step}-{int(time.time())}')
+        aside = storage.join(self.directory, f'unreadable-{step}-{int(time.time())}')
         logging.warning('checkpoint %d is unreadable (%s: %s); moved to %s, trying the '
                         'previous one', step, type(e).__name__, str(e)[:200], aside)
         print(f'warning: checkpoint {step} is unreadable ({type(e).__name__}); moved aside '
               f'to {aside}, falling back to the previous one', flush=True)
         self.manager.close()
         if jax.process_index() == 0:
-          os.rename(os.path.join(self.directory, str(step)), aside)
+          storage.rename(storage.join(self.directory, str(step)), aside)
         multihost_utils.sync_global_devices(f'zoo_checkpoint_aside_{step}')
         self.manager = self._open()
     return None
 
   def _restore_streams(self, step, data_iter):
-    files = glob.glob(os.path.join(self.directory, str(step), 'data', 'process_*.json'))
+    files = storage.glob(storage.join(self.directory, str(step), 'data', 'process_*.json'))
     if not files:
       raise FileNotFoundError(f'no data iterator state in checkpoint {step}')
     state = {}
     for path in files:
-      with open(path, encoding='utf-8') as f:
-        state.update(json.load(f))
+      state.update(json.loads(storage.read_text(path)))
     missing = data_iter.set_state(state)
     if missing:
       print(f'warning: checkpoint {step} has no position for input streams {missing} of '
@@ -130,17 +130,6 @@ class Checkpointer:
 
 
 _ROOM = 1.1  # a checkpoint takes about the state's bytes plus metadata (and 8 MiB)
-
-
-def _free_bytes(directory):
-  """Free bytes on the local filesystem that holds `directory` (None if unknown)."""
-  path = directory
-  while not os.path.exists(path) and os.path.dirname(path) != path:
-    path = os.path.dirname(path)
-  try:
-    return shutil.disk_usage(path).free
-  except OSError:
-    return None
 
 
 def _cause(error):
@@ -168,13 +157,13 @@ class _IteratorSnapshot:
 def save_params(path, params):
   """Params alone (an imported model), for train.init_params."""
   checkpointer = ocp.StandardCheckpointer()
-  checkpointer.save(os.path.abspath(path), params)
+  checkpointer.save(storage.native(path), params)
   checkpointer.wait_until_finished()
 
 
 def restore_params(path, abstract_params):
   """train.init_params -> params laid out as `abstract_params` (shapes and shardings) say."""
-  if not os.path.isdir(path):
+  if not storage.isdir(path):
     raise FileNotFoundError(f'train.init_params={path!r} is not a directory; run '
                             'python -m zoo.convert.hf first or clear train.init_params')
-  return ocp.StandardCheckpointer().restore(os.path.abspath(path), abstract_params)
+  return ocp.StandardCheckpointer().restore(storage.native(path), abstract_params)

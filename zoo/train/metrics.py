@@ -7,6 +7,10 @@ import os
 import numpy as np
 from tensorboardX import SummaryWriter
 
+from zoo import storage
+
+METRICS = 'metrics.jsonl'
+
 # Dense bf16 peak FLOP/s per device, by jax device_kind prefix (vendor data sheets).
 PEAK_FLOPS = (
     ('TPU v4', 275e12),
@@ -35,15 +39,18 @@ def mfu(flops_per_sec, devices):
 
 
 class Writer:
-  """Appends rows to WORKDIR/metrics.jsonl and scalars to TensorBoard; process 0 only."""
+  """Appends rows to WORKDIR/metrics.jsonl and scalars to TensorBoard; process 0 only.
+  In a bucket the files are written locally and copied there after every row (objects
+  cannot be appended to), the rows of an earlier run first fetched so they are kept."""
 
   def __init__(self, workdir, enabled=True):
     self.enabled = enabled
     if not enabled:
       return
-    os.makedirs(workdir, exist_ok=True)
-    self.jsonl = open(os.path.join(workdir, 'metrics.jsonl'), 'a', encoding='utf-8')
-    self.tensorboard = SummaryWriter(workdir)
+    self.mirror = storage.Mirror(workdir)
+    self.mirror.pull(METRICS)
+    self.jsonl = open(os.path.join(self.mirror.local, METRICS), 'a', encoding='utf-8')
+    self.tensorboard = SummaryWriter(self.mirror.local)
 
   def write(self, row):
     if not self.enabled:
@@ -55,11 +62,13 @@ class Writer:
       if key != 'step' and isinstance(value, (int, float)) and not isinstance(value, bool):
         self.tensorboard.add_scalar(key, value, row['step'])
     self.tensorboard.flush()
+    self.mirror.push()
 
   def close(self):
     if self.enabled:
       self.jsonl.close()
       self.tensorboard.close()
+      self.mirror.close()
 
 
 def _plain(value):
@@ -73,8 +82,8 @@ def _plain(value):
 
 def read(workdir):
   """All rows of WORKDIR/metrics.jsonl."""
-  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
-    return [json.loads(line) for line in f if line.strip()]
+  text = storage.read_text(storage.join(workdir, METRICS))
+  return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 class CollapseWatch:
