@@ -45,14 +45,15 @@ def check(path, field):
                       "pip install 'zoo[gcs]' (or use a local path)")
 
 
-def native(path):
-  """The path string for libraries that open it themselves: absolute when local."""
-  return str(path) if is_remote(path) else os.path.abspath(path)
-
-
 def absolute(path):
   """Absolute when local; a remote path is absolute already."""
   return str(path) if is_remote(path) else os.path.abspath(path)
+
+
+def native(path):
+  """The path string for libraries that open it themselves (orbax, ArrayRecord); the one
+  place a test bucket (tests/fake_bucket.py) redirects them."""
+  return absolute(path)
 
 
 def join(*parts):
