@@ -177,17 +177,8 @@ def load_or_train(tokenizer_config, workdir, documents):
   cache = path(tokenizer_config, workdir)
   if not tokenizer_config.path and not storage.exists(cache):
     tokenizer = train(documents(), tokenizer_config.vocab_size, tokenizer_config.type)
-    storage.makedirs(os.path.dirname(cache))
-    if storage.is_remote(cache):  # every process trains the same model (TRAINING_THREADS)
-      storage.write_bytes(cache, tokenizer.model_proto)
-    else:
-      partial = f'{cache}.{os.getpid()}.tmp'
-      with open(partial, 'wb') as f:
-        f.write(tokenizer.model_proto)
-      try:  # the first process to finish wins; all then read the same model
-        os.link(partial, cache)
-      except FileExistsError:
-        pass
-      os.remove(partial)
+    # every process of a pod trains the identical model (TRAINING_THREADS), so whichever
+    # write lands last, all read the same bytes
+    storage.write_bytes(cache, tokenizer.model_proto)
   load(cache)  # a readable model, or the one-line error
   return cache
