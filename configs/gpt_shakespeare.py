@@ -25,6 +25,7 @@ def get_config(arg=None):
   m.norm_position = 'pre'
   m.position = 'rope'
   m.max_length = 1024
+  m.scan_unroll = 4  # the layer loop unrolled: ~10% faster on CPUs (zoo/config.py)
   m.dropout_rate = 0.0
 
   c.data.seq_len = 128  # documents (speeches) average ~45 pieces; packing fills the rows

@@ -3,6 +3,7 @@ a corrupt checkpoint and a diverging run."""
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,8 +60,11 @@ def _after_last_start(workdir):
      'train.batch_size=12 does not split over data x fsdp x expert = 8'),
     (['data.path=/nonexistent/corpus.txt'], 1, "data.path='/nonexistent/corpus.txt' does not"),
     (['data.path=EMPTY'], 1, 'holds no text'),
+    (['train.profile_steps=(5,3)'], 1,
+     r'train.profile_steps=\(5, 3\) traces steps outside the run \(1..train.steps=6\)'),
+    (['model.scan_unroll=0'], 1, 'model.scan_unroll=0 must be positive'),
 ], ids=['misspelt', 'heads', 'kv_heads', 'lr', 'steps', 'max_length', 'mesh', 'mesh_rest',
-        'batch', 'no_corpus', 'empty_corpus'])
+        'batch', 'no_corpus', 'empty_corpus', 'profile_steps', 'scan_unroll'])
 def test_bad_input_is_one_line_naming_the_field(tmp_path, overrides, devices, message):
   empty = tmp_path / 'empty.txt'
   empty.write_text('\n')
@@ -93,6 +97,17 @@ def test_train_logs_metrics_events_and_checkpoints_then_eval_reads_them(referenc
   assert train_rows[-1]['mfu'] is None  # CPU: unknown peak
   assert train_rows[-1]['loss'] < train_rows[0]['loss'] - 0.5
   assert [r['step'] for r in rows if 'eval_loss' in r] == [120]
+  assert rows[0]['event'] == 'start' and rows[0]['compile_seconds'] > 0
+  assert all(r['time_step'] > 0 for r in train_rows[1:])  # each window's train-step seconds
+  end = rows[-1]  # where the run's wall time went
+  assert end['event'] == 'end' and end['step'] == 120
+  times = {k: v for k, v in end.items() if k.startswith('time_')}
+  assert set(times) == {'time_setup', 'time_compile', 'time_data', 'time_step', 'time_eval',
+                        'time_checkpoint', 'time_other'}
+  assert sum(times.values()) == pytest.approx(end['wall_seconds'], abs=0.01)
+  assert end['time_compile'] == pytest.approx(rows[0]['compile_seconds'], abs=0.01)
+  assert end['goodput'] == pytest.approx(end['time_step'] / end['wall_seconds'], abs=1e-3)
+  assert 0 < end['goodput'] < 1
   assert any(name.startswith('events.out.tfevents') for name in os.listdir(reference))
   assert sorted(os.listdir(reference / 'checkpoints')) == ['100', '120', '80']
 
@@ -122,6 +137,29 @@ def test_resume_after_sigkill_repeats_the_uninterrupted_losses(reference, tmp_pa
   resumed, want = _losses(rows), _losses(metrics_lib.read(reference))
   assert sorted(resumed) == list(range(header['step'] + 1, 121))
   assert {s: resumed[s] for s in resumed} == {s: want[s] for s in resumed}
+
+
+def test_a_second_start_loads_the_train_step_from_the_compile_cache(tmp_path):
+  cache, args = tmp_path / 'cache', ('train.steps=4', 'train.checkpoint_every=2',
+                                     'train.eval_every=1000')
+  programs = lambda: {n for n in os.listdir(cache)
+                      if n.startswith('jit_train_step') and n.endswith('-cache')}
+  result = launch(tmp_path / 'run', *args, f'train.compile_cache_dir={cache}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  first = programs()
+  assert len(first) == 1
+  shutil.rmtree(tmp_path / 'run' / 'checkpoints' / '4')  # as if it had stopped at step 2
+  result = launch(tmp_path / 'run', *args, f'train.compile_cache_dir={cache}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  header, _ = _after_last_start(tmp_path / 'run')
+  assert header['step'] == 2 and header['compile_cache'] == str(cache)
+  assert programs() == first  # the same program, read back instead of compiled again
+
+  result = launch(tmp_path / 'other', *args, 'train.compile_cache_dir=/proc/zoo')
+  assert result.returncode == 2
+  assert result.stderr.strip() == (
+      "error: train.compile_cache_dir='/proc/zoo' cannot be written (No such file or "
+      "directory); point it to a writable directory or set it to '' to compile every start")
 
 
 def test_sigterm_saves_the_current_step_and_exits_cleanly(tmp_path):

@@ -503,13 +503,17 @@ def _hf_config(config):
     return {'model_type': 'gpt2', 'vocab_size': m.vocab_size, 'n_embd': m.d_model,
             'n_layer': m.num_layers, 'n_head': m.num_heads, 'n_inner': m.mlp_dim,
             'n_positions': m.max_length, 'layer_norm_epsilon': m.norm_eps,
-            'activation_function': 'gelu_new', 'tie_word_embeddings': True}
+            'activation_function': 'gelu_new', 'tie_word_embeddings': True,
+            # transformers defaults them to 0.1; the zoo model trains with model.dropout_rate
+            'resid_pdrop': m.dropout_rate, 'embd_pdrop': m.dropout_rate,
+            'attn_pdrop': m.dropout_rate}
   if family == 'bert':
     return {'model_type': 'bert', 'vocab_size': m.vocab_size, 'hidden_size': m.d_model,
             'num_hidden_layers': m.num_layers, 'num_attention_heads': m.num_heads,
             'intermediate_size': m.mlp_dim, 'hidden_act': 'gelu',
             'max_position_embeddings': m.max_length, 'type_vocab_size': m.type_vocab_size,
-            'layer_norm_eps': m.norm_eps,
+            'layer_norm_eps': m.norm_eps, 'hidden_dropout_prob': m.dropout_rate,
+            'attention_probs_dropout_prob': m.dropout_rate,
             'architectures': ['BertForPreTraining' if m.nsp_head else 'BertForMaskedLM']}
   if family == 't5':
     return {'model_type': 't5', 'vocab_size': m.vocab_size, 'd_model': m.d_model,

@@ -50,6 +50,7 @@ def run(config, workdir, prompts):
   """-> the completions (text), also printed after their prompts."""
   check(config, prompts)
   family = families.get(config.model)
+  runtime.compile_cache(config)
   place = runtime.placement(config)
   tokenizer = runtime.tokenizer(config, workdir)
   ids, segments = family.tokenize_prompts(config, tokenizer, prompts)

@@ -109,7 +109,7 @@ def stack(m, train, num_layers, name):
   if m.scan_layers:
     scanned = nn.scan(unit, variable_axes={'params': 0, 'moe': 0, 'moe_bias': 0, 'cache': 0},
                       split_rngs={'params': True, 'dropout': True},
-                      in_axes=(nn.broadcast,) * 5, length=length,
+                      in_axes=(nn.broadcast,) * 5, length=length, unroll=m.scan_unroll,
                       metadata_params={nn.PARTITION_NAME: 'layers'})
     module = scanned(m, train, name=name)
     return lambda x_BLD, *args: module(x_BLD, *args, *(None,) * (5 - len(args)))

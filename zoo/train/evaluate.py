@@ -40,6 +40,7 @@ def evaluator(config, place, streams, corpus, state):
 
 def run(config, workdir):
   """--mode=eval: the newest checkpoint's eval loss, printed and logged."""
+  runtime.compile_cache(config)
   place = runtime.placement(config)
   streams = runtime.input_streams(config, place.mesh)
   corpus = runtime.corpus(config, workdir)

@@ -17,7 +17,9 @@ from zoo import sharding
 from zoo.data import pipeline
 from zoo.data import streams as streams_lib
 from zoo.train import evaluate as evaluate_lib
+from zoo.train import goodput as goodput_lib
 from zoo.train import metrics as metrics_lib
+from zoo.train import profile as profile_lib
 from zoo.train import state as state_lib
 
 
@@ -25,7 +27,8 @@ class TrainingError(RuntimeError):
   """Training cannot go on (e.g. repeated NaN/Inf); the message says why."""
 
 
-def _describe(config, workdir, place, streams, corpus, params, start_step):
+def _describe(config, workdir, place, streams, corpus, params, start_step, compile_seconds,
+              cache):
   """The run header: what runs where, with the derived batch numbers (printed and logged)."""
   header = {
       'event': 'start', 'step': start_step, 'workdir': workdir,
@@ -38,6 +41,7 @@ def _describe(config, workdir, place, streams, corpus, params, start_step):
       'seq_len': config.data.seq_len, 'vocab': corpus.tokenizer.vocab_size,
       'attention_kernel': place.kernel[0], 'attention_kernel_why': place.kernel[1],
       'train_documents': corpus.train_documents(),
+      'compile_seconds': round(compile_seconds, 2), 'compile_cache': cache or 'off',
   }
   print(' '.join(f'{k}={v}' for k, v in header.items()), flush=True)
   return header
@@ -48,8 +52,8 @@ class _Log:
   train.log_every steps writes a row: the step's metrics plus throughput and MFU, and for a
   mixture the real tokens each source gave since the last row (tokens_NAME, all processes)."""
 
-  def __init__(self, config, writer, sources=()):
-    self.t, self.writer, self.sources = config.train, writer, sources
+  def __init__(self, config, writer, goodput, sources=()):
+    self.t, self.writer, self.goodput, self.sources = config.train, writer, goodput, sources
     self.source_tokens = np.zeros(len(sources), np.int64)
     self.flops_per_token = counting.flops_per_token(config)
     self.tokens_per_step = config.train.batch_size * config.data.seq_len
@@ -85,6 +89,7 @@ class _Log:
         counts = multihost_utils.process_allgather(counts).sum(0)
       row.update({f'tokens_{name}': int(c) for name, c in zip(self.sources, counts)})
       self.source_tokens = np.zeros_like(self.source_tokens)
+    row.update(self.goodput.window_row())
     self.alarms.check(step, metrics)
     self.writer.write(row)
     eta = (t.steps - step) * elapsed / self.window_steps
@@ -107,66 +112,97 @@ def _start(config, place, state, saved, data_iter):
   return 0, fresh
 
 
+def _next_batch(config, place, data_iter, log, corpus):
+  local = next(data_iter)
+  if corpus.sources:
+    log.count(local.pop(pipeline.SOURCE_TOKENS))
+  return sharding.to_global(local, place.mesh, config.train.batch_size)
+
+
 def train(config, workdir):
   """Trains (or resumes) per config; returns the last train metrics row."""
   t = config.train
+  goodput = goodput_lib.Goodput()
   # --- setup: mesh, data, model state; each fails with one line before any compile
-  place = runtime.placement(config)
-  streams = runtime.input_streams(config, place.mesh)
-  corpus = runtime.corpus(config, workdir)
-  parts = runtime.model_state(config, place.mesh)
-  saved = runtime.checkpointer(config, workdir)
-  data_iter = streams_lib.TrainBatches(runtime.datasets(
-      config, streams, corpus.train, corpus.tokenizer, train=True), streams.num_streams)
+  with goodput.charge('setup'):
+    cache = runtime.compile_cache(config)
+    place = runtime.placement(config)
+    streams = runtime.input_streams(config, place.mesh)
+    corpus = runtime.corpus(config, workdir)
+    parts = runtime.model_state(config, place.mesh)
+    saved = runtime.checkpointer(config, workdir)
+    data_iter = streams_lib.TrainBatches(runtime.datasets(
+        config, streams, corpus.train, corpus.tokenizer, train=True), streams.num_streams)
 
-  # --- state: resume from the newest readable checkpoint, else initialise sharded
-  start_step, state = _start(config, place, parts, saved, data_iter)
+    # --- state: resume from the newest readable checkpoint, else initialise sharded
+    start_step, state = _start(config, place, parts, saved, data_iter)
   if start_step >= t.steps:
     print(f'already trained: checkpoint at step {start_step} >= train.steps={t.steps}')
     saved.close()
     return None
-  train_step = place.jit(
-      parts.train_step(config),
-      (parts.shardings, sharding.batch_sharding(place.mesh)),
-      (parts.shardings, sharding.replicated(place.mesh)), donate_argnums=(0,))
-  evaluate = evaluate_lib.evaluator(config, place, streams, corpus, parts)
-  writer = metrics_lib.Writer(workdir, enabled=jax.process_index() == 0)
+  with goodput.charge('setup'):
+    evaluate = evaluate_lib.evaluator(config, place, streams, corpus, parts)
+    writer = metrics_lib.Writer(workdir, enabled=jax.process_index() == 0)
+  log = _Log(config, writer, goodput, corpus.sources)
+  with goodput.charge('data'):
+    batch = _next_batch(config, place, data_iter, log, corpus)
+  with goodput.charge('compile'):  # ahead of the first step, so the header can say how long
+    compile_start = time.perf_counter()
+    train_step = place.jit(
+        parts.train_step(config),
+        (parts.shardings, sharding.batch_sharding(place.mesh)),
+        (parts.shardings, sharding.replicated(place.mesh)), donate_argnums=(0,)
+    ).compile(state, batch)
+    compile_seconds = time.perf_counter() - compile_start
+  log.pause(compile_seconds)
   writer.write(_describe(config, workdir, place, streams, corpus, state['params'],
-                         start_step))
-  log = _Log(config, writer, corpus.sources)
+                         start_step, compile_seconds, cache))
+  profiler = profile_lib.Profiler(t.profile_steps, workdir, start_step)
   preempted = []
   previous_handler = signal.signal(signal.SIGTERM, lambda *_: preempted.append(True))
 
   # --- loop: dispatch step n, then read step n-1's metrics while n runs
-  pending, run_start = None, time.time()
+  pending, step = None, start_step
   try:
     for step in range(start_step + 1, t.steps + 1):
-      local = next(data_iter)
-      if corpus.sources:
-        log.count(local.pop(pipeline.SOURCE_TOKENS))
-      batch = sharding.to_global(local, place.mesh, t.batch_size)
-      state, metrics = train_step(state, batch)
-      if pending:
-        log(*pending)
+      if batch is None:
+        with goodput.charge('data'):
+          batch = _next_batch(config, place, data_iter, log, corpus)
+      profiler.start(step)
+      with goodput.charge('step'):
+        state, metrics = train_step(state, batch)
+        batch = None
+        if pending:
+          log(*pending)
+      profiler.stop(step, metrics)
       pending = (step, metrics)
 
       if step % t.eval_every == 0 or step == t.steps:
-        log(*pending)
+        with goodput.charge('step'):
+          log(*pending)
         pending, eval_start = None, time.time()
-        eval_loss = evaluate(state_lib.model_variables(state))
+        with goodput.charge('eval'):
+          eval_loss = evaluate(state_lib.model_variables(state))
         writer.write({'step': step, 'eval_loss': eval_loss})
         print(f'step {step} eval_loss {eval_loss:.4f}', flush=True)
         log.pause(time.time() - eval_start)
       if step % t.checkpoint_every == 0 or step == t.steps or preempted:
-        saved.save(step, state, data_iter)
+        with goodput.charge('checkpoint'):
+          saved.save(step, state, data_iter)
       if preempted:
         print(f'SIGTERM: saved a checkpoint at step {step}; exiting', flush=True)
         break
     if pending:
-      log(*pending)
+      with goodput.charge('step'):
+        log(*pending)
+    end = goodput.final_row()
+    writer.write({'event': 'end', 'step': step, **end})
   finally:
     signal.signal(signal.SIGTERM, previous_handler)
+    profiler.close()
     saved.close()
     writer.close()
-  print(f'done in {time.time() - run_start:.0f}s', flush=True)
+  print(f'done in {end["wall_seconds"]:.0f}s; goodput {end["goodput"]:.1%} (train steps), '
+        f'compile {end["time_compile"]:.1f}s, eval {end["time_eval"]:.1f}s, checkpoints '
+        f'{end["time_checkpoint"]:.1f}s, data {end["time_data"]:.1f}s', flush=True)
   return log.last_row

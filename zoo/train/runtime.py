@@ -2,6 +2,7 @@
 what it uses. Training builds them all; --mode=eval skips nothing but the train data;
 --mode=generate reads the tokenizer and the checkpoint, never the corpus.
 
+  compile_cache(config)        the persistent compilation cache, on before anything compiles
   placement(config)            mesh, logical-axis rules, the attention kernel that will run
   input_streams(config, mesh)  which of the global batch's streams this process reads
   corpus(config, workdir)      the prepared corpus: tokenizer, train and eval documents
@@ -14,15 +15,18 @@ Everything here checks its input before anything compiles (ConfigError, one line
 
 import dataclasses
 import os
+import tempfile
 from typing import Any, Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.experimental.compilation_cache import compilation_cache
 
 from zoo import families
 from zoo import kernels
 from zoo import sharding
+from zoo import storage
 from zoo.data import corpus as corpus_lib
 from zoo.data import pipeline
 from zoo.data import streams as streams_lib
@@ -35,6 +39,45 @@ from zoo.train import state as state_lib
 from zoo.train import step as step_lib
 
 
+# ------------------------------------------------------------------- compile cache
+
+COMPILE_CACHE_MAX_BYTES = 8 << 30  # least recently used programs go beyond this
+
+
+def compile_cache(config):
+  """Turns on JAX's persistent compilation cache in train.compile_cache_dir (''= off): a
+  second start of the same run, or an eval of it, loads its compiled steps from there.
+  A local directory that cannot be written is a ConfigError."""
+  directory = config.train.compile_cache_dir
+  if not directory:
+    _use_compile_cache(False, None)
+    return None
+  if not storage.is_remote(directory):
+    directory = os.path.abspath(os.path.expanduser(directory))
+    try:
+      os.makedirs(directory, exist_ok=True)
+      with tempfile.NamedTemporaryFile(dir=directory):
+        pass
+    except OSError as e:
+      raise ConfigError(f'train.compile_cache_dir={config.train.compile_cache_dir!r} cannot '
+                        f'be written ({e.strerror}); point it to a writable directory or set '
+                        "it to '' to compile every start") from None
+  _use_compile_cache(True, directory)
+  return directory
+
+
+def _use_compile_cache(enabled, directory):
+  if (jax.config.jax_enable_compilation_cache, jax.config.jax_compilation_cache_dir) == (
+      enabled, directory):
+    return
+  jax.config.update('jax_enable_compilation_cache', enabled)
+  jax.config.update('jax_compilation_cache_dir', directory)
+  jax.config.update('jax_compilation_cache_max_size', COMPILE_CACHE_MAX_BYTES)
+  # JAX decides once per process whether it uses the cache; a process that compiled before
+  # (a notebook, a test session) decides again
+  compilation_cache.reset_cache()
+
+
 # ----------------------------------------------------------------------- placement
 
 @dataclasses.dataclass(frozen=True)
@@ -45,13 +88,26 @@ class Placement:
 
   def jit(self, fn, in_shardings, out_shardings, donate_argnums=(), rules=None):
     """jit with explicit shardings, traced under the mesh and the logical-axis rules."""
-    jitted = jax.jit(fn, in_shardings=in_shardings, out_shardings=out_shardings,
-                     donate_argnums=donate_argnums)
+    return Jitted(jax.jit(fn, in_shardings=in_shardings, out_shardings=out_shardings,
+                          donate_argnums=donate_argnums), self.mesh, rules or self.rules)
 
-    def call(*args):
-      with jax.set_mesh(self.mesh), nn.logical_axis_rules(rules or self.rules):
-        return jitted(*args)
-    return call
+
+@dataclasses.dataclass(frozen=True)
+class Jitted:
+  """A jitted function called, or compiled ahead of its first call, under its mesh and
+  logical-axis rules."""
+  jitted: Callable
+  mesh: jax.sharding.Mesh
+  rules: tuple
+
+  def __call__(self, *args):
+    with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
+      return self.jitted(*args)
+
+  def compile(self, *args):
+    """-> the executable for arguments shaped and sharded like args (a jax Compiled)."""
+    with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
+      return self.jitted.lower(*args).compile()
 
 
 def attention_kernel(config, on=None):

@@ -1,0 +1,77 @@
+"""zoo.bench: the numbers it measures on a tiny decoder, the table it prints, and what bad
+input gets. (Speed itself is never asserted: benchmarks print it.)"""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests import helpers
+from tests.helpers import REPO
+from zoo import config as config_lib
+from zoo.bench import __main__ as bench
+from zoo.bench import torch_side
+from zoo.errors import ConfigError
+
+SMOKE = helpers.config_file('gpt_shakespeare')
+
+
+def test_measure_trains_and_decodes_the_config():
+  config = config_lib.load(SMOKE, ['model.scan_unroll=2'])
+  results = bench.measure(config, runs=2, steps=2, decode_batches=[1, 3], prompt_len=4,
+                          new_tokens=5, use_torch=False)
+  z = results['zoo']
+  assert results['torch'] is None and results['ratios'] == {}
+  tokens = config.train.batch_size * config.data.seq_len
+  assert len(z['round_tokens_per_sec']) == 2
+  assert z['train_tokens_per_sec'] == pytest.approx(tokens / (z['step_ms'] / 1e3))
+  assert z['step_ms_p10'] <= z['step_ms_p90'] and z['compile_seconds'] > 0
+  assert 5.5 < z['first_loss'] < 7.5  # random init: about ln(512) = 6.24
+  assert z['mfu'] is None  # a CPU has no known peak
+  assert z['decode_tokens_per_sec_b3'] > 0 and len(z['decode_round_b1']) == 2
+
+
+def test_table_gives_both_sides_and_the_ratio():
+  side = {'train_tokens_per_sec': 5000.0, 'step_ms': 409.6, 'step_ms_p10': 400.0,
+          'step_ms_p90': 420.5, 'first_loss': 8.31774, 'compile_seconds': 4.2, 'mfu': None,
+          'decode_tokens_per_sec_b1': 512.0}
+  torch = dict(side, train_tokens_per_sec=4000.0, step_ms=512.0, decode_tokens_per_sec_b1=256.0)
+  lines = bench.table({'zoo': side, 'torch': torch,
+                       'ratios': {'train': 1.25, 'decode_b1': 2.0}}, [1]).splitlines()
+  cells = {line.split('|')[1].strip(): [c.strip() for c in line.split('|')[2:5]]
+           for line in lines[2:]}
+  assert cells['train tokens/s'] == ['5,000', '4,000', '1.25x']
+  assert cells['step ms, median'] == ['409.6', '512.0', '-']
+  assert cells['step ms, p10-p90'] == ['400.0-420.5', '400.0-420.5', '-']
+  assert cells['first loss'] == ['8.3177', '8.3177', '-']
+  assert cells['decode tokens/s, batch 1'] == ['512', '256', '2.00x']
+  assert cells['MFU'][0] == 'n/a (no known peak for this device)'
+  alone = bench.table({'zoo': side, 'torch': None, 'ratios': {}}, [1]).splitlines()
+  assert alone[2].split('|')[3].strip() == '-'
+
+
+def test_the_pytorch_side_refuses_what_transformers_computes_differently():
+  gpt2 = ['model.num_layers=2', 'model.d_model=64', 'model.num_heads=4', 'model.mlp_dim=128',
+          'model.vocab_size=512', 'model.max_length=64', 'data.seq_len=64']
+  torch_side.check(config_lib.load('configs/gpt2_small.py', gpt2))  # GPT-2 as transformers
+  with pytest.raises(ConfigError, match="model.activation='gelu': Hugging Face gpt2 computes "
+                                        "'gelu_tanh'; set it so or use --torch=off"):
+    torch_side.check(config_lib.load('configs/gpt2_small.py', [*gpt2, 'model.activation=gelu']))
+  with pytest.raises(ConfigError, match="model.family='encoder': the PyTorch side is a causal"):
+    torch_side.check(config_lib.load(helpers.config_file('bert_base')))
+
+
+def test_decode_lengths_must_fit_a_learned_position_table():
+  config = config_lib.load('configs/gpt2_small.py', ['model.max_length=128', 'data.seq_len=128'])
+  assert bench._new_tokens(config, 32, None) == 96  # pylint: disable=protected-access
+  with pytest.raises(ConfigError, match='--new_tokens=100 after --prompt_len=32 must be >= 1 '
+                                        'and fit model.max_length=128'):
+    bench._new_tokens(config, 32, 100)  # pylint: disable=protected-access
+
+
+def test_a_missing_config_is_one_line_and_exit_2():
+  result = subprocess.run([sys.executable, '-m', 'zoo.bench', '--config=configs/nope.py'],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+  assert result.returncode == 2
+  assert result.stderr.strip() == ("error: --config=configs/nope.py: no such file "
+                                   "'configs/nope.py'; pass a file in configs/")
