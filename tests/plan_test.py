@@ -9,6 +9,7 @@ import pytest
 from tests import helpers
 from tests.helpers import REPO
 from zoo import config as config_lib
+from zoo import counting
 from zoo import families
 from zoo import sharding
 from zoo.plan import analytic
@@ -63,6 +64,13 @@ def test_kv_cache_and_flops_for_llama3_8b_by_hand():
   assert result['kv_cache_bytes_per_token'] == 2 * 32 * 8 * 128 * 2  # bf16: 128 KiB
   n_matmul = PUBLISHED['llama3_8b'] - 128_256 * 4096  # input embedding table is a gather
   assert result['flops_per_token'] == 6 * n_matmul + 6 * 32 * 4096 * 32 * 128
+  assert result['remat_flops_per_token'] == 0  # model.remat='none'
+  attention_forward = 2 * 32 * 4096 * 32 * 128
+  for policy, recomputed in (('full', 2 * (n_matmul - 128_256 * 4096) + attention_forward),
+                             ('dots_no_batch', attention_forward), ('dots', 0), ('none', 0)):
+    config = config_lib.load(helpers.config_file('llama3_8b', arg=None),
+                             [f'model.remat={policy}'])
+    assert counting.remat_flops_per_token(config) == recomputed, policy
 
 
 def test_per_device_bytes_follow_the_sharding_rules():

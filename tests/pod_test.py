@@ -1,7 +1,6 @@
 """A simulated pod (launch/local_pod.sh: 2 processes x 4 CPU devices, jax.distributed with
 gloo): the one-process losses, cooperative checkpoints, resume, and a dead process."""
 
-import glob
 import os
 import signal
 import subprocess
@@ -45,11 +44,8 @@ def test_a_two_process_pod_trains_like_one_process_and_resumes(tmp_path):
   expected = _losses(reference)
 
   pod = tmp_path / 'pod'
-  result = _pod(pod, 'train.steps=5', 'train.profile_steps=(2,2)')
+  result = _pod(pod, 'train.steps=5')
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-  for process in (0, 1):  # every process traced the same steps into its own directory
-    assert glob.glob(str(pod / 'profile' / f'process_{process}' / 'plugins' / 'profile' / '*' /
-                         '*.xplane.pb'))
   header = metrics_lib.read(str(pod))[0]
   assert header['processes'] == 2 and header['devices'] == 8
   assert header['batch_per_process'] == header['batch_global'] // 2

@@ -5,7 +5,8 @@ FLOPs convention (training, per token): 6 * N_matmul + 6 * layers * seq_len * H 
 N_matmul is every parameter a token uses but the input embedding tables (a gather, not a
 matmul; a tied table counts once, as the output head), routed experts counting top_k /
 num_experts of themselves, and the attention term counts causal attention as half of the
-full 12 * layers * seq_len * H * K. Remat recompute is not counted (MFU, not HFU).
+full 12 * layers * seq_len * H * K. Remat recompute is not counted (MFU, not HFU);
+remat_flops_per_token counts it apart (what a compiler reports is the sum).
 """
 
 import flax.linen as nn
@@ -42,17 +43,43 @@ def active_params(boxed, moe):
   return int(round(active))
 
 
-def flops_per_token(config, num_active=None):
-  """Training FLOPs per token by the convention in this module's docstring;
-  `num_active`: the active parameter count, if already known."""
+def _matmul_params(config, num_active):
+  """N_matmul of the convention: active parameters less the input embedding tables."""
   m = config.model
-  if num_active is None:
-    num_active = active_params(abstract_params(config), m.moe)
   n = num_active
   if not m.tie_embeddings:
     n -= m.vocab_size * m.d_model
   if m.position == 'learned':
     n -= m.max_length * m.d_model
-  attention = (6 * families.total_layers(m) * config.data.seq_len * m.num_heads *
-               dims.head_dim(m))
-  return 6 * n + attention
+  return n
+
+
+def _attention_flops(config):
+  m = config.model
+  return 6 * families.total_layers(m) * config.data.seq_len * m.num_heads * dims.head_dim(m)
+
+
+def flops_per_token(config, num_active=None):
+  """Training FLOPs per token by the convention in this module's docstring;
+  `num_active`: the active parameter count, if already known."""
+  if num_active is None:
+    num_active = active_params(abstract_params(config), config.model.moe)
+  return 6 * _matmul_params(config, num_active) + _attention_flops(config)
+
+
+def remat_flops_per_token(config, num_active=None):
+  """FLOPs per token the backward pass spends recomputing the forward, by model.remat
+  (hardware FLOPs = flops_per_token + this): 'full' recomputes every block's forward, 2 x
+  (N_matmul less the output head) + the attention's forward third; 'dots_no_batch' keeps
+  the projections and recomputes the attention's batched matmuls (that third); 'dots' and
+  'none' recompute no matmul."""
+  m = config.model
+  if m.remat in ('none', 'dots'):
+    return 0
+  attention_forward = _attention_flops(config) // 3
+  if m.remat == 'dots_no_batch':
+    return attention_forward
+  if num_active is None:
+    num_active = active_params(abstract_params(config), m.moe)
+  head = m.vocab_size * m.d_model
+  return 2 * (_matmul_params(config, num_active) - head) + attention_forward

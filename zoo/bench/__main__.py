@@ -54,6 +54,23 @@ def _percentile(values, q):
   return values[min(int(q * len(values)), len(values) - 1)]
 
 
+def _summary(times, tokens, new_tokens, decode_batches, first_loss):
+  """One side's timings -> its numbers: medians over rounds, spread over all steps."""
+  medians = [statistics.median(r) for r in times['train']]
+  everything = [x for r in times['train'] for x in r]
+  return {
+      'train_tokens_per_sec': tokens / statistics.median(medians),
+      'step_ms': 1e3 * statistics.median(medians),
+      'step_ms_p10': 1e3 * _percentile(everything, 0.1),
+      'step_ms_p90': 1e3 * _percentile(everything, 0.9),
+      'first_loss': first_loss,
+      'round_tokens_per_sec': [tokens / m for m in medians],
+      **{f'decode_tokens_per_sec_b{b}': b * new_tokens / statistics.median(
+          [x for r in times[b] for x in r]) for b in decode_batches},
+      **{f'decode_round_b{b}': [b * new_tokens / r[0] for r in times[b]]
+         for b in decode_batches}}
+
+
 def measure(config, runs, steps, decode_batches, prompt_len, new_tokens, use_torch):
   """-> {'zoo': {...}, 'torch': {...} or None, 'ratios': {...}}: the numbers of the table."""
   import jax  # pylint: disable=g-import-not-at-top
@@ -76,7 +93,6 @@ def measure(config, runs, steps, decode_batches, prompt_len, new_tokens, use_tor
       side[b].run()
     side['train'].step()
 
-  tokens = config.train.batch_size * config.data.seq_len
   times = {name: {key: [] for key in side} for name, side in sides.items()}
   for _ in range(runs):
     for name, side in sides.items():
@@ -85,25 +101,13 @@ def measure(config, runs, steps, decode_batches, prompt_len, new_tokens, use_tor
       for name, side in sides.items():
         times[name][b].append(_timed(side[b].run, 1))
 
-  results = {}
-  for name, t in times.items():
-    medians = [statistics.median(r) for r in t['train']]
-    everything = [x for r in t['train'] for x in r]
-    results[name] = {
-        'train_tokens_per_sec': tokens / statistics.median(medians),
-        'step_ms': 1e3 * statistics.median(medians),
-        'step_ms_p10': 1e3 * _percentile(everything, 0.1),
-        'step_ms_p90': 1e3 * _percentile(everything, 0.9),
-        'first_loss': sides[name]['train'].first_loss,
-        'round_tokens_per_sec': [tokens / m for m in medians],
-        **{f'decode_tokens_per_sec_b{b}': b * new_tokens / statistics.median(
-            [x for r in t[b] for x in r]) for b in decode_batches},
-        **{f'decode_round_b{b}': [b * new_tokens / r[0] for r in t[b]]
-           for b in decode_batches}}
+  results = {name: _summary(t, config.train.batch_size * config.data.seq_len, new_tokens,
+                            decode_batches, sides[name]['train'].first_loss)
+             for name, t in times.items()}
   z = results['zoo']
   z['compile_seconds'] = zoo.compile_seconds
   z['mfu'] = metrics_lib.mfu(z['train_tokens_per_sec'] * counting.flops_per_token(config),
-                             jax.devices()[:1])
+                             jax.devices())
   z['device'] = jax.devices()[0].device_kind
   ratios = {}
   if use_torch:

@@ -37,10 +37,11 @@ _SAME = {
 def check(config):
   """Raises ConfigError when transformers has no model computing what the config does."""
   m = config.model
-  if m.family != 'decoder':
-    raise hf.ConvertError(f"model.family={m.family!r}: the PyTorch side is a causal LM; use "
-                          "a decoder config or --torch=off")
-  kind = families.get(m).hf_model_type(m)
+  family = families.get(m)
+  if 'causal_lm' not in family.OBJECTIVES:
+    raise hf.ConvertError(f"model.family={family.NAME!r}: the PyTorch side is a causal LM; "
+                          "use a decoder config or --torch=off")
+  kind = family.hf_model_type(m)
   for field, value in _SAME['gpt2' if kind == 'gpt2' else 'llama'].items():
     if m[field] != value:
       raise hf.ConvertError(f'model.{field}={m[field]!r}: Hugging Face {kind} computes '

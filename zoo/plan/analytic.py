@@ -133,6 +133,7 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
       'params_total': total,
       'params_active': active,
       'flops_per_token': counting.flops_per_token(config, active),
+      'remat_flops_per_token': counting.remat_flops_per_token(config, active),
       'flops_convention': counting.CONVENTION,
       'mesh': sizes,
       'per_device_bytes': per_device,
@@ -172,7 +173,11 @@ def report(result):
   if 'kv_cache_bytes_per_token' in result:
     lines.append(f"KV cache: {result['kv_cache_bytes_per_token']:,} bytes/token")
   if result.get('compiled'):
-    lines.append(f"compiled train step: {result['compiled_flops_per_step']:.4g} FLOPs/step, "
+    analytic = ((result['flops_per_token'] + result['remat_flops_per_token']) *
+                result['run']['tokens_per_step'])
+    lines.append(f"compiled train step: {result['compiled_flops_per_step']:.4g} FLOPs/step "
+                 f"({result['compiled_flops_per_step'] / analytic:.3f} x the analytic count "
+                 "with remat), "
                  f"{gib(result['per_device_bytes']['total'])} per device "
                  f"(temporaries {gib(result['per_device_bytes']['temporaries'])}), compiled in "
                  f"{result['compile_seconds']:.0f}s")

@@ -2,8 +2,8 @@
 for MoE), each with an analytic per-device memory and step-time estimate, sorted by time.
 
 The estimate (a ranking aid; compile the chosen mesh with --plan_topology to confirm):
-- compute: training FLOPs per step (zoo/plan/analytic.py convention; x4/3 with full
-  remat, which recomputes the forward) / (chips x peak bf16 FLOP/s);
+- compute: training FLOPs per step (zoo/plan/analytic.py convention, plus what the remat
+  policy recomputes: zoo/counting.py remat_flops_per_token) / (chips x peak bf16 FLOP/s);
 - communication over ICI at the chip's bandwidth, not overlapped with compute:
   fsdp: parameters all-gathered for forward and backward and gradients reduce-scattered,
   3 x P x (f-1)/f bytes (per tensor shard); data: gradients all-reduced, 2 x P/(f t) x
@@ -55,7 +55,7 @@ def estimate(config, sizes, chip, plan_result, boxed):
   layers = families.total_layers(m)
   remat = m.remat != 'none'
 
-  flops = plan_result['flops_per_token'] * tokens * (4 / 3 if remat else 1)
+  flops = (plan_result['flops_per_token'] + plan_result['remat_flops_per_token']) * tokens
   seconds = flops / (chips * chip.peak_flops)
   comm = 0.0
   if fsdp > 1:  # gathered forward and backward, reduce-scattered: once per microbatch
