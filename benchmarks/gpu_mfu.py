@@ -2,10 +2,10 @@
 
     python benchmarks/gpu_mfu.py [--layers=8] [--batch=8] [--steps=10]
 
-Prepared for an (offline) GPU machine (../shared/device/README.md says how to bring the
-wheels). First a correctness check: a small bfloat16 decoder's loss and gradient norm with
+Prepared for a GPU machine (`pip install -e '.[gpu]'`, or the zoo's wheels brought to an
+offline one). First a correctness check: a small bfloat16 decoder's loss and gradient norm with
 cuDNN attention (model.attention.kernel='gpu') against XLA's attention on the same weights
-and batch. Then llama3_8b's shape with --layers layers (8 layers: 2.0B parameters, the 128k
+and batch. Then llama3_8b's shape with --layers layers (8 layers: 2.8B parameters, the 128k
 vocabulary included; 32 = the full 8B, which with float32 AdamW state needs ~130 GB) trains
 --steps steps at batch --batch x 4096, remat 'dots', and the table gives tokens/s, step time
 and MFU against the device's dense bf16 peak (zoo/train/metrics.py: 989 TFLOP/s on H100/H200).

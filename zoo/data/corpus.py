@@ -15,6 +15,8 @@ import os
 from typing import Any
 
 import grain
+import jax
+from jax.experimental import multihost_utils
 
 from zoo import storage
 from zoo.data import pipeline
@@ -113,8 +115,11 @@ def _open(path, d, workdir):
   tokenizer_path = tokenizer_lib.load_or_train(d.tokenizer, workdir, first_documents)
   directory = _cache(d, workdir, files, tokenizer_path)
   if not prepare.is_prepared(directory):
-    prepare.prepare(files, directory, tokenizer_path, separator=d.document_separator,
-                    eval_fraction=d.eval_fraction, split_seed=d.split_seed)
+    if jax.process_index() == 0:  # one process of a pod prepares; the others wait for it
+      prepare.prepare(files, directory, tokenizer_path, separator=d.document_separator,
+                      eval_fraction=d.eval_fraction, split_seed=d.split_seed)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices(f'zoo_prepared_{os.path.basename(directory)}')
   return shards.open_prepared(directory, tokenizer_path)
 
 
