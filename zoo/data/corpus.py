@@ -114,12 +114,13 @@ def _open(path, d, workdir):
     return texts
   tokenizer_path = tokenizer_lib.load_or_train(d.tokenizer, workdir, first_documents)
   directory = _cache(d, workdir, files, tokenizer_path)
-  if not prepare.is_prepared(directory):
-    if jax.process_index() == 0:  # one process of a pod prepares; the others wait for it
-      prepare.prepare(files, directory, tokenizer_path, separator=d.document_separator,
-                      eval_fraction=d.eval_fraction, split_seed=d.split_seed)
-    if jax.process_count() > 1:
-      multihost_utils.sync_global_devices(f'zoo_prepared_{os.path.basename(directory)}')
+  # one process of a pod prepares; every process meets at the barrier whatever it saw, so
+  # one that finds the directory already prepared cannot leave the others waiting
+  if jax.process_index() == 0 and not prepare.is_prepared(directory):
+    prepare.prepare(files, directory, tokenizer_path, separator=d.document_separator,
+                    eval_fraction=d.eval_fraction, split_seed=d.split_seed)
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(f'zoo_prepared_{os.path.basename(directory)}')
   return shards.open_prepared(directory, tokenizer_path)
 
 
