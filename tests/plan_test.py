@@ -58,6 +58,13 @@ def test_mixtral_active_parameters_and_expert_traffic_by_hand():
   assert result['flops_per_token'] < 0.3 * 6 * PUBLISHED['mixtral_8x7b']
 
 
+def test_t5_counts_its_decoder_self_attention_cache_and_bert_none():
+  t5 = analytic.plan(config_lib.load(helpers.config_file('t5_base', arg=None)), 1)
+  assert t5['kv_cache_bytes_per_token'] == 2 * 12 * 12 * 64 * 2  # 12 decoder layers, bf16
+  bert = analytic.plan(config_lib.load(helpers.config_file('bert_base', arg=None)), 1)
+  assert 'kv_cache_bytes_per_token' not in bert
+
+
 def test_kv_cache_and_flops_for_llama3_8b_by_hand():
   config = config_lib.load(helpers.config_file('llama3_8b', arg=None))
   result = analytic.plan(config, 1)

@@ -58,8 +58,9 @@ def loss(model, config, variables, batch, rng=None, whole=None):
 
 
 def kv_cache_layers(m):
-  del m
-  return 0  # plan mode reports the KV cache of decoder-only models
+  # a generated token adds keys and values to each decoder layer's self-attention; the
+  # cross-attention's come from the encoder output, once per input token
+  return m.num_decoder_layers
 
 
 def hf_model_type(m):

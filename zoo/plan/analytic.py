@@ -5,7 +5,8 @@ Conventions:
 - flops_per_token: training (forward + backward), the convention of zoo/counting.py (also
   the training loop's MFU): 6 x (active parameters except input embedding tables) + 6 x
   layers x seq_len x heads x head_dim (causal attention counted as half of the full 12 x ...).
-- kv_cache_bytes_per_token: keys and values of every layer at the compute dtype (decoders).
+- kv_cache_bytes_per_token: keys and values a generated token adds to the self-attention of
+  every decoder layer, at the compute dtype (decoders and T5's decoder; not encoders).
 - per_device_bytes: params, optimizer state (AdamW: two float32 moments; Adafactor: row
   and column statistics per layer, or one moment, + momentum) and gradients, each leaf
   split over the mesh axes its logical axes map to; a dimension that does not divide its
