@@ -58,6 +58,12 @@ def test_an_unknown_variant_is_a_config_error_naming_it(name):
     ({'generate.temperature': -1.0}, r'generate.temperature=-1.0 .* must be >= 0'),
     ({'generate.num_beams': 4, 'generate.temperature': 0.7},
      r'generate.num_beams=4 searches, it does not sample; set generate.temperature=0'),
+    ({'generate.min_p': 1.0}, r'generate.min_p=1.0 must be in \[0, 1.*0 = off'),
+    ({'generate.min_p': -0.1}, r'generate.min_p=-0.1 must be in \[0, 1'),
+    ({'generate.repetition_penalty': 0.9},
+     r'generate.repetition_penalty=0.9 must be >= 1 .1 = off'),
+    ({'generate.frequency_penalty': -0.5}, r'generate.frequency_penalty=-0.5 must be >= 0'),
+    ({'generate.stop': ('',)}, r"generate.stop=.'',.*must be a tuple of non-empty strings"),
     ({'model.family': 'encoder_decoder', 'data.objective': 'span_corruption'},
      "model.num_encoder_layers=0 must be positive: model.family='encoder_decoder' counts its "
      'blocks in model.num_encoder_layers and model.num_decoder_layers'),

@@ -240,8 +240,25 @@ def test_generate_continues_each_prompt_from_the_newest_checkpoint(reference):
   assert sharded.stdout == result.stdout
 
 
+def test_generate_cuts_each_completion_at_a_stop_string_and_takes_penalties(reference):
+  args = ('--prompt=ROMEO:', '--config.generate.max_new_tokens=16')
+  plain = _generate(reference, *args)
+  assert plain.returncode == 0, plain.stderr[-3000:]
+  text = plain.stdout.split('\nROMEO:', 1)[1].rstrip('\n')
+  stop = text[len(text) // 2:len(text) // 2 + 2]
+  cut = _generate(reference, *args, f'--config.generate.stop=({stop!r},)')
+  assert cut.returncode == 0, cut.stderr[-3000:]
+  assert f'before stop string {stop!r}\nROMEO:' + text[:text.find(stop)] + '\n' in cut.stdout
+  penalized = _generate(reference, *args, '--config.generate.repetition_penalty=3.0',
+                        '--config.generate.frequency_penalty=1.0', '--config.generate.min_p=0.1')
+  assert penalized.returncode == 0, penalized.stderr[-3000:]
+  assert penalized.stdout != plain.stdout  # greedy either way; the penalties changed it
+
+
 @pytest.mark.parametrize('args, message', [
     ([], r'--mode=generate needs at least one --prompt'),
+    (['--prompt=hi', '--config.generate.repetition_penalty=0.5'],
+     r'generate.repetition_penalty=0.5 must be >= 1'),
     (['--prompt=hi', '--config.generate.top_p=0'], r'generate.top_p=0.0 must be in \(0, 1\]'),
     (['--prompt=hi', '--config.model.position=learned', '--config.data.seq_len=32',
       '--config.model.max_length=32', '--config.generate.max_new_tokens=40'],

@@ -229,6 +229,10 @@ def _generate():
   g.temperature = 0.0  # 0 = greedy
   g.top_k = 0  # sample among the k likeliest tokens; 0 = all
   g.top_p = 1.0  # nucleus: the smallest set of tokens holding this much probability
+  g.min_p = 0.0  # drop tokens under min_p x the likeliest one's probability; 0 = off
+  g.repetition_penalty = 1.0  # CTRL (Keskar et al. 2019; 1.2 there): seen tokens' logits / it
+  g.frequency_penalty = 0.0  # minus this x how often a token was seen; 0 = off
+  g.stop = ()  # stop strings: each completion ends before the first one it contains
   g.seed = 0
   g.num_beams = 1  # > 1: beam search (deterministic; temperature must be 0)
   g.length_alpha = 0.0  # beam scores: log prob / ((5 + length) / 6)^alpha (GNMT; T5 used 0.6)
@@ -342,6 +346,18 @@ def _validate_generate(g, m):
                       f'generate.temperature=0 (now {g.temperature}) or num_beams=1')
   if g.length_alpha < 0:
     raise ConfigError(f'generate.length_alpha={g.length_alpha} must be >= 0')
+  if not 0 <= g.min_p < 1:
+    raise ConfigError(f'generate.min_p={g.min_p} must be in [0, 1) (0 = off; 0.05 to 0.1 '
+                      'is usual)')
+  if g.repetition_penalty < 1:
+    raise ConfigError(f'generate.repetition_penalty={g.repetition_penalty} must be >= 1 (1 = '
+                      'off; below 1 would favour repeats); CTRL used 1.2')
+  if g.frequency_penalty < 0:
+    raise ConfigError(f'generate.frequency_penalty={g.frequency_penalty} must be >= 0 (0 = '
+                      'off)')
+  if isinstance(g.stop, str) or not all(isinstance(x, str) and x for x in g.stop):
+    raise ConfigError(f'generate.stop={g.stop!r} must be a tuple of non-empty strings, e.g. '
+                      '--config.generate.stop="(\'THE END\',)"')
 
 
 def validate(config):

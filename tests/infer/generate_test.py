@@ -1,7 +1,8 @@
 """Generation against decoding without a cache: the cached logits equal the full forward
 pass's (left-padded prompts, every position scheme, windows, parallel blocks, experts, T5),
-greedy generation equals greedy decoding by full forward passes, rows stop at EOS, and
-top-k / top-p filtering matches numpy."""
+greedy generation equals greedy decoding by full forward passes (with the repetition and
+frequency penalties too), rows stop at EOS, T5 projects its encoder output into the cache
+once, and top-k / top-p / min-p filtering and the penalties match numpy."""
 
 import flax.linen as nn
 import jax
@@ -97,7 +98,10 @@ def test_greedy_generation_equals_greedy_decoding_without_a_cache_and_stops_at_e
   assert list(got[1]) == want[1][:stop] + [0] * (6 - stop)
 
 
-def test_t5_greedy_generation_equals_greedy_decoding_without_a_cache():
+T5_INPUTS = np.array([[10, 11, 12, 13, 3], [20, 21, 3, 0, 0]], np.int32)  # right-padded
+
+
+def _t5():
   config = helpers.tiny_config()
   presets.t5(config, version='1.1')
   config.model.update(vocab_size=64, d_model=32, num_encoder_layers=2, num_decoder_layers=2,
@@ -105,21 +109,68 @@ def test_t5_greedy_generation_equals_greedy_decoding_without_a_cache():
   model = families.build(config.model)
   variables = {'params': model.init(jax.random.PRNGKey(1), families.example_batch(
       config.model, 1, 8))['params']}
-  inputs = np.array([[10, 11, 12, 13, 3], [20, 21, 3, 0, 0]], np.int32)  # right-padded
-  segments = (inputs > 0).astype(np.int32)
-  got = np.asarray(jax.jit(generate.make(model, 5, {'temperature': 0.0}, 3,
-                                        0))(variables, inputs, segments, jax.random.PRNGKey(0)))
+  return model, variables
+
+
+def _t5_greedy_without_cache(model, variables, steps, penalties=None):
+  """Full forward passes over a fixed (causal) decoder buffer, from id 0; penalties count
+  the decoded tokens only (the prompt is the encoder's input)."""
+  segments = (T5_INPUTS > 0).astype(np.int32)
   forward = jax.jit(lambda batch: model.apply(variables, batch)[0])
-  for row in range(2):  # full forward passes over a fixed (causal) decoder buffer
-    decoded = np.zeros((1, 6), np.int32)  # starts from id 0
-    for i in range(5):
-      batch = {'encoder_inputs': inputs[row:row + 1], 'encoder_segment_ids': segments[row:row + 1],
-               'decoder_inputs': decoded}
-      decoded[0, i + 1] = int(np.argmax(forward(batch)[i]))
-    want = [int(t) for t in decoded[0, 1:]]
-    if 3 in want:
-      want = want[:want.index(3) + 1] + [0] * (4 - want.index(3))
-    assert list(got[row]) == want
+  rows = []
+  for row in range(len(T5_INPUTS)):
+    decoded = np.zeros((1, steps + 1), np.int32)
+    for i in range(steps):
+      batch = {'encoder_inputs': T5_INPUTS[row:row + 1],
+               'encoder_segment_ids': segments[row:row + 1], 'decoder_inputs': decoded}
+      logits = np.asarray(forward(batch)[i], np.float64)
+      if penalties:
+        logits = _penalized(logits, np.bincount(decoded[0, 1:i + 1], minlength=logits.size),
+                            **penalties)
+      decoded[0, i + 1] = int(np.argmax(logits))
+    rows.append([int(t) for t in decoded[0, 1:]])
+  return rows
+
+
+def _until_eos(tokens, eos):
+  return tokens[:tokens.index(eos) + 1] + [0] * (len(tokens) - tokens.index(eos) - 1) if (
+      eos in tokens) else tokens
+
+
+def test_t5_greedy_generation_equals_greedy_decoding_without_a_cache():
+  model, variables = _t5()
+  segments = (T5_INPUTS > 0).astype(np.int32)
+  got = np.asarray(jax.jit(generate.make(model, 5, {'temperature': 0.0}, 3, 0))(
+      variables, T5_INPUTS, segments, jax.random.PRNGKey(0)))
+  for row, want in enumerate(_t5_greedy_without_cache(model, variables, 5)):
+    assert list(got[row]) == _until_eos(want, 3)
+
+
+def test_t5_decoding_projects_the_encoder_output_once_into_the_cache():
+  model, variables = _t5()
+  segments = (T5_INPUTS > 0).astype(np.int32)
+  _, cache, step = families.encoder_decoder.start_generation(model, variables, T5_INPUTS,
+                                                             segments, 4)
+  cross = cache['decoder']['layers']['cross_attention']
+  assert cross['input_key'].shape == (2, 2, 5, 2, 8)  # [layers, B, S, G, K]: 2 kv heads
+  token = jnp.array([5, 6])
+  want, _ = step(token, 0, cache)  # the first new token goes to slot 1, after the start
+  # the step reads the cached keys and values: an encoder output of zeros changes nothing
+  batch = {'encoder_inputs': T5_INPUTS, 'encoder_segment_ids': segments,
+           'decoder_inputs': token[:, None], 'decoder_segment_ids': jnp.ones((2, 1), jnp.int32),
+           'decoder_positions': jnp.ones((2, 1), jnp.int32),
+           'decoder_kv_segment_ids': jnp.ones((2, 5), jnp.int32),
+           'decoder_kv_positions': jnp.broadcast_to(jnp.arange(5), (2, 5))}
+  zeros = jnp.zeros((2, 5, 32))
+  got, _ = model.apply({**variables, 'cache': cache}, zeros, batch,
+                       method=type(model).decode, mutable=['cache'])
+  np.testing.assert_allclose(got[:, -1], want, atol=1e-6)
+  # without the cached entries the same call projects zeros and differs
+  fresh = jax.tree.map(lambda x: x, cache)
+  del fresh['decoder']['layers']['cross_attention']
+  projected, _ = model.apply({**variables, 'cache': fresh}, zeros, batch,
+                             method=type(model).decode, mutable=['cache'])
+  assert not np.allclose(projected[:, -1], want, atol=1e-3)
 
 
 def test_top_k_and_top_p_keep_the_likeliest_tokens_as_numpy_does():
@@ -136,6 +187,86 @@ def test_top_k_and_top_p_keep_the_likeliest_tokens_as_numpy_does():
   for seed in range(3):
     draw = generate.sample(jnp.asarray(logits), jax.random.PRNGKey(seed), 1.5, top_k=1)
     np.testing.assert_array_equal(draw, [0, 2])
+
+
+def test_min_p_keeps_the_tokens_within_its_share_of_the_likeliest_as_numpy_does():
+  probs = np.array([[0.5, 0.1, 0.25, 0.15], [0.05, 0.05, 0.6, 0.3]])
+  logits = jnp.asarray(np.log(probs), jnp.float32)
+  for min_p in (0.0, 0.1, 0.35, 0.6, 0.99):
+    kept = np.isfinite(np.asarray(generate.filter_logits(logits, 1.0, min_p=min_p)))
+    np.testing.assert_array_equal(kept, probs >= min_p * probs.max(-1, keepdims=True))
+  # after the temperature: at 2.0 the probabilities flatten, so 0.5 of the top keeps more
+  kept = np.isfinite(np.asarray(generate.filter_logits(logits, 2.0, min_p=0.5)))
+  flat = probs ** 0.5
+  np.testing.assert_array_equal(kept, flat >= 0.5 * flat.max(-1, keepdims=True))
+
+
+def _penalized(logits, counts, repetition=1.0, frequency=0.0):
+  """CTRL's repetition penalty and the frequency penalty, in float64 numpy."""
+  seen = counts > 0
+  logits = np.where(seen & (logits > 0), logits / repetition, logits)
+  logits = np.where(seen & (logits < 0), logits * repetition, logits)
+  return logits - frequency * counts
+
+
+def test_penalize_divides_positive_multiplies_negative_and_subtracts_counts_by_hand():
+  logits = jnp.array([[2.0, -1.0, 0.5, -0.2, 0.0]])
+  counts = jnp.array([[1, 2, 0, 0, 3]])
+  got = generate.penalize(logits, counts, repetition=2.0, frequency=0.5)
+  np.testing.assert_allclose(got, [[2.0 / 2 - 0.5, -1.0 * 2 - 1.0, 0.5, -0.2, -1.5]])
+  np.testing.assert_allclose(generate.penalize(logits, counts), logits)  # neutral values
+
+
+def _greedy_penalized_without_cache(model, variables, prompt, steps, penalties):
+  """Greedy full forward passes; the prompt and the new tokens count as seen."""
+  forward = jax.jit(lambda ids: model.apply(variables, {'inputs': ids})[0])
+  tokens = np.asarray([prompt + [0] * steps])
+  for i in range(len(prompt), len(prompt) + steps):
+    logits = np.asarray(forward(tokens)[i - 1], np.float64)
+    counts = np.bincount(tokens[0, :i], minlength=logits.size)
+    tokens[0, i] = int(np.argmax(_penalized(logits, counts, **penalties)))
+  return list(tokens[0, len(prompt):])
+
+
+def test_penalized_greedy_generation_equals_penalized_decoding_without_a_cache():
+  model, variables = _decoder(position='rope')
+  ids, segments = decoding.left_pad(PROMPTS, pad_id=0)
+  penalties = {'repetition': 1.5, 'frequency': 0.2}
+  want = [_greedy_penalized_without_cache(model, variables, p, 8, penalties) for p in PROMPTS]
+  got = np.asarray(jax.jit(generate.make(model, 8, {'temperature': 0.0}, -1, 0,
+                                         penalties=penalties))(
+      variables, ids, segments, jax.random.PRNGKey(0)))
+  np.testing.assert_array_equal(got, want)
+  assert want != [_greedy_without_cache(model, variables, p, 8) for p in PROMPTS]
+  # T5: only the decoded tokens count (its prompt is the encoder's input)
+  t5, t5_variables = _t5()
+  got = np.asarray(jax.jit(generate.make(t5, 6, {'temperature': 0.0}, -1, 0,
+                                         penalties=penalties))(
+      t5_variables, T5_INPUTS, (T5_INPUTS > 0).astype(np.int32), jax.random.PRNGKey(0)))
+  want = _t5_greedy_without_cache(t5, t5_variables, 6, penalties)
+  np.testing.assert_array_equal(got, want)
+  assert want != _t5_greedy_without_cache(t5, t5_variables, 6)
+
+
+def test_beam_search_penalizes_each_beam_by_the_tokens_it_has_seen():
+  model, variables = _decoder(position='rope')
+  ids, segments = decoding.left_pad(PROMPTS, pad_id=0)
+  search = lambda penalties: np.asarray(jax.jit(generate.make(
+      model, 8, {}, -1, 0, num_beams=3, penalties=penalties))(
+          variables, ids, segments, jax.random.PRNGKey(0)))
+  repeats = lambda rows: [len(r) - len(set(r)) for r in rows]
+  assert max(repeats(search(None))) > 0  # left alone, the beams repeat tokens
+  harsh = search({'repetition': 1e4, 'frequency': 1e3})
+  assert repeats(harsh) == [0, 0]  # every beam's tokens differ from each other ...
+  for prompt, row in zip(PROMPTS, harsh):  # ... and from its prompt's
+    assert not set(prompt) & set(row)
+
+
+def test_a_completion_is_cut_before_the_earliest_stop_string():
+  assert run.cut_at_stop('abc\n\nxyz', ('yz', '\n\n')) == ('abc', '\n\n')
+  assert run.cut_at_stop('abc', ('d',)) == ('abc', None)
+  assert run.cut_at_stop('abc', ()) == ('abc', None)
+  assert run.cut_at_stop('stop at once', ('stop',)) == ('', 'stop')
 
 
 def test_ids_past_the_tokenizer_print_as_t5_sentinels_or_as_ids():

@@ -25,6 +25,7 @@ POSITIONS = ('learned', 'sinusoidal', 'rope', 'alibi', 'none')
 BLOCKS = ('sequential', 'parallel')
 SLIDING_WINDOW = True
 PROMPT_JOINT = ''  # printed between a prompt and its generated continuation
+PENALTIES_COUNT_PROMPT = True  # generation penalties count the prompt: it is the text continued
 INPUT_SPECIALS = ('bos',)  # around a text it reads: [BOS] text
 
 

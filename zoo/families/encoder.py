@@ -18,6 +18,7 @@ POSITIONS = ('learned', 'sinusoidal', 'rope', 'none')
 BLOCKS = ('sequential', 'parallel')
 SLIDING_WINDOW = False
 PROMPT_JOINT = None
+PENALTIES_COUNT_PROMPT = None
 INPUT_SPECIALS = ('bos', 'eos')  # around a text it reads: [CLS] text [SEP]
 # BERT fills in masked tokens; it does not generate (--mode=generate says so).
 tokenize_prompts = start_generation = None

@@ -19,6 +19,7 @@ POSITIONS = ('t5_bias', 'sinusoidal', 'rope', 'none')
 BLOCKS = ('sequential',)  # a parallel block has no place for cross-attention
 SLIDING_WINDOW = False
 PROMPT_JOINT = '\n=> '  # an answer, not a continuation
+PENALTIES_COUNT_PROMPT = False  # the prompt is the encoder's input, not the text written
 INPUT_SPECIALS = ('eos',)  # around a text it reads: text [EOS]
 
 

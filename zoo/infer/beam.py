@@ -21,10 +21,13 @@ def length_penalty(length, alpha):
 
 
 def search(step_fn, logits_RV, cache, reorder, num_beams, max_new_tokens, eos_id, pad_id,
-           alpha=0.0):
+           alpha=0.0, penalties=None):
   """step_fn(tokens [B*W], i, cache) -> (logits [B*W, V], cache) feeds token i of every beam;
   logits_RV [B*W, V] are the first token's (the beams of a row start identical);
-  reorder(cache, rows [B*W]) -> the cache of those rows. -> (tokens [B, N], scores [B])."""
+  reorder(cache, rows [B*W]) -> the cache of those rows. penalties: None, or (counts [B*W, V]
+  of the tokens seen, penalize(logits, counts) -> logits, count(counts, tokens, seen) ->
+  counts): each beam's logits are penalized by what it has seen, its counts moving with it.
+  -> (tokens [B, N], scores [B])."""
   W, N = num_beams, max_new_tokens
   B, V = logits_RV.shape[0] // W, logits_RV.shape[1]
   row_B1 = jnp.arange(B)[:, None]
@@ -32,13 +35,17 @@ def search(step_fn, logits_RV, cache, reorder, num_beams, max_new_tokens, eos_id
   take_seqs = lambda s_BWN, index_BJ: jnp.take_along_axis(s_BWN, index_BJ[..., None], axis=1)
   neg_inf = jnp.float32(-jnp.inf)
 
+  penalize, count = (None, None) if penalties is None else penalties[1:]
+
   def cond(carry):
-    i, _, _, alive_BW, _, finished_BW, _ = carry
+    i, _, _, _, alive_BW, _, finished_BW, _ = carry
     reachable_B = alive_BW[:, 0] / length_penalty(N, alpha)  # log probs only fall
     return (i < N) & ~jnp.all(finished_BW[:, -1] >= reachable_B)
 
   def body(carry):
-    i, logits_RV, cache, alive_BW, alive_BWN, finished_BW, finished_BWN = carry
+    i, logits_RV, cache, counts_RV, alive_BW, alive_BWN, finished_BW, finished_BWN = carry
+    if penalize:
+      logits_RV = penalize(logits_RV, counts_RV)
     log_probs_BWV = jax.nn.log_softmax(logits_RV.astype(jnp.float32)).reshape(B, W, V)
     scores_BJ, flat_BJ = jax.lax.top_k((alive_BW[..., None] + log_probs_BWV).reshape(B, -1),
                                        2 * W)
@@ -57,14 +64,18 @@ def search(step_fn, logits_RV, cache, reorder, num_beams, max_new_tokens, eos_id
     finished_BWN = take_seqs(jnp.concatenate([finished_BWN, seqs_BJN], axis=1), best_BW)
 
     rows_R = (row_B1 * W + take(beam_BJ, keep_BW)).reshape(-1)
-    logits_RV, cache = step_fn(take(token_BJ, keep_BW).reshape(-1), i, reorder(cache, rows_R))
-    return i + 1, logits_RV, cache, alive_BW, alive_BWN, finished_BW, finished_BWN
+    tokens_R = take(token_BJ, keep_BW).reshape(-1)
+    if count:
+      counts_RV = count(counts_RV[rows_R], tokens_R, jnp.ones_like(tokens_R, jnp.bool_))
+    logits_RV, cache = step_fn(tokens_R, i, reorder(cache, rows_R))
+    return i + 1, logits_RV, cache, counts_RV, alive_BW, alive_BWN, finished_BW, finished_BWN
 
   start_BW = jnp.where(jnp.arange(W) == 0, 0.0, neg_inf)[None].repeat(B, 0)  # beam 0 only
   empty_BWN = jnp.full((B, W, N), pad_id, jnp.int32)
-  carry = (jnp.int32(0), logits_RV, cache, start_BW, empty_BWN,
+  counts_RV = None if penalties is None else penalties[0]
+  carry = (jnp.int32(0), logits_RV, cache, counts_RV, start_BW, empty_BWN,
            jnp.full((B, W), neg_inf), empty_BWN)
-  _, _, _, alive_BW, alive_BWN, finished_BW, finished_BWN = jax.lax.while_loop(
+  _, _, _, _, alive_BW, alive_BWN, finished_BW, finished_BWN = jax.lax.while_loop(
       cond, body, carry)
   any_finished_B = finished_BW[:, 0] > neg_inf
   alive_scores_B = alive_BW[:, 0] / length_penalty(N, alpha)

@@ -58,8 +58,10 @@ def run(config, workdir, prompts):
   step, variables = runtime.restore_variables(config, workdir, state, 'generate')
   g = config.generate
   fn = generate.make(state.model, g.max_new_tokens,
-                     {'temperature': g.temperature, 'top_k': g.top_k, 'top_p': g.top_p},
-                     tokenizer.eos_id, tokenizer.pad_id, g.num_beams, g.length_alpha)
+                     {'temperature': g.temperature, 'top_k': g.top_k, 'top_p': g.top_p,
+                      'min_p': g.min_p},
+                     tokenizer.eos_id, tokenizer.pad_id, g.num_beams, g.length_alpha,
+                     {'repetition': g.repetition_penalty, 'frequency': g.frequency_penalty})
   replicated = sharding.replicated(place.mesh)
   jitted = place.jit(fn, (state_lib.model_variables(state.shardings),
                           replicated, replicated, replicated), replicated,
@@ -71,8 +73,21 @@ def run(config, workdir, prompts):
   for prompt, row in zip(prompts, tokens):
     ended = tokenizer.eos_id in row
     row = list(row[:list(row).index(tokenizer.eos_id)] if ended else row)
-    completions.append(_text(tokenizer, row, config.data))
+    text, stopped = cut_at_stop(_text(tokenizer, row, config.data), g.stop)
+    completions.append(text)
     if jax.process_index() == 0:
-      print(f'--- step {step}: {len(row)} tokens{" then EOS" if ended else ""}\n'
-            f'{prompt}{family.PROMPT_JOINT}{completions[-1]}', flush=True)
+      how = f' before stop string {stopped!r}' if stopped else ' then EOS' if ended else ''
+      print(f'--- step {step}: {len(row)} tokens{how}\n'
+            f'{prompt}{family.PROMPT_JOINT}{text}', flush=True)
   return completions
+
+
+def cut_at_stop(text, stops):
+  """-> (text before the earliest stop string in it, that string), or (text, None). Decoding
+  itself runs to EOS or generate.max_new_tokens; the cut is made on the text, so it holds
+  however the tokenizer splits the stop string."""
+  found = [(text.find(s), s) for s in stops if s in text]
+  if not found:
+    return text, None
+  at, stop = min(found)
+  return text[:at], stop

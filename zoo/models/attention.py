@@ -22,7 +22,11 @@ from zoo.models import layers
 class MultiHeadAttention(nn.Module):
   """Self- or cross-attention with H query heads sharing G kv heads. Given a `Mask` with
   kv_cache (decoding), self-attention writes its keys and values into the 'cache'
-  collection at the cache index and attends over all S cached slots."""
+  collection at the cache index and attends over all S cached slots. `cache_kv_input`
+  (cross-attention while decoding): the keys and values of `kv_BSD` (the encoder output)
+  are projected on the first call and kept in the 'cache' collection; later calls read
+  them and skip the projections (a cache made by `init` holds none, so the first call
+  after it projects)."""
   num_heads: int
   num_kv_heads: int
   head_dim: int
@@ -32,6 +36,7 @@ class MultiHeadAttention(nn.Module):
   fold_scale: bool = False  # T5: logits unscaled, K^-0.5 folded into the query init
   init_std: float = 0.0
   out_init_scale: float = 1.0
+  cache_kv_input: bool = False  # cross-attention while decoding: project kv_BSD once
   kernel: str = 'xla'  # model.attention.kernel (zoo/kernels)
   block_sizes: tuple = (0, 0)  # splash (block_q, block_kv); 0 = min(512, length)
   dtype: jnp.dtype = jnp.float32
@@ -47,8 +52,12 @@ class MultiHeadAttention(nn.Module):
     H, G, K = self.num_heads, self.num_kv_heads, self.head_dim
     q_BLHK = dense('query', (H, K), ('embed', 'heads', 'head_dim'),
                    scale=1.0 / K if self.fold_scale else 1.0)(x_BLD)
-    k_BSGK = dense('key', (G, K), ('embed', 'kv_heads', 'head_dim'))(kv_BSD)
-    v_BSGK = dense('value', (G, K), ('embed', 'kv_heads', 'head_dim'))(kv_BSD)
+    project_kv = lambda: (dense('key', (G, K), ('embed', 'kv_heads', 'head_dim'))(kv_BSD),
+                          dense('value', (G, K), ('embed', 'kv_heads', 'head_dim'))(kv_BSD))
+    if self.cache_kv_input:
+      k_BSGK, v_BSGK = self._cached_input(project_kv)
+    else:
+      k_BSGK, v_BSGK = project_kv()
     if self.rope_theta is not None:
       q_BLHK = layers.apply_rope(q_BLHK, q_positions_BL, self.rope_theta, self.rope_scaling)
       k_BSGK = layers.apply_rope(k_BSGK, kv_positions_BS, self.rope_theta, self.rope_scaling)
@@ -61,6 +70,17 @@ class MultiHeadAttention(nn.Module):
     out_BLHK = nn.with_logical_constraint(out_BLHK, ('batch', 'length', 'heads', 'head_dim'))
     return dense('out', x_BLD.shape[-1], ('heads', 'head_dim', 'embed'), num_in=2,
                  scale=self.out_init_scale)(out_BLHK)
+
+  def _cached_input(self, project_kv):
+    """The input's keys and values from the 'cache' collection, projected and kept there by
+    the first call (whether it is the first is known when tracing)."""
+    if self.has_variable('cache', 'input_key') and not self.is_initializing():
+      return self.get_variable('cache', 'input_key'), self.get_variable('cache', 'input_value')
+    k_BSGK, v_BSGK = project_kv()
+    if not self.is_initializing():
+      self.put_variable('cache', 'input_key', k_BSGK)
+      self.put_variable('cache', 'input_value', v_BSGK)
+    return k_BSGK, v_BSGK
 
   def _cached(self, k_BLGK, v_BLGK, mask):
     """Writes the new keys and values at the cache index -> (all S cached keys, values,

@@ -45,10 +45,11 @@ class Block(nn.Module):
     m = self.config
     norm = lambda name: layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name=name,
                                     **dtypes(m))
-    attention_module = lambda name, rope: attention.MultiHeadAttention(
+    decoding = isinstance(mask, mask_lib.Mask) and mask.kv_cache
+    attention_module = lambda name, rope, cache_kv_input=False: attention.MultiHeadAttention(
         m.num_heads, dims.kv_heads(m), dims.head_dim(m), use_bias=m.use_bias,
         rope_theta=m.rope_theta if rope and m.position == 'rope' else None,
-        rope_scaling=dims.rope_scaling(m),
+        rope_scaling=dims.rope_scaling(m), cache_kv_input=cache_kv_input,
         fold_scale=m.position == 't5_bias', init_std=m.kernel_init_std,
         out_init_scale=_out_init_scale(m), kernel=m.attention.kernel,
         block_sizes=(m.attention.block_q, m.attention.block_kv), name=name, **dtypes(m))
@@ -62,7 +63,9 @@ class Block(nn.Module):
     drop = lambda y: nn.Dropout(m.dropout_rate)(y, deterministic=not self.train)
     self_attend = lambda h: attend(h, mask=mask, q_positions_BL=positions_BL,
                                    kv_positions_BS=positions_BL, bias=bias)
-    cross_attend = lambda h: attention_module('cross_attention', rope=False)(
+    # decoding: the encoder output's keys and values are projected once, into the cache
+    cross_attend = lambda h: attention_module('cross_attention', rope=False,
+                                              cache_kv_input=decoding)(
         h, encoded_BSD, mask=cross_mask)
 
     if m.block == 'parallel':
