@@ -17,7 +17,7 @@ LAYERS = (
     ('config', 'presets', 'recipes', 'counting', 'data'),
     ('train',),
     ('infer', 'plan', 'convert'),
-    ('launch', 'prepare', 'bench'),
+    ('launch', 'prepare', 'bench', 'harness'),
 )
 
 

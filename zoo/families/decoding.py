@@ -8,10 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def left_pad(prompts, pad_id):
+def left_pad(prompts, pad_id, length=None):
   """Token lists -> (ids [B, P], segment ids [B, P]: 1 for tokens, 0 for padding), each row
-  ending at P (decoder-only: every row's next token goes to the same cache slot)."""
-  length = max(len(p) for p in prompts)
+  ending at P (decoder-only: every row's next token goes to the same cache slot); P is
+  `length`, or the longest prompt's."""
+  length = length or max(len(p) for p in prompts)
   ids = np.full((len(prompts), length), pad_id, np.int32)
   segments = np.zeros((len(prompts), length), np.int32)
   for row, prompt in enumerate(prompts):

@@ -1,0 +1,197 @@
+"""lm-evaluation-harness over a zoo checkpoint: `ZooLM` implements its model interface
+(loglikelihood, loglikelihood_rolling, generate_until) for a decoder-only run; the command
+is `python -m zoo.harness` (zoo/harness.py). Needs the optional extra `zoo[lm-eval]`.
+
+Text is tokenized with the
+run's tokenizer: a context gets the BOS the model trained with, and a continuation's ids are
+the whole text's beyond the context's (the context's trailing spaces move to the
+continuation, as lm-eval's own models do). Sequences longer than the model's context
+(`data.seq_len`, the length it trained at) keep their last tokens; rolling log-likelihoods
+use lm-eval's disjoint windows of that length. Scoring runs in batches of `batch_size`
+rows padded to a power-of-two length, one compile per length; generation is
+zoo.infer.generate's (greedy unless the task samples), cut at the task's `until` strings.
+"""
+
+import collections
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from lm_eval import evaluator
+from lm_eval import tasks as lm_eval_tasks
+from lm_eval import utils as lm_eval_utils
+from lm_eval.api.model import LM
+
+from zoo import families
+from zoo import storage
+from zoo.errors import ConfigError
+from zoo.families import decoding
+from zoo.infer import generate
+from zoo.infer import run as run_lib
+from zoo.train import runtime
+
+MIN_BUCKET = 16  # shortest padded length: fewer distinct compiles for short requests
+
+
+def _bucket(length, limit):
+  return min(limit, max(MIN_BUCKET, 1 << (length - 1).bit_length()))
+
+
+class ZooLM(LM):
+  """A decoder's model, variables and tokenizer as an lm-eval model."""
+
+  def __init__(self, model, variables, tokenizer, max_length, batch_size=8):
+    super().__init__()
+    self.model, self.variables, self.tokenizer = model, variables, tokenizer
+    self.max_length, self.batch_size = max_length, batch_size
+    self.prefix_id = tokenizer.eos_id if tokenizer.bos_id is None else tokenizer.bos_id
+    self._score_fn = jax.jit(self._score_batch)
+    self._generators = {}
+
+  @classmethod
+  def from_workdir(cls, config, workdir, batch_size=8):
+    """The newest checkpoint of `workdir` (or train.init_params) with the run's tokenizer."""
+    if 'causal_lm' not in families.get(config.model).OBJECTIVES:
+      raise ConfigError(f'model.family={config.model.family!r}: the lm-eval adapter scores '
+                        'causal language models; use a decoder run')
+    runtime.compile_cache(config)
+    place = runtime.placement(config)
+    tokenizer = runtime.tokenizer(config, workdir)
+    state = runtime.model_state(config, place.mesh)
+    _, variables = runtime.restore_variables(config, workdir, state, 'lm-eval')
+    return cls(state.model, variables, tokenizer, config.data.seq_len, batch_size)
+
+  # ------------------------------------------------------------------ tokenization
+
+  def _encode(self, text):
+    return list(self.tokenizer.encode([text])[0]) if text else []
+
+  def _split(self, context, continuation):
+    """(context ids with the prefix token, continuation ids)."""
+    spaces = len(context) - len(context.rstrip())
+    if spaces:
+      context, continuation = context[:-spaces], context[-spaces:] + continuation
+    whole, head = self._encode(context + continuation), self._encode(context)
+    tail = whole[len(head):] if whole[:len(head)] == head and len(whole) > len(head) else (
+        self._encode(continuation))
+    return [self.prefix_id, *head], tail
+
+  # ------------------------------------------------------------------------ scoring
+
+  def _score_batch(self, variables, ids_BL, targets_BL, weights_BL):
+    """-> (summed log-probability of the weighted targets [B], all of them argmax [B])."""
+    segments_BL = (ids_BL >= 0).astype(jnp.int32)
+    logits_BLV = self.model.apply(variables, {'inputs': jnp.maximum(ids_BL, 0),
+                                              'segment_ids': segments_BL})
+    log_probs_BLV = jax.nn.log_softmax(logits_BLV.astype(jnp.float32), axis=-1)
+    target_BL = jnp.take_along_axis(log_probs_BLV, targets_BL[..., None], axis=-1)[..., 0]
+    greedy_BL = jnp.argmax(logits_BLV, axis=-1) == targets_BL
+    return (jnp.sum(target_BL * weights_BL, axis=-1),
+            jnp.all(greedy_BL | (weights_BL == 0), axis=-1))
+
+  def score(self, pairs):
+    """[(context ids, continuation ids)] -> [(log-probability of the continuation given the
+    context, whether greedy decoding gives it)]; the context is cut from the left to fit."""
+    rows = []
+    for context, continuation in pairs:
+      tokens = [*context, *continuation][-(self.max_length + 1):]
+      rows.append((tokens[:-1], tokens[1:], min(len(continuation), len(tokens) - 1)))
+    results = [None] * len(rows)
+    by_length = collections.defaultdict(list)
+    for index, (inputs, _, _) in enumerate(rows):
+      by_length[_bucket(len(inputs), self.max_length)].append(index)
+    for length, indices in by_length.items():
+      for start in range(0, len(indices), self.batch_size):
+        chunk = indices[start:start + self.batch_size]
+        ids = np.full((self.batch_size, length), -1, np.int32)
+        targets = np.zeros((self.batch_size, length), np.int32)
+        weights = np.zeros((self.batch_size, length), np.float32)
+        for row, index in enumerate(chunk):
+          inputs, outputs, scored = rows[index]
+          ids[row, :len(inputs)], targets[row, :len(outputs)] = inputs, outputs
+          weights[row, len(outputs) - scored:len(outputs)] = 1.0
+        sums, greedy = jax.device_get(self._score_fn(self.variables, ids, targets, weights))
+        for row, index in enumerate(chunk):
+          results[index] = (float(sums[row]), bool(greedy[row]))
+    return results
+
+  # ------------------------------------------------------------ lm-eval's interface
+
+  def loglikelihood(self, requests):
+    return self.score([self._split(*r.args) for r in requests])
+
+  def loglikelihood_rolling(self, requests):
+    totals = []
+    for request in requests:
+      windows = [lm_eval_utils.make_disjoint_window(w) for w in
+                 lm_eval_utils.get_rolling_token_windows(
+                     self._encode(request.args[0]), self.prefix_id, self.max_length, 1)]
+      totals.append(sum(logprob for logprob, _ in self.score(windows)))
+    return totals
+
+  def generate_until(self, requests):
+    outputs = [None] * len(requests)
+    by_settings = collections.defaultdict(list)
+    for index, request in enumerate(requests):
+      kwargs = dict(request.args[1])
+      until = kwargs.get('until', [])
+      until = [until] if isinstance(until, str) else list(until)
+      new_tokens = int(kwargs.get('max_gen_toks', 256))
+      temperature = float(kwargs.get('temperature', 0.0)) if kwargs.get('do_sample') else 0.0
+      by_settings[(min(new_tokens, self.max_length - 1), temperature, tuple(until))].append(
+          index)
+    for (new_tokens, temperature, until), indices in by_settings.items():
+      for start in range(0, len(indices), self.batch_size):
+        chunk = indices[start:start + self.batch_size]
+        texts = self._generate([requests[i].args[0] for i in chunk], new_tokens, temperature)
+        for index, text in zip(chunk, texts):
+          outputs[index] = run_lib.cut_at_stop(text, until)[0]
+    return outputs
+
+  def _generate(self, contexts, new_tokens, temperature):
+    """Completions of up to `batch_size` contexts (each cut from the left to leave room)."""
+    room = self.max_length - new_tokens
+    prompts = [[self.prefix_id, *self._encode(c)][-room:] for c in contexts]
+    prompts += [[self.prefix_id]] * (self.batch_size - len(prompts))  # a full batch
+    ids, segments = decoding.left_pad(prompts, self.tokenizer.pad_id,
+                                      _bucket(max(len(p) for p in prompts), room))
+    key = (new_tokens, temperature)
+    if key not in self._generators:
+      self._generators[key] = jax.jit(generate.make(
+          self.model, new_tokens, {'temperature': temperature}, self.tokenizer.eos_id,
+          self.tokenizer.pad_id))
+    tokens = np.asarray(self._generators[key](self.variables, ids, segments,
+                                              jax.random.PRNGKey(0)))
+    texts = []
+    for row in tokens[:len(contexts)]:
+      row = list(row)
+      texts.append(self.tokenizer.decode(row[:row.index(self.tokenizer.eos_id)]
+                                         if self.tokenizer.eos_id in row else row))
+    return texts
+
+
+def evaluate(config, workdir, tasks, include_path=None, num_fewshot=None, limit=None,
+             batch_size=8):
+  """-> lm-eval's results dict for `tasks` on the run in `workdir`."""
+  if include_path and not storage.isdir(include_path):
+    raise ConfigError(f'--include_path={include_path!r} is not a directory of task YAML '
+                      'files')
+  if batch_size < 1:
+    raise ConfigError(f'--batch_size={batch_size} must be >= 1')
+  manager = lm_eval_tasks.TaskManager(include_path=include_path)
+  unknown = [t for t in tasks if t not in manager.all_tasks]
+  if unknown:
+    local = sorted(set(manager.all_tasks) - set(lm_eval_tasks.TaskManager().all_tasks))
+    raise ConfigError(
+        f'--tasks: no task named {", ".join(unknown)}'
+        + (f'; the tasks under --include_path: {", ".join(local)}' if local else
+           '; pass --include_path=DIR for local task YAML files'))
+  try:  # the tasks' data are found (or fetched) before anything is built or compiled
+    lm_eval_tasks.get_task_dict(list(tasks), manager)
+  except FileNotFoundError as e:  # relative data_files start from the working directory
+    raise ConfigError(f'--tasks={",".join(tasks)}: {e}; relative data_files in a task YAML '
+                      'are found from the working directory') from None
+  model = ZooLM.from_workdir(config, workdir, batch_size)
+  return evaluator.simple_evaluate(model=model, tasks=list(tasks), num_fewshot=num_fewshot,
+                                   limit=limit, task_manager=manager, bootstrap_iters=0,
+                                   log_samples=False)
