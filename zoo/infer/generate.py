@@ -79,7 +79,7 @@ def prompt_counts(ids_BP, segments_BP, vocab_size):
 def _decode_loop(step_fn, logits_BV, cache, counts_BV, rng, max_new_tokens, sampling,
                  penalties, eos_id, pad_id):
   """Penalize, sample, record, feed back, until every row has hit EOS or N tokens are out.
-  penalties: penalize's keyword arguments, or None for none (counts_BV then unused)."""
+  penalties: penalize's keyword arguments, or None for none (counts_BV then None)."""
   B = logits_BV.shape[0]
 
   def cond(carry):
@@ -146,7 +146,8 @@ def make(model, max_new_tokens, sampling, eos_id, pad_id, num_beams=1, length_al
   def fn(variables, ids, segments, rng):
     if num_beams == 1:
       logits_BV, cache, step = start(variables, ids, segments)
-      return _decode_loop(step, logits_BV, cache, counts(ids, segments), rng, max_new_tokens,
+      seen_BV = counts(ids, segments) if penalties else None
+      return _decode_loop(step, logits_BV, cache, seen_BV, rng, max_new_tokens,
                           dict(sampling), penalties, eos_id, pad_id)
     repeat = lambda a: jnp.repeat(jnp.asarray(a), num_beams, axis=0)  # rows b*W .. b*W+W-1
     logits_RV, cache, step = start(variables, repeat(ids), repeat(segments))
