@@ -14,8 +14,10 @@ import pytest
 from tests import helpers
 from tests.helpers import REPO
 from zoo import config as config_lib
+from zoo import counting
 from zoo import plan
 from zoo import sharding
+from zoo.plan import analytic
 from zoo.plan import compiled
 from zoo.plan import sweep
 from zoo.plan import topology
@@ -110,6 +112,27 @@ def test_the_sweep_ranks_every_factorization_and_says_why_it_skips_some():
   assert timed == sorted(timed) and all(r['fits'] for r in rows if not r['invalid'])
   by_mesh = {tuple(r['mesh'].values()): r for r in rows}
   assert by_mesh[(1, 4, 2, 1)]['per_device_bytes'] < by_mesh[(4, 1, 2, 1)]['per_device_bytes']
+
+
+def test_the_sweep_memory_counts_scores_only_without_a_flash_kernel_and_one_loss_chunk():
+  tpu_slice = topology.parse('v5p-128')
+  sizes = {'data': 1, 'fsdp': 64, 'tensor': 1, 'expert': 1}
+
+  def per_device(*overrides):
+    config = config_lib.load(helpers.config_file('llama3_8b', arg=None),
+                             ['train.batch_size=256', 'model.remat=full', *overrides])
+    boxed = counting.abstract_params(config)
+    base = analytic.plan(config, mesh_sizes={a: 1 for a in sizes}, boxed=boxed)
+    return sweep.estimate(config, sizes, tpu_slice.chip, base, boxed)[1]
+
+  tokens = 256 * 4096 / 64  # per device
+  # xla keeps 2 float32 [H, L] scores per token (in bf16 units: 2 x 32 x 4096 x 4 / 2 values)
+  scores = tokens * 2 * 32 * 4096 * 4
+  assert per_device('model.attention.kernel=xla') - per_device() == pytest.approx(scores)
+  # the whole sequence's float32 logits and gradient, not one 512-position chunk of them
+  logits = 2 * tokens * 128_256 * 4
+  assert per_device('train.loss_chunk_len=0') - per_device() == pytest.approx(
+      logits * (1 - 512 / 4096))
 
 
 def test_a_sweep_needs_a_topology():

@@ -12,18 +12,26 @@ The estimate (a ranking aid; compile the chosen mesh with --plan_topology to con
   analytic.moe_communication per MoE layer;
 - memory: params, AdamW moments and gradients as the rules shard them, plus activations:
   with remat, one saved [B, L, D] residual per layer (split over tensor) and one layer's
-  working set; without, about 10 D + 2 F/t + 2 H L/t values per token per layer; plus the
-  float32 logits and their gradient.
+  working set; without, about 10 D + 2 F/t values per token per layer, + 2 H L/t float32
+  scores where the attention is not a flash kernel on TPU (splash, flash_bias); plus the
+  float32 logits and their gradient, of one chunk of the sequence with the chunked loss;
+  the update's float32 temporaries (one per parameter); with fsdp, one layer's parameters
+  and the vocabulary tables gathered whole in the compute dtype. Calibrated against the
+  compiler on llama3_8b (benchmarks/sweep_memory.py; docs/architecture.md has the table).
 """
 
 import math
 
+import flax.linen as nn
+import jax
 import numpy as np
 
 from zoo import counting
 from zoo import families
+from zoo import kernels
 from zoo import sharding
 from zoo.errors import ConfigError
+from zoo.families import loss as loss_lib
 from zoo.plan import analytic
 
 
@@ -41,6 +49,17 @@ def _invalid(config, sizes):
   except ConfigError as e:
     return str(e).split(';')[0]
   return None
+
+
+def _flash_attention(config):
+  """Whether the attention kernel that runs on TPU for this shape is a flash kernel."""
+  m, L = config.model, config.data.seq_len
+  try:
+    chosen, _ = kernels.resolve(m.attention.kernel, m.position in ('t5_bias', 'alibi'),
+                                np.dtype(m.dtype), (L, L), on='tpu')
+  except ValueError:  # a kernel that cannot run on TPU: plan mode's compile says so
+    return False
+  return chosen in ('splash', 'flash_bias')
 
 
 def estimate(config, sizes, chip, plan_result, boxed):
@@ -69,15 +88,31 @@ def estimate(config, sizes, chip, plan_result, boxed):
     comm += moe['moe_layers'] * tokens_per_device * moe['bytes_per_token_per_layer_train']
   seconds += comm / chip.ici_bandwidth
 
-  working = (10 * m.d_model + 2 * m.mlp_dim / tensor +
-             2 * m.num_heads / tensor * config.data.seq_len * 4 / compute_bytes)
+  L = config.data.seq_len
+  # a flash kernel (splash, flash_bias) never holds the [H, L] float32 scores of a token
+  scores = 0 if _flash_attention(config) else 2 * m.num_heads / tensor * L * 4 / compute_bytes
+  working = 10 * m.d_model + 2 * m.mlp_dim / tensor + scores
   per_token = (layers * m.d_model / tensor + working if remat else layers * working)
   live_tokens = tokens_per_device / t.microbatches  # one microbatch's activations at a time
   activations = live_tokens * per_token * compute_bytes
-  logits = 2 * live_tokens * m.vocab_size / tensor * 4
-  state = analytic.state_bytes(boxed, sharding.rules(config), sizes,
-                               config.optim)[1]['total']
-  return seconds, state + activations + logits
+  # float32 logits and their gradient, for one chunk of the sequence with the chunked loss
+  logit_share = (loss_lib.chunk_len(config, L) or L) / L
+  logits = 2 * live_tokens * logit_share * m.vocab_size / tensor * 4
+  held = analytic.state_bytes(boxed, sharding.rules(config), sizes, config.optim)[1]
+  state = held['total'] + held['params']  # + the update's temporaries, one per parameter
+  gathered = 0.0
+  if fsdp > 1:  # one layer's parameters and the vocabulary tables gathered whole to be used
+    tables = _vocab_params(boxed)
+    gathered = ((params - tables) / layers + tables) * compute_bytes / tensor
+  return seconds, state + activations + logits + gathered
+
+
+def _vocab_params(boxed):
+  """Parameters of the tables with a vocabulary axis (embedding, untied head)."""
+  specs = jax.tree.leaves(nn.get_partition_spec(boxed),
+                          is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+  return sum(int(np.prod(leaf.shape)) for leaf, spec in zip(jax.tree.leaves(nn.unbox(boxed)),
+                                                             specs) if 'vocab' in tuple(spec))
 
 
 def sweep(config, tpu_slice):
