@@ -2,10 +2,9 @@
 (loglikelihood, loglikelihood_rolling, generate_until) for a decoder-only run; the command
 is `python -m zoo.harness` (zoo/harness.py). Needs the optional extra `zoo[lm-eval]`.
 
-Text is tokenized with the
-run's tokenizer: a context gets the BOS the model trained with, and a continuation's ids are
-the whole text's beyond the context's (the context's trailing spaces move to the
-continuation, as lm-eval's own models do). Sequences longer than the model's context
+Text is tokenized with the run's tokenizer: a context gets the BOS the model trained with,
+and a continuation's ids are the whole text's beyond the context's (the context's trailing
+spaces move to the continuation, as lm-eval's own models do). Sequences longer than the model's context
 (`data.seq_len`, the length it trained at) keep their last tokens; rolling log-likelihoods
 use lm-eval's disjoint windows of that length. Scoring runs in batches of `batch_size`
 rows padded to a power-of-two length, one compile per length; generation is
