@@ -135,6 +135,30 @@ def test_the_sweep_memory_counts_scores_only_without_a_flash_kernel_and_one_loss
       logits * (1 - 512 / 4096))
 
 
+def test_the_sweep_compiles_its_best_meshes_and_shows_the_compilers_bytes(capsys):
+  config = _smoke('model.num_heads=2', 'model.num_kv_heads=2', 'train.batch_size=4')
+  with jax.default_matmul_precision('default'):
+    rows = plan.run(config, topology_name='v5p-16', sweep=True, sweep_compile=2)['sweep']
+  fitting = [r for r in rows if not r['invalid'] and r['fits']]
+  assert [('compiled_bytes' in r) for r in fitting] == [True, True] + [False] * (
+      len(fitting) - 2)
+  meshed = config.copy_and_resolve_references()
+  with meshed.unlocked():
+    meshed.mesh.update(fitting[0]['mesh'])
+  with jax.default_matmul_precision('default'):
+    want = compiled.compile_step(meshed, topology.devices(topology.parse('v5p-16')),
+                                 scan_corrected_cost=False)['per_device_bytes']['total']
+  assert fitting[0]['compiled_bytes'] == want and fitting[0]['compiled_fits']
+  table = capsys.readouterr().out.split('sweep on v5p-16')[1]
+  assert 'compiled GiB' in table and f'{want / 2**30:.2f}' in table
+
+
+def test_sweep_compile_needs_a_sweep():
+  with pytest.raises(config_lib.ConfigError, match=r'--plan_sweep_compile=1 .* needs '
+                                                   '--plan_sweep'):
+    plan.run(_smoke(), topology_name='v5p-8', sweep_compile=1)
+
+
 def test_a_sweep_needs_a_topology():
   with pytest.raises(config_lib.ConfigError, match='--plan_sweep needs --plan_topology'):
     plan.run(_smoke(), sweep=True)

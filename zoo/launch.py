@@ -27,6 +27,8 @@ flags.DEFINE_string('plan_topology', None, '--mode=plan: compile for this TPU sl
                     'v5p-128, v5e-256, v6e-64, v4-512) with libtpu, no TPU needed')
 flags.DEFINE_bool('plan_sweep', False, '--mode=plan with --plan_topology: rank every '
                   'data x fsdp x tensor (x expert) mesh by estimated step time and memory')
+flags.DEFINE_integer('plan_sweep_compile', 0, '--plan_sweep: compile this many of the '
+                     'fastest meshes that fit and show the compiler\'s bytes beside them')
 flags.DEFINE_string('coordinator_address', None,
                     'host:port of process 0, for multi-process runs off TPU VMs / SLURM')
 flags.DEFINE_integer('num_processes', None, 'processes in a multi-process run')
@@ -75,7 +77,7 @@ def run(overrides):
     if FLAGS.mode == 'plan':
       storage.check(FLAGS.plan_json or '', '--plan_json')
       plan.run(config, FLAGS.plan_json, FLAGS.plan_compile, FLAGS.plan_topology,
-               FLAGS.plan_sweep)
+               FLAGS.plan_sweep, FLAGS.plan_sweep_compile)
       return
     workdir = FLAGS.workdir or default_workdir(FLAGS.config)
     storage.check(workdir, '--workdir')

@@ -39,12 +39,17 @@ def _compiled(config, result, devices, tpu_slice):
     result['run']['estimated_seconds'] = result['estimated_step_seconds'] * config.train.steps
 
 
-def run(config, json_path=None, compile_step=False, topology_name=None, sweep=False):
-  """Plans, prints the report (and sweep table), optionally writes the JSON; -> the dict."""
+def run(config, json_path=None, compile_step=False, topology_name=None, sweep=False,
+        sweep_compile=0):
+  """Plans, prints the report (and sweep table), optionally writes the JSON; -> the dict.
+  sweep_compile: compile the sweep's fastest meshes that fit, this many."""
   tpu_slice = topology.parse(topology_name) if topology_name else None
   if sweep and not tpu_slice:
     raise ConfigError('--plan_sweep needs --plan_topology=NAME for the chip count and speeds, '
                       'e.g. --plan_topology=v5p-128')
+  if sweep_compile < 0 or (sweep_compile and not sweep):
+    raise ConfigError(f'--plan_sweep_compile={sweep_compile} compiles that many of the '
+                      "sweep's best meshes: it needs --plan_sweep and a count >= 0")
   result = analytic.plan(config, tpu_slice.chips if tpu_slice else None)
   # the kernel the step would use on the planned platform
   result['attention_kernel'], why = runtime.attention_kernel(
@@ -63,6 +68,9 @@ def run(config, json_path=None, compile_step=False, topology_name=None, sweep=Fa
     if fitting:  # the whole run at the fastest mesh that fits, by the analytic estimate
       result['run'].update(estimated_seconds=fitting[0]['step_seconds'] * config.train.steps,
                            estimated_mesh=fitting[0]['mesh'])
+    if sweep_compile:
+      sweep_lib.confirm(config, fitting[:sweep_compile], topology.devices(tpu_slice),
+                        tpu_slice.chip)
   elif tpu_slice or compile_step:
     devices = topology.devices(tpu_slice) if tpu_slice else jax.devices()
     _compiled(config, result, devices, tpu_slice)

@@ -1,5 +1,7 @@
 """--plan_sweep: every factorization of a slice's chips into data x fsdp x tensor (x expert
-for MoE), each with an analytic per-device memory and step-time estimate, sorted by time.
+for MoE), each with an analytic per-device memory and step-time estimate, sorted by time;
+--plan_sweep_compile=N compiles the N fastest that fit for the slice (`confirm`) and shows
+the compiler's bytes beside the estimate.
 
 The estimate (a ranking aid; compile the chosen mesh with --plan_topology to confirm):
 - compute: training FLOPs per step (zoo/plan/analytic.py convention, plus what the remat
@@ -33,6 +35,7 @@ from zoo import sharding
 from zoo.errors import ConfigError
 from zoo.families import loss as loss_lib
 from zoo.plan import analytic
+from zoo.plan import compiled
 
 
 def factorizations(n, axes):
@@ -135,18 +138,36 @@ def sweep(config, tpu_slice):
   return rows
 
 
+def confirm(config, rows, devices, chip):
+  """Compiles the train step for each row's mesh on `devices` (the slice's) and adds the
+  compiler's per-device bytes (`compiled_bytes`) and whether they fit (`compiled_fits`)."""
+  for row in rows:
+    meshed = config.copy_and_resolve_references()
+    with meshed.unlocked():
+      meshed.mesh.update(row['mesh'])
+    total = compiled.compile_step(meshed, devices, scan_corrected_cost=False)[
+        'per_device_bytes']['total']
+    row.update(compiled_bytes=int(total), compiled_fits=total <= chip.hbm_bytes)
+  return rows
+
+
 def table(rows, tpu_slice):
-  """The sweep as text, one mesh per line."""
+  """The sweep as text, one mesh per line (with the compiler's bytes where compiled)."""
   hbm = tpu_slice.chip.hbm_bytes / 2**30
+  confirmed = any('compiled_bytes' in r for r in rows)
   lines = [f'sweep on {tpu_slice.name} ({tpu_slice.chips} chips, {hbm:.0f} GiB HBM each); '
-           'analytic estimate, compile one with --plan_topology to confirm',
+           'analytic estimate' + ('; compiled GiB from the TPU compiler' if confirmed else
+                                  ', compile the best with --plan_sweep_compile=N to confirm'),
            f'{"data":>6} {"fsdp":>6} {"tensor":>6} {"expert":>6} {"step s":>9} '
-           f'{"GiB/device":>11}  fits']
+           f'{"GiB/device":>11}  fits' + (f' {"compiled GiB":>12}' if confirmed else '')]
   for r in rows:
     mesh = ' '.join(f'{r["mesh"][a]:>6}' for a in ('data', 'fsdp', 'tensor', 'expert'))
     if r['invalid']:
       lines.append(f'{mesh}  skipped: {r["invalid"]}')
-    else:
-      lines.append(f'{mesh} {r["step_seconds"]:>9.3f} {r["per_device_bytes"] / 2**30:>11.2f}  '
-                   f'{"yes" if r["fits"] else "NO"}')
+      continue
+    line = (f'{mesh} {r["step_seconds"]:>9.3f} {r["per_device_bytes"] / 2**30:>11.2f}  '
+            f'{"yes" if r["fits"] else "NO ":<4}')
+    if 'compiled_bytes' in r:
+      line += f' {r["compiled_bytes"] / 2**30:>12.2f}' + ('' if r['compiled_fits'] else ' NO')
+    lines.append(line.rstrip())
   return '\n'.join(lines)
