@@ -17,7 +17,6 @@ import jax
 
 from zoo import config as config_lib
 from zoo.cli import split_overrides
-from zoo.plan import compiled
 from zoo.plan import sweep
 from zoo.plan import topology
 
@@ -37,24 +36,20 @@ def main():
   tpu_slice = topology.parse(args.topology)
   config = config_lib.load(args.config, overrides)
   ranked = [r for r in sweep.sweep(config, tpu_slice) if not r['invalid']]
-  chosen = [tuple(int(n) for n in m.split(',')) for m in args.mesh]
-  rows = [r for r in ranked if r['fits']][:args.top] + [
-      r for r in ranked if tuple(r['mesh'].values()) in chosen]
-  devices = topology.devices(tpu_slice)
+  named = [dict(zip(('data', 'fsdp', 'tensor', 'expert'), map(int, m.split(','))))
+           for m in args.mesh]
+  best = [r for r in ranked if r['fits']][:args.top]
+  rows = best + [r for r in ranked if r['mesh'] in named and r not in best]
   print(f'{args.config} {" ".join(overrides)} on {args.topology}: per-device GiB')
   print(f'{"data":>5} {"fsdp":>5} {"tensor":>6} {"expert":>6} {"analytic":>9} {"compiled":>9} '
         f'{"ratio":>6}')
+  devices = topology.devices(tpu_slice)
   for row in rows:
-    mesh = row['mesh']
-    meshed = config_lib.load(args.config, [*overrides,
-                                           *(f'mesh.{a}={n}' for a, n in mesh.items())])
     with jax.default_matmul_precision('default'):
-      total = compiled.compile_step(meshed, devices, scan_corrected_cost=False)[
-          'per_device_bytes']['total']
-    estimate = row['per_device_bytes']
+      sweep.confirm(config, [row], devices, tpu_slice.chip)
+    mesh, estimate, total = row['mesh'], row['per_device_bytes'], row['compiled_bytes']
     print(f'{mesh["data"]:>5} {mesh["fsdp"]:>5} {mesh["tensor"]:>6} {mesh["expert"]:>6} '
           f'{estimate / 2**30:>9.2f} {total / 2**30:>9.2f} {estimate / total:>6.2f}', flush=True)
-
 
 if __name__ == '__main__':
   main()
