@@ -61,7 +61,8 @@ def main():
   print(f'{args.config} on {jax.devices()[0].device_kind}, batch {args.batch}, input '
         f'{args.input_len}, {args.new_tokens} new tokens, greedy, float32')
   print(f'cross-attention keys cached: {cached:8.1f} new tokens/s')
-  print(f'projected every step:        {every_step:8.1f} new tokens/s  (x{cached / every_step:.2f})')
+  print(f'projected every step:        {every_step:8.1f} new tokens/s '
+        f'(x{cached / every_step:.2f})')
 
 
 if __name__ == '__main__':

@@ -133,8 +133,11 @@ def _t5_greedy_without_cache(model, variables, steps, penalties=None):
 
 
 def _until_eos(tokens, eos):
-  return tokens[:tokens.index(eos) + 1] + [0] * (len(tokens) - tokens.index(eos) - 1) if (
-      eos in tokens) else tokens
+  """The tokens up to the first EOS (kept), then padding, as generation returns them."""
+  if eos not in tokens:
+    return tokens
+  end = tokens.index(eos) + 1
+  return tokens[:end] + [0] * (len(tokens) - end)
 
 
 def test_t5_greedy_generation_equals_greedy_decoding_without_a_cache():
@@ -166,7 +169,7 @@ def test_t5_decoding_projects_the_encoder_output_once_into_the_cache():
                        method=type(model).decode, mutable=['cache'])
   np.testing.assert_allclose(got[:, -1], want, atol=1e-6)
   # without the cached entries the same call projects zeros and differs
-  fresh = jax.tree.map(lambda x: x, cache)
+  fresh = jax.tree.map(lambda x: x, cache)  # new dicts, the same arrays
   del fresh['decoder']['layers']['cross_attention']
   projected, _ = model.apply({**variables, 'cache': fresh}, zeros, batch,
                              method=type(model).decode, mutable=['cache'])

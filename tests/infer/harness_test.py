@@ -74,7 +74,8 @@ def test_is_greedy_when_the_continuation_is_what_greedy_decoding_gives(lm):
   context = [1, *Characters.encode(['ROMEO:'])[0]]
   ids = list(context)
   for _ in range(3):  # greedy continuation by full forward passes
-    ids.append(int(np.argmax(lm.model.apply(lm.variables, {'inputs': jnp.asarray([ids])})[0, -1])))
+    logits = lm.model.apply(lm.variables, {'inputs': jnp.asarray([ids])})[0, -1]
+    ids.append(int(np.argmax(logits)))
   greedy = ids[len(context):]
   other = [greedy[0], greedy[1], (greedy[2] + 1) % 100]
   (_, is_greedy), (_, is_not) = lm.score([(context, greedy), (context, other)])

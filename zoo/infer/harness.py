@@ -4,10 +4,10 @@ is `python -m zoo.harness` (zoo/harness.py). Needs the optional extra `zoo[lm-ev
 
 Text is tokenized with the run's tokenizer: a context gets the BOS the model trained with,
 and a continuation's ids are the whole text's beyond the context's (the context's trailing
-spaces move to the continuation, as lm-eval's own models do). Sequences longer than the model's context
-(`data.seq_len`, the length it trained at) keep their last tokens; rolling log-likelihoods
-use lm-eval's disjoint windows of that length. Scoring runs in batches of `batch_size`
-rows padded to a power-of-two length, one compile per length; generation is
+spaces move to the continuation, as lm-eval's own models do). Sequences longer than the
+model's context (`data.seq_len`, the length it trained at) keep their last tokens; rolling
+log-likelihoods use lm-eval's disjoint windows of that length. Scoring runs in batches of
+`batch_size` rows padded to a power-of-two length, one compile per length; generation is
 zoo.infer.generate's (greedy unless the task samples), cut at the task's `until` strings.
 """
 
