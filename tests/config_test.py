@@ -97,6 +97,30 @@ def test_an_unknown_variant_is_a_config_error_naming_it(name):
     ({'optim.name': 'adafactor', 'optim.adafactor.decay_rate': 0.0},
      'optim.adafactor.decay_rate=0.0 must be in (0, 1]'),
     ({'train.loss_chunk_len': -2}, 'train.loss_chunk_len=-2 must be >= 0, or -1'),
+    ({'data.task.kind': 'summary', 'data.task.path': '/t'},
+     "data.task.kind='summary' is not one of 'classification', 'regression'"),
+    ({'data.task.kind': 'text_to_text'}, "data.task.kind='text_to_text' needs "
+                                         'data.task.path: a directory holding train.jsonl'),
+    ({'data.task.kind': 'classification', 'data.task.path': '/t',
+      'data.task.metrics': ('accuracy', 'bleu')},
+     "data.task.metrics: 'bleu' does not apply to data.task.kind='classification'; use some "
+     'of accuracy, f1, mcc'),
+    ({'data.task.path': '/t'}, 'data.task.path and data.task.metrics need a data.task.kind'),
+    ({'model.num_labels': 3}, 'model.num_labels=3 builds a classification head, which '
+                              'pretraining does not train'),
+    ({'data.task.kind': 'prompt_completion', 'data.task.path': '/t', 'model.num_labels': 3},
+     "model.num_labels=3 builds a classification head, which "
+     "data.task.kind='prompt_completion' does not read"),
+    ({'data.task.kind': 'regression', 'data.task.path': '/t', 'model.num_labels': 2},
+     'model.num_labels=2: a regression head predicts one value'),
+    ({'data.task.kind': 'classification', 'data.task.path': '/t', 'model.num_labels': 1},
+     'model.num_labels=1 cannot classify'),
+    ({'model.family': 'encoder_decoder', 'model.num_encoder_layers': 2,
+      'model.num_decoder_layers': 2, 'data.objective': 'span_corruption',
+      'model.position': 't5_bias', 'data.num_sentinels': 0, 'data.task.kind': 'classification',
+      'data.task.path': '/t'},
+     "data.task.kind='classification' is not built for model.family='encoder_decoder'; use "
+     "one of 'text_to_text'"),
 ])
 def test_validate_names_the_field(overrides, message):
   c = helpers.tiny_config()
@@ -117,3 +141,14 @@ def test_every_config_file_has_a_smoke_variant():
   for path in files:
     c = config_lib.load(path + ':smoke')
     assert c.train.steps <= 20, path
+
+
+@pytest.mark.parametrize('arg', ['bert', 'bert_pretrain', 't5', 't5_pretrain', 'gpt',
+                                 'gpt_pretrain'])
+def test_the_worked_fine_tuning_example_loads_in_every_variant(arg):
+  c = config_lib.load(os.path.join(os.path.dirname(CONFIG), 'finetune', 'speakers.py') +
+                      f':{arg}')
+  tuning = not arg.endswith('_pretrain')
+  assert bool(c.data.task.kind) == tuning
+  assert c.data.tokenizer.path == (f'runs/speakers_{arg}_pretrain/tokenizer/bpe_'
+                                   f'{c.data.tokenizer.vocab_size}.model' if tuning else '')

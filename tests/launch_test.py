@@ -63,12 +63,22 @@ def _after_last_start(workdir):
     (['train.profile_steps=(5,3)'], 1,
      r'train.profile_steps=\(5, 3\) traces steps outside the run \(1..train.steps=6\)'),
     (['model.scan_unroll=0'], 1, 'model.scan_unroll=0 must be positive'),
+    (['data.task.kind=prompt_completion', 'data.task.path=TASK'], 1,
+     r"task/train.jsonl:2: no field 'completion'; data.task.kind='prompt_completion' reads "
+     'prompt, completion'),
+    (['data.task.kind=classification', 'data.task.path=TASK'], 1,
+     r"task/train.jsonl:1: no field 'text'"),
 ], ids=['misspelt', 'heads', 'kv_heads', 'lr', 'steps', 'max_length', 'mesh', 'mesh_rest',
-        'batch', 'no_corpus', 'empty_corpus', 'profile_steps', 'scan_unroll'])
+        'batch', 'no_corpus', 'empty_corpus', 'profile_steps', 'scan_unroll', 'task_field',
+        'task_kind'])
 def test_bad_input_is_one_line_naming_the_field(tmp_path, overrides, devices, message):
   empty = tmp_path / 'empty.txt'
   empty.write_text('\n')
-  overrides = [o.replace('EMPTY', str(empty)) for o in overrides]
+  (tmp_path / 'task').mkdir()
+  (tmp_path / 'task' / 'train.jsonl').write_text('{"prompt": "a", "completion": "b"}\n'
+                                                 '{"prompt": "c"}\n')
+  overrides = [o.replace('EMPTY', str(empty)).replace('TASK', str(tmp_path / 'task'))
+               for o in overrides]
   result = launch(tmp_path / 'run', *overrides, devices=devices)
   assert result.returncode == 2, result.stderr[-2000:]
   lines = result.stderr.strip().splitlines()

@@ -27,6 +27,15 @@ BLOCKS = ('sequential', 'parallel')
 POSITIONS = ('learned', 'sinusoidal', 'rope', 'alibi', 't5_bias', 'none')
 REMAT_POLICIES = ('none', *transformer.REMAT_POLICIES)
 OBJECTIVES = ('causal_lm', 'mlm', 'span_corruption')
+# fine-tuning tasks (data.task.kind) and the eval metrics each can report (the defaults first)
+TASK_METRICS = {
+    'classification': ('accuracy', 'f1', 'mcc'),
+    'regression': ('pearson', 'spearman'),
+    'text_to_text': ('exact_match', 'bleu', 'rouge_l', 'perplexity'),
+    'prompt_completion': ('exact_match', 'mc_accuracy', 'perplexity', 'bleu', 'rouge_l'),
+}
+DEFAULT_TASK_METRICS = {'classification': 3, 'regression': 2, 'text_to_text': 3,
+                        'prompt_completion': 3}
 TOKENIZERS = ('bpe', 'unigram')
 OPTIMIZERS = ('adamw', 'adafactor')
 SCHEDULES = ('cosine', 'linear', 'constant', 'rsqrt', 'wsd')
@@ -100,6 +109,10 @@ def _model():
   m.type_vocab_size = 0  # encoder: token-type (sentence A/B) embeddings; 0 = none
   m.embedding_norm = False  # encoder (BERT): a norm right after the embeddings
   m.nsp_head = False  # encoder (BERT): pooler + next-sentence-prediction head
+  # a classification (or regression: 1) head in place of the LM head: on BERT's pooled
+  # first token, on a decoder's last real token; 0 = none, or for data.task.kind
+  # 'classification' the task's label count (the train split's largest label + 1)
+  m.num_labels = 0
   m.dropout_rate = 0.0
   m.dtype = 'float32'  # compute dtype ('bfloat16' on accelerators)
   m.param_dtype = 'float32'
@@ -162,6 +175,14 @@ def _data(m):
       'vocab_size': m.get_ref('vocab_size') - d.get_ref('reserved_ids'),  # derived
       'path': '',  # '' = train on the corpus and cache in WORKDIR/tokenizer
   })
+  # fine-tuning on a task (zoo/data/task.py) in place of pretraining on data.path
+  d.task = ml_collections.ConfigDict({
+      # '' = pretraining | 'classification' | 'regression' | 'text_to_text' |
+      # 'prompt_completion' (the kinds each family takes: its TASKS)
+      'kind': '',
+      'path': '',  # a directory holding train.jsonl and eval.jsonl
+      'metrics': (),  # eval metrics (config.TASK_METRICS by kind); () = the kind's defaults
+  })
   return d
 
 
@@ -177,7 +198,10 @@ def _train():
   t.seed = 0
   t.z_loss = 0.0  # coefficient of log(Z)^2
   t.max_nonfinite_steps = 5  # stop after this many skipped (NaN/Inf) updates in a row
-  t.init_params = ''  # an orbax params checkpoint (zoo.convert.hf) to start from, not random
+  # weights to start from, not random: a params checkpoint (zoo.convert.hf) or a run's
+  # workdir (its newest checkpoint); parameters it lacks (a new head) are initialised
+  t.init_params = ''
+  t.drop_unused_params = False  # True: init_params' parameters the model lacks are dropped
   # gradient accumulation: each step's global batch runs as this many microbatches (rows
   # j, j+k, j+2k, ... of every stream's share), gradients summed in float32, one update
   t.microbatches = 1
@@ -372,6 +396,7 @@ def validate(config):
     raise ConfigError(f'data.objective={d.objective!r} does not train model.family='
                       f'{family.NAME!r}; use one of {family.OBJECTIVES}')
   _validate_data(d, config.model, config.train)
+  _validate_task(d.task, config.model, family)
   _validate_train(config.train, config.optim, config.data)
   _validate_generate(config.generate, config.model)
   _validate_mesh(config.mesh, config.sharding)
@@ -489,6 +514,40 @@ def _validate_data(d, m, t):
   storage.check(d.tokenizer.path, 'data.tokenizer.path')
   for source in filter(None, d.mixture.split(',')):
     storage.check(source.strip(), 'data.mixture')
+
+
+def _validate_task(task, m, family):
+  if not task.kind:
+    if task.path or task.metrics:
+      raise ConfigError("data.task.path and data.task.metrics need a data.task.kind; set one "
+                        f'of {", ".join(map(repr, TASK_METRICS))} or clear them')
+    if m.num_labels:
+      raise ConfigError(f'model.num_labels={m.num_labels} builds a classification head, '
+                        'which pretraining does not train; set data.task.kind or '
+                        'model.num_labels=0')
+    return
+  _one_of('data.task.kind', task.kind, tuple(TASK_METRICS))
+  if task.kind not in family.TASKS:
+    raise ConfigError(f'data.task.kind={task.kind!r} is not built for model.family='
+                      f'{family.NAME!r}; use one of {", ".join(map(repr, family.TASKS))}')
+  if not task.path:
+    raise ConfigError(f'data.task.kind={task.kind!r} needs data.task.path: a directory '
+                      'holding train.jsonl and eval.jsonl')
+  storage.check(task.path, 'data.task.path')
+  for metric in task.metrics:
+    if metric not in TASK_METRICS[task.kind]:
+      raise ConfigError(f'data.task.metrics: {metric!r} does not apply to data.task.kind='
+                        f'{task.kind!r}; use some of {", ".join(TASK_METRICS[task.kind])}')
+  headed = task.kind in ('classification', 'regression')
+  if not headed and m.num_labels:
+    raise ConfigError(f'model.num_labels={m.num_labels} builds a classification head, which '
+                      f'data.task.kind={task.kind!r} does not read; set model.num_labels=0')
+  if task.kind == 'regression' and m.num_labels not in (0, 1):
+    raise ConfigError(f'model.num_labels={m.num_labels}: a regression head predicts one '
+                      'value; set model.num_labels=1 or 0')
+  if task.kind == 'classification' and m.num_labels == 1:
+    raise ConfigError('model.num_labels=1 cannot classify; set 2 or more, or 0 for the '
+                      "task's label count")
 
 
 def _validate_train(t, o, d):

@@ -67,6 +67,7 @@ def run(overrides):
   from zoo import plan  # pylint: disable=g-import-not-at-top
   from zoo import storage  # pylint: disable=g-import-not-at-top
   from zoo.infer import run as infer_run  # pylint: disable=g-import-not-at-top
+  from zoo.infer import task_eval  # pylint: disable=g-import-not-at-top
   from zoo.train import evaluate  # pylint: disable=g-import-not-at-top
   from zoo.train import checkpoint  # pylint: disable=g-import-not-at-top
   from zoo.train import loop  # pylint: disable=g-import-not-at-top
@@ -85,9 +86,9 @@ def run(overrides):
       infer_run.check(config, FLAGS.prompt)
     _initialize_distributed()
     if FLAGS.mode == 'train':
-      loop.train(config, workdir)
+      loop.train(config, workdir, task_eval.make)
     elif FLAGS.mode == 'eval':
-      evaluate.run(config, workdir)
+      evaluate.run(config, workdir, task_eval.make)
     else:
       infer_run.run(config, workdir, FLAGS.prompt)
   except config_lib.ConfigError as e:

@@ -24,6 +24,7 @@ from zoo import families
 from zoo.data import tokenizer as tokenizer_lib
 from zoo.infer import generate
 from zoo.infer import harness
+from zoo.infer import task_eval
 
 TASKS = os.path.join(REPO, 'tests', 'fixtures', 'lm_eval')
 
@@ -129,6 +130,11 @@ def test_a_local_multiple_choice_task_scores_as_the_adapter_does(lm, monkeypatch
                                               for c in doc['choices']])]
     right.append(int(np.argmax(scores)) == doc['answer'])
   assert results['zoo_choice']['acc,none'] == pytest.approx(np.mean(right))
+  # the zoo's own multiple-choice accuracy (a prompt_completion task's eval) agrees
+  records = [{'prompt': d['context'], 'completion': d['choices'][d['answer']],
+              'choices': d['choices']} for d in docs]
+  own = task_eval.multiple_choice(lm.scorer, lm.tokenizer, records, records)
+  assert own == pytest.approx(results['zoo_choice']['acc,none'])
   outputs = lm.generate_until([Instance('generate_until', {}, (d['context'], {
       'until': ['\n'], 'max_gen_toks': 8}), 0) for d in docs])
   matches = [o == d['choices'][d['answer']] for o, d in zip(outputs, docs)]

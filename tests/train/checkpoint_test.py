@@ -1,5 +1,6 @@
 """A checkpoint that cannot be written ends with one line naming the step, the cause, the
-path and the last good checkpoint, and the last good one still restores."""
+path and the last good checkpoint, and the last good one still restores; train.init_params
+restores what it holds (a params checkpoint or a run's newest) and names the rest."""
 
 import jax
 import jax.numpy as jnp
@@ -49,3 +50,39 @@ def test_a_write_that_fails_mid_save_names_the_os_error(tmp_path, monkeypatch):
                                                   r'checkpoint is none yet'):
     saved.save(7, _state(1.0), _Stream())
   saved.close()
+
+
+def _abstract(tree):
+  return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=jax.sharding.
+                                                     SingleDeviceSharding(jax.devices()[0])),
+                      tree)
+
+
+def test_init_params_restores_what_it_holds_and_takes_the_rest_fresh(tmp_path):
+  saved = {'embed': jnp.arange(6.0).reshape(2, 3), 'head': {'kernel': jnp.ones(4)}}
+  checkpoint.save_params(str(tmp_path / 'params'), saved)
+  model = {'embed': jnp.zeros((2, 3)), 'classifier': {'kernel': jnp.full(5, 7.0)}}
+  _, key, held, new, dropped = checkpoint.init_plan(str(tmp_path / 'params'), _abstract(model))
+  assert (key, held, new, dropped) == (None, ['embed'], ['classifier/kernel'], ['head/kernel'])
+  got = checkpoint.restore_params(str(tmp_path / 'params'), _abstract(model), model)
+  np.testing.assert_array_equal(got['embed'], saved['embed'])  # read
+  np.testing.assert_array_equal(got['classifier']['kernel'], model['classifier']['kernel'])
+  with pytest.raises(ValueError, match=r'lacks classifier/kernel; fine-tune first'):
+    checkpoint.restore_params(str(tmp_path / 'params'), _abstract(model))
+  wrong = {'embed': jnp.zeros((3, 2))}
+  with pytest.raises(ValueError, match=r'parameter embed is \(2, 3\) there but \(3, 2\) in '
+                     'this model'):
+    checkpoint.init_plan(str(tmp_path / 'params'), _abstract(wrong))
+
+
+def test_init_params_reads_a_runs_newest_checkpoint(tmp_path):
+  saver = checkpoint.Checkpointer(str(tmp_path / 'run' / 'checkpoints'), keep=3)
+  for step in (1, 2):
+    state = {'params': {'w': jnp.full(3, float(step))}, 'step': jnp.int32(step)}
+    saver.save(step, state, _Stream())
+  saver.close()
+  got = checkpoint.restore_params(str(tmp_path / 'run'), _abstract({'w': jnp.zeros(3)}))
+  np.testing.assert_array_equal(got['w'], [2.0, 2.0, 2.0])
+  (tmp_path / 'empty' / 'checkpoints').mkdir(parents=True)
+  with pytest.raises(FileNotFoundError, match=r'is a run without checkpoints; train it first'):
+    checkpoint.init_plan(str(tmp_path / 'empty'), _abstract({'w': jnp.zeros(3)}))

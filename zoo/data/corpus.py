@@ -29,9 +29,14 @@ from zoo.errors import ConfigError
 EMBEDDED_CORPUS = 'tinyshakespeare.txt'
 
 
+def embedded_corpus():
+  """The path of the corpus the package ships (tiny Shakespeare)."""
+  return str(importlib.resources.files('zoo.data').joinpath('assets', EMBEDDED_CORPUS))
+
+
 def _inputs(path):
   if not path:
-    return [str(importlib.resources.files('zoo.data').joinpath('assets', EMBEDDED_CORPUS))]
+    return [embedded_corpus()]
   if not storage.exists(path):
     raise ConfigError(f'data.path={path!r} does not exist; pass a prepared directory, a text '
                       "file or a directory of text files ('' = the embedded corpus)")

@@ -150,12 +150,14 @@ OBJECTIVES = {'causal_lm': causal_lm}
 # ------------------------------------------------------------------ pack and batch
 
 def _contract(packed):
-  """grain's packed feature names -> the batch contract."""
+  """grain's packed feature names -> the batch contract (the loss reads every real token,
+  or the packed `loss_weights` where the examples say which: a completion's)."""
   segment_ids = packed['inputs_segment_ids']
   return {
       'inputs': packed['inputs'], 'targets': packed['targets'],
       'segment_ids': segment_ids, 'positions': packed['inputs_positions'],
-      'loss_weights': (segment_ids > 0).astype(np.float32),
+      'loss_weights': packed['loss_weights'] if 'loss_weights' in packed else
+                      (segment_ids > 0).astype(np.float32),
       **({'source': packed['source']} if 'source' in packed else {}),
   }
 
@@ -256,6 +258,27 @@ def make_dataset(tokens, data_config, spec, *, train, seed=0, stream=0, num_stre
   ds = ds.batch(rows, drop_remainder=train)
   return ds.map(functools.partial(_conform, spec=spec,
                                   num_sources=len(tokens.datasets) if mixture else 0))
+
+
+def make_task_dataset(examples, spec, example_fn, *, train, packed, seed=0, stream=0,
+                      num_streams=1):
+  """A fine-tuning task's batches for one input stream (zoo/data/task.py), as
+  make_dataset's: `examples` (a grain MapDataset of tokenized examples) streamed as
+  _stream says, each made a model row by `example_fn` (the family's task_example).
+  packed: the rows are generated text (a completion, T5's targets), packed whole
+  (first-fit: an example never spans two rows, and attends only to itself); else each row
+  holds one example, padded (segment 0), with its label."""
+  rows = next(iter(spec.values()))[0][0]
+  ds = _stream(examples, train, seed, stream, num_streams).map(example_fn)
+  ds = ds.to_iter_dataset(_READ_OPTIONS)
+  if packed:
+    features = example_fn(examples[0])
+    ds = grain.experimental.FirstFitPackIterDataset(
+        ds, length_struct={k: spec[k][0][1] for k in features},
+        num_packing_bins=_PACKING_BINS, shuffle_bins=False)
+    ds = ds.map(_span_corruption_contract if 'encoder_inputs' in spec else _contract)
+  ds = ds.batch(rows, drop_remainder=train)
+  return ds.map(functools.partial(_conform, spec=spec))
 
 
 def packing_efficiency(batch):

@@ -4,12 +4,14 @@ A family module (decoder.py is the worked example; docs/families.md) defines:
   NAME, OBJECTIVES (data.objective values that train it), LAYER_FIELDS (model fields that
   count its blocks), MODEL_INPUTS (batch keys init needs), POSITIONS, BLOCKS and
   SLIDING_WINDOW (what its model builds; config validation checks), PROMPT_JOINT,
-  PENALTIES_COUNT_PROMPT (generation penalties count the prompt's tokens as seen);
+  PENALTIES_COUNT_PROMPT (generation penalties count the prompt's tokens as seen), TASKS
+  (data.task.kind values it fine-tunes on);
   build(model_config) -> Linen module;
   batch_spec(data_config, batch_size) -> {key: (shape, dtype)};
   counts(batch) -> the batch's loss normalisers (rows, tokens, ...);
   loss(model, config, variables, batch, rng=None, whole=None) -> loss.Loss (whole: the
     counts of the batch `batch` is a microbatch of);
+  task_example(kind, example, tokenizer, data_config) -> one task example's row;
   kv_cache_layers(m);  hf_model_type(m);
   tokenize_prompts(config, tokenizer, prompts) and
   start_generation(model, variables, ids, segments, max_new_tokens), or None for both.

@@ -14,6 +14,7 @@ import numpy as np
 from zoo.errors import ConfigError
 from zoo.families import decoding
 from zoo.families import loss as loss_lib
+from zoo.families import tasks
 from zoo.models import transformer
 
 NAME = 'decoder'
@@ -24,6 +25,9 @@ MODEL_INPUTS = ('inputs',)  # batch keys init needs (the rest default)
 POSITIONS = ('learned', 'sinusoidal', 'rope', 'alibi', 'none')
 BLOCKS = ('sequential', 'parallel')
 SLIDING_WINDOW = True
+# data.task.kind values it fine-tunes on (text_to_text: inputs as the prompt, targets as
+# the completion)
+TASKS = ('classification', 'regression', 'prompt_completion', 'text_to_text')
 PROMPT_JOINT = ''  # printed between a prompt and its generated continuation
 PENALTIES_COUNT_PROMPT = True  # generation penalties count the prompt: it is the text continued
 INPUT_SPECIALS = ('bos',)  # around a text it reads: [BOS] text
@@ -36,7 +40,10 @@ def build(model_config):
 
 def batch_spec(data_config, batch_size):
   """{key: (shape, numpy dtype)} of a batch: what the pipeline yields (causal_lm: packed
-  documents) and the train step takes."""
+  documents; a prompt_completion task: examples packed whole) and the train step takes;
+  a classification or regression task: one example per row and its label."""
+  if data_config.task.kind in ('classification', 'regression'):
+    return tasks.headed_spec(data_config, batch_size)
   rows = (batch_size, data_config.seq_len)
   int32, float32 = np.dtype(np.int32), np.dtype(np.float32)
   return {'inputs': (rows, int32), 'targets': (rows, int32), 'segment_ids': (rows, int32),
@@ -44,20 +51,43 @@ def batch_spec(data_config, batch_size):
 
 
 def counts(batch):
-  """The batch's loss normalisers: rows and weighted target tokens (families/loss.py)."""
+  """The batch's loss normalisers: rows and weighted target tokens (families/loss.py), or
+  a label head's real rows."""
+  if 'labels' in batch:
+    return tasks.headed_counts(batch)
   return {'rows': batch['targets'].shape[0], 'tokens': jnp.sum(batch['loss_weights'])}
 
 
 def loss(model, config, variables, batch, rng=None, whole=None):
   """Next-token cross-entropy over the weighted tokens (+ z-loss, + MoE terms); whole: the
-  counts of the batch this one is a microbatch of."""
+  counts of the batch this one is a microbatch of. A task with a label head: its loss
+  (zoo/families/tasks.py)."""
   whole = whole or counts(batch)
+  if 'labels' in batch:
+    return tasks.label_loss(model, config, variables, batch, rng, whole)
   chunk = loss_lib.chunk_len(config, batch['targets'].shape[1])
   outputs, moe, state = loss_lib.apply(model, variables, batch, rng, head=not chunk)
   total = loss_lib.token_loss(outputs, batch['targets'], batch['loss_weights'], config,
                               variables, whole['tokens'], chunk)
   return loss_lib.with_moe(total, moe, state, config.model.moe,
                            batch['targets'].shape[0] / whole['rows'])
+
+
+def task_example(kind, example, tokenizer, data_config):
+  """A task example as the decoder reads it. classification, regression: [BOS] text [EOS]
+  (text_pair [EOS]) in one row, the head reading the last token; prompt_completion (and
+  text_to_text: inputs, targets): [BOS] prompt completion [EOS], the loss on the
+  completion (zoo/families/tasks.py)."""
+  if kind in ('classification', 'regression'):
+    pair = 'text_pair' in example
+    head = [] if tokenizer.bos_id is None else [tokenizer.bos_id]
+    first, second = tasks.fit_pair(example['text'], example.get('text_pair', ()),
+                                   data_config.seq_len - len(head) - 1 - pair)
+    ids = [*head, *first, tokenizer.eos_id, *((*second, tokenizer.eos_id) if pair else ())]
+    return tasks.headed_row(ids, example['label'], kind, data_config.seq_len)
+  prompt, completion = ((example['inputs'], example['targets']) if kind == 'text_to_text'
+                        else (example['prompt'], example['completion']))
+  return tasks.completion_row(prompt, completion, tokenizer, data_config.seq_len)
 
 
 def kv_cache_layers(m):

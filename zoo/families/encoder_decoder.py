@@ -18,6 +18,7 @@ MODEL_INPUTS = ('encoder_inputs', 'decoder_inputs')
 POSITIONS = ('t5_bias', 'sinusoidal', 'rope', 'none')
 BLOCKS = ('sequential',)  # a parallel block has no place for cross-attention
 SLIDING_WINDOW = False
+TASKS = ('text_to_text',)  # data.task.kind values it fine-tunes on (T5: every task as text)
 PROMPT_JOINT = '\n=> '  # an answer, not a continuation
 PENALTIES_COUNT_PROMPT = False  # the prompt is the encoder's input, not the text written
 INPUT_SPECIALS = ('eos',)  # around a text it reads: text [EOS]
@@ -29,8 +30,8 @@ def build(model_config):
 
 
 def batch_spec(data_config, batch_size):
-  """span_corruption: examples packed whole (first-fit), encoder rows data.seq_len long,
-  decoder rows data.target_seq_len."""
+  """span_corruption (and a text_to_text task): examples packed whole (first-fit), encoder
+  rows data.seq_len long, decoder rows data.target_seq_len."""
   inputs, targets = (batch_size, data_config.seq_len), (batch_size, data_config.target_seq_len)
   int32, float32 = np.dtype(np.int32), np.dtype(np.float32)
   return {'encoder_inputs': (inputs, int32), 'encoder_segment_ids': (inputs, int32),
@@ -56,6 +57,17 @@ def loss(model, config, variables, batch, rng=None, whole=None):
                               variables, whole['tokens'], chunk)
   return loss_lib.with_moe(total, moe, state, config.model.moe,
                            targets_BL.shape[0] / whole['rows'])
+
+
+def task_example(kind, example, tokenizer, data_config):
+  """A text_to_text example: inputs + EOS to the encoder, targets + EOS decoded (from id 0,
+  as in pretraining), each cut to its length (data.seq_len, data.target_seq_len)."""
+  del kind
+  d, eos = data_config, tokenizer.eos_id
+  inputs = np.asarray([*example['inputs'][:d.seq_len - 1], eos], np.int32)
+  targets = np.asarray([*example['targets'][:d.target_seq_len - 1], eos], np.int32)
+  return {'encoder_inputs': inputs, 'decoder_targets': targets,
+          'decoder_inputs': np.concatenate([[0], targets[:-1]]).astype(np.int32)}
 
 
 def kv_cache_layers(m):

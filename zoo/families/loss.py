@@ -29,6 +29,7 @@ class Loss(NamedTuple):
   state: dict  # model collections the step moved (models.STATE_COLLECTIONS); {} when none
   nll_sum: jax.Array  # summed token NLL and weight, so eval batches combine exactly
   weight_sum: jax.Array
+  predictions: jax.Array | None = None  # a label head's, per row (zoo/families/tasks.py)
 
 
 def cross_entropy(logits_BLV, targets_BL, weights_BL, z_loss=0.0):

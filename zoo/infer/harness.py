@@ -6,15 +6,14 @@ Text is tokenized with the run's tokenizer: a context gets the BOS the model tra
 and a continuation's ids are the whole text's beyond the context's (the context's trailing
 spaces move to the continuation, as lm-eval's own models do). Sequences longer than the
 model's context (`data.seq_len`, the length it trained at) keep their last tokens; rolling
-log-likelihoods use lm-eval's disjoint windows of that length. Scoring runs in batches of
-`batch_size` rows padded to a power-of-two length, one compile per length; generation is
-zoo.infer.generate's (greedy unless the task samples), cut at the task's `until` strings.
+log-likelihoods use lm-eval's disjoint windows of that length. Scoring is
+zoo/infer/score.py's; generation is zoo.infer.generate's (greedy unless the task samples),
+cut at the task's `until` strings.
 """
 
 import collections
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from lm_eval import evaluator
 from lm_eval import tasks as lm_eval_tasks
@@ -27,14 +26,8 @@ from zoo.errors import ConfigError
 from zoo.families import decoding
 from zoo.infer import generate
 from zoo.infer import run as run_lib
+from zoo.infer import score as score_lib
 from zoo.train import runtime
-
-MIN_BUCKET = 16  # shortest padded length: fewer distinct compiles for short requests
-
-
-def _bucket(length, limit):
-  return min(limit, max(MIN_BUCKET, 1 << (length - 1).bit_length()))
-
 
 class ZooLM(LM):
   """A decoder's model, variables and tokenizer as an lm-eval model."""
@@ -44,7 +37,7 @@ class ZooLM(LM):
     self.model, self.variables, self.tokenizer = model, variables, tokenizer
     self.max_length, self.batch_size = max_length, batch_size
     self.prefix_id = tokenizer.eos_id if tokenizer.bos_id is None else tokenizer.bos_id
-    self._score_fn = jax.jit(self._score_batch)
+    self.scorer = score_lib.Scorer(model, variables, max_length, batch_size)
     self._generators = {}
 
   @classmethod
@@ -75,44 +68,9 @@ class ZooLM(LM):
         self._encode(continuation))
     return [self.prefix_id, *head], tail
 
-  # ------------------------------------------------------------------------ scoring
-
-  def _score_batch(self, variables, ids_BL, targets_BL, weights_BL):
-    """-> (summed log-probability of the weighted targets [B], all of them argmax [B])."""
-    segments_BL = (ids_BL >= 0).astype(jnp.int32)
-    logits_BLV = self.model.apply(variables, {'inputs': jnp.maximum(ids_BL, 0),
-                                              'segment_ids': segments_BL})
-    log_probs_BLV = jax.nn.log_softmax(logits_BLV.astype(jnp.float32), axis=-1)
-    target_BL = jnp.take_along_axis(log_probs_BLV, targets_BL[..., None], axis=-1)[..., 0]
-    greedy_BL = jnp.argmax(logits_BLV, axis=-1) == targets_BL
-    return (jnp.sum(target_BL * weights_BL, axis=-1),
-            jnp.all(greedy_BL | (weights_BL == 0), axis=-1))
-
   def score(self, pairs):
-    """[(context ids, continuation ids)] -> [(log-probability of the continuation given the
-    context, whether greedy decoding gives it)]; the context is cut from the left to fit."""
-    rows = []
-    for context, continuation in pairs:
-      tokens = [*context, *continuation][-(self.max_length + 1):]
-      rows.append((tokens[:-1], tokens[1:], min(len(continuation), len(tokens) - 1)))
-    results = [None] * len(rows)
-    by_length = collections.defaultdict(list)
-    for index, (inputs, _, _) in enumerate(rows):
-      by_length[_bucket(len(inputs), self.max_length)].append(index)
-    for length, indices in by_length.items():
-      for start in range(0, len(indices), self.batch_size):
-        chunk = indices[start:start + self.batch_size]
-        ids = np.full((self.batch_size, length), -1, np.int32)
-        targets = np.zeros((self.batch_size, length), np.int32)
-        weights = np.zeros((self.batch_size, length), np.float32)
-        for row, index in enumerate(chunk):
-          inputs, outputs, scored = rows[index]
-          ids[row, :len(inputs)], targets[row, :len(outputs)] = inputs, outputs
-          weights[row, len(outputs) - scored:len(outputs)] = 1.0
-        sums, greedy = jax.device_get(self._score_fn(self.variables, ids, targets, weights))
-        for row, index in enumerate(chunk):
-          results[index] = (float(sums[row]), bool(greedy[row]))
-    return results
+    """[(context ids, continuation ids)] -> [(log-probability, greedy?)] (zoo/infer/score.py)."""
+    return self.scorer.score(pairs)
 
   # ------------------------------------------------------------ lm-eval's interface
 
@@ -153,7 +111,7 @@ class ZooLM(LM):
     prompts = [[self.prefix_id, *self._encode(c)][-room:] for c in contexts]
     prompts += [[self.prefix_id]] * (self.batch_size - len(prompts))  # a full batch
     ids, segments = decoding.left_pad(prompts, self.tokenizer.pad_id,
-                                      _bucket(max(len(p) for p in prompts), room))
+                                      score_lib.bucket(max(len(p) for p in prompts), room))
     key = (new_tokens, temperature)
     if key not in self._generators:
       self._generators[key] = jax.jit(generate.make(

@@ -56,6 +56,22 @@ def run(config, workdir, prompts):
   ids, segments = family.tokenize_prompts(config, tokenizer, prompts)
   state = runtime.model_state(config, place.mesh)
   step, variables = runtime.restore_variables(config, workdir, state, 'generate')
+  tokens = generator(config, place, state, tokenizer)(variables, ids, segments)
+  outputs = []
+  for prompt, (text, ended, length) in zip(prompts, _completions(config, tokenizer, tokens)):
+    text, stopped = cut_at_stop(text, config.generate.stop)
+    outputs.append(text)
+    if jax.process_index() == 0:
+      how = f' before stop string {stopped!r}' if stopped else ' then EOS' if ended else ''
+      print(f'--- step {step}: {length} tokens{how}\n'
+            f'{prompt}{family.PROMPT_JOINT}{text}', flush=True)
+  return outputs
+
+
+def generator(config, place, state, tokenizer):
+  """-> generate(variables, ids [B, P], segment ids [B, P]) -> new tokens [B, N] (numpy) with
+  the config's generate settings, jitted on the mesh; every process passes the same prompts
+  (one replicated array across the pod)."""
   g = config.generate
   fn = generate.make(state.model, g.max_new_tokens,
                      {'temperature': g.temperature, 'top_k': g.top_k, 'top_p': g.top_p,
@@ -66,20 +82,28 @@ def run(config, workdir, prompts):
   jitted = place.jit(fn, (state_lib.model_variables(state.shardings),
                           replicated, replicated, replicated), replicated,
                      rules=generate.decode_rules(place.rules))
-  # every process holds the same prompts: one replicated array across the pod
-  inputs = [jax.device_put(a, replicated) for a in (ids, segments, jax.random.PRNGKey(g.seed))]
-  tokens = np.asarray(jitted(variables, *inputs).addressable_data(0))
-  completions = []
-  for prompt, row in zip(prompts, tokens):
+
+  def run(variables, ids, segments):
+    inputs = [jax.device_put(a, replicated) for a in (ids, segments,
+                                                      jax.random.PRNGKey(g.seed))]
+    return np.asarray(jitted(variables, *inputs).addressable_data(0))
+  return run
+
+
+def _completions(config, tokenizer, tokens):
+  """New tokens [B, N] -> [(text up to EOS, whether EOS came, tokens before it)]."""
+  out = []
+  for row in tokens:
     ended = tokenizer.eos_id in row
     row = list(row[:list(row).index(tokenizer.eos_id)] if ended else row)
-    text, stopped = cut_at_stop(_text(tokenizer, row, config.data), g.stop)
-    completions.append(text)
-    if jax.process_index() == 0:
-      how = f' before stop string {stopped!r}' if stopped else ' then EOS' if ended else ''
-      print(f'--- step {step}: {len(row)} tokens{how}\n'
-            f'{prompt}{family.PROMPT_JOINT}{text}', flush=True)
-  return completions
+    out.append((_text(tokenizer, row, config.data), ended, len(row)))
+  return out
+
+
+def completions(config, tokenizer, tokens):
+  """New tokens [B, N] -> their texts, each ended at EOS and at the first stop string."""
+  return [cut_at_stop(text, config.generate.stop)[0]
+          for text, _, _ in _completions(config, tokenizer, tokens)]
 
 
 def cut_at_stop(text, stops):

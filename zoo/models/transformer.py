@@ -164,12 +164,20 @@ class Embeddings(nn.Module):
     return nn.with_logical_constraint(x_BLD, ('batch', 'length', 'activation_embed'))
 
 
+def label_head(m, x_BD):
+  """Pooled states -> float32 logits [B, model.num_labels] (a regression's one value)."""
+  return layers.DenseGeneral(m.num_labels, ('embed', None), use_bias=True,
+                             init_std=m.kernel_init_std or 0.02, name='classifier',
+                             **dtypes(m))(x_BD).astype(jnp.float32)
+
+
 class Encoder(nn.Module):
   """Encoder-only (BERT): bidirectional attention inside each segment, padding excluded.
 
   batch {inputs, token_type_ids?, segment_ids?, positions?} -> {'logits': float32 MLM logits
   [B, L, V], 'nsp_logits': [B, 2] when model.nsp_head}; head=False: 'hidden' [B, L, D] (what
-  the vocabulary projection reads, zoo/models/head.py) in place of 'logits'.
+  the vocabulary projection reads, zoo/models/head.py) in place of 'logits'. With
+  model.num_labels: {'label_logits': [B, num_labels]} from the pooled first token only.
   """
   config: Any
 
@@ -193,6 +201,10 @@ class Encoder(nn.Module):
 
     dense = lambda name, features, axes: layers.DenseGeneral(
         features, axes, use_bias=True, init_std=m.kernel_init_std, name=name, **dtypes(m))
+    pool = lambda: jnp.tanh(dense('pooler', m.d_model, ('embed', 'mlp'))(x_BLD[:, 0]))
+    if m.num_labels:  # fine-tuning: a label head on the pooled first token, no LM head
+      pooled_BD = nn.Dropout(m.dropout_rate)(pool(), deterministic=not train)
+      return {'label_logits': label_head(m, pooled_BD)}
     # MLM head: transform, then logits against the (tied) word embeddings plus a bias.
     h_BLD = layers.ACTIVATION_FNS[m.activation](dense('mlm_transform', m.d_model,
                                                       ('embed', 'mlp'))(x_BLD))
@@ -210,7 +222,7 @@ class Encoder(nn.Module):
       outputs = {'logits': nn.with_logical_constraint(logits_BLV.astype(jnp.float32),
                                                       ('batch', 'length', 'vocab'))}
     if m.nsp_head:  # pooler (dense + tanh on the first token) and the next-sentence head
-      pooled_BD = jnp.tanh(dense('pooler', m.d_model, ('embed', 'mlp'))(x_BLD[:, 0]))
+      pooled_BD = pool()
       outputs['nsp_logits'] = dense('nsp', 2, ('embed', None))(pooled_BD).astype(jnp.float32)
     return outputs
 
@@ -220,7 +232,9 @@ class Decoder(nn.Module):
 
   Decoding (zoo/infer) adds kv_segment_ids and kv_positions [B, S] for the S slots of the
   'cache' collection: the inputs are appended to the cache and attend to it. head=False:
-  the hidden states [B, L, D] the vocabulary projection reads (zoo/models/head.py)."""
+  the hidden states [B, L, D] the vocabulary projection reads (zoo/models/head.py). With
+  model.num_labels: {'label_logits': [B, num_labels]} from each row's last real token
+  (rows right-padded, one example each)."""
   config: Any  # frozen model config
 
   @nn.compact
@@ -246,6 +260,11 @@ class Decoder(nn.Module):
     if m.norm_position == 'pre':
       x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',
                           **dtypes(m))(x_BLD)
+    if m.num_labels:  # fine-tuning: a label head on each row's last real token
+      last_B = jnp.maximum(jnp.sum((segment_ids_BL > 0).astype(jnp.int32), axis=1) - 1, 0)
+      last_BD = jnp.take_along_axis(x_BLD, last_B[:, None, None], axis=1)[:, 0]
+      last_BD = nn.Dropout(m.dropout_rate)(last_BD, deterministic=not train)
+      return {'label_logits': label_head(m, last_BD)}
     if m.tie_embeddings and m.scale_tied_logits:
       x_BLD = x_BLD * m.d_model ** -0.5
     if not head:

@@ -9,6 +9,7 @@ moves between meshes. An unreadable newest step is moved aside (never deleted) a
 previous good one is used.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -161,9 +162,85 @@ def save_params(path, params):
   checkpointer.wait_until_finished()
 
 
-def restore_params(path, abstract_params):
-  """train.init_params -> params laid out as `abstract_params` (shapes and shardings) say."""
+def _params_source(path):
+  """train.init_params -> (orbax directory, the key of the params in its tree or None): a
+  params checkpoint (zoo.convert.hf), or a run's workdir (its newest checkpoint)."""
   if not storage.isdir(path):
     raise FileNotFoundError(f'train.init_params={path!r} is not a directory; run '
-                            'python -m zoo.convert.hf first or clear train.init_params')
-  return ocp.StandardCheckpointer().restore(storage.native(path), abstract_params)
+                            'python -m zoo.convert.hf first, train the run it names, or clear '
+                            'train.init_params')
+  runs = storage.join(path, 'checkpoints')
+  if not storage.isdir(runs):
+    return path, None
+  steps = sorted((int(n) for n in storage.listdir(runs) if n.isdigit()), reverse=True)
+  if not steps:
+    raise FileNotFoundError(f'train.init_params={path!r} is a run without checkpoints; train '
+                            'it first')
+  return storage.join(runs, str(steps[0]), 'state'), 'params'
+
+
+def _flat(tree):
+  return {'/'.join(str(getattr(k, 'key', k)) for k in keys): leaf
+          for keys, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def init_plan(path, abstract_params):
+  """Which of the model's parameters train.init_params holds -> (source directory, params
+  key, names it holds, names it lacks (initialised), names the model lacks); a parameter
+  of another shape is a ValueError naming it and both shapes."""
+  directory, key = _params_source(path)
+  with _quiet():
+    tree = ocp.StandardCheckpointer().metadata(storage.native(directory)).item_metadata.tree
+  saved = _flat(tree[key] if key else tree)
+  wanted = _flat(abstract_params)
+  for name in sorted(saved.keys() & wanted.keys()):
+    if tuple(saved[name].shape) != tuple(wanted[name].shape):
+      raise ValueError(f'train.init_params={path!r}: parameter {name} is '
+                       f'{tuple(saved[name].shape)} there but {tuple(wanted[name].shape)} in '
+                       'this model; make the model config match the checkpoint')
+  return (directory, key, sorted(saved.keys() & wanted.keys()),
+          sorted(wanted.keys() - saved.keys()), sorted(saved.keys() - wanted.keys()))
+
+
+def restore_params(path, abstract_params, fresh_params=None):
+  """train.init_params -> params laid out as `abstract_params` (shapes and shardings) say;
+  the ones it lacks are taken from `fresh_params` (a ValueError without them)."""
+  directory, key, held, lacked, _ = init_plan(path, abstract_params)
+  if lacked and fresh_params is None:
+    raise ValueError(f'train.init_params={path!r} lacks {", ".join(lacked)}; fine-tune first '
+                     '(a new head is trained, not read)')
+  flat_abstract = _flat(abstract_params)
+  target = _unflat({name: flat_abstract[name] for name in held})
+  target = {key: target} if key else target
+  with _quiet():
+    restored = ocp.PyTreeCheckpointer().restore(storage.native(directory),
+                                                args=ocp.args.PyTreeRestore(
+        item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+        partial_restore=True))
+  restored = _flat(restored[key] if key else restored)
+  fresh = _flat(fresh_params) if lacked else {}
+  leaves = [restored[name] if name in restored else fresh[name] for name in flat_abstract]
+  return jax.tree.unflatten(jax.tree.structure(abstract_params), leaves)
+
+
+@contextlib.contextmanager
+def _quiet():
+  """orbax warns that a run's checkpoint item (its 'state') has no metadata file of its
+  own when read alone; it needs none."""
+  verbosity = logging.get_verbosity()
+  logging.set_verbosity(logging.ERROR)
+  try:
+    yield
+  finally:
+    logging.set_verbosity(verbosity)
+
+
+def _unflat(flat):
+  tree = {}
+  for name, leaf in flat.items():
+    *parents, last = name.split('/')
+    node = tree
+    for part in parents:
+      node = node.setdefault(part, {})
+    node[last] = leaf
+  return tree

@@ -1,4 +1,5 @@
-"""Held-out loss: the evaluator the training loop calls, and --mode=eval."""
+"""Held-out loss (and a task's metrics): the evaluator the training loop calls, and
+--mode=eval."""
 
 import jax
 import numpy as np
@@ -12,9 +13,10 @@ from zoo.train import state as state_lib
 from zoo.train import step as step_lib
 
 
-def evaluator(config, place, streams, corpus, state):
-  """-> evaluate(model variables) -> mean eval loss over the first train.eval_batches
-  batches of the held-out split (the same batches every call)."""
+def evaluator(config, place, streams, corpus, state, task_eval=None):
+  """-> evaluate(model variables) -> the eval row: 'eval_loss', the mean loss over the first
+  train.eval_batches batches of the held-out split (the same batches every call), and with
+  `task_eval` (a factory, zoo/infer/task_eval.make) the task's metrics as 'eval_NAME'."""
   eval_step = place.jit(step_lib.make_eval_step(state.loss_fn(config)),
                         (state_lib.model_variables(state.shardings),
                          sharding.batch_sharding(place.mesh)),
@@ -27,29 +29,47 @@ def evaluator(config, place, streams, corpus, state):
     count = int(multihost_utils.process_allgather(np.int32(count)).max())
   batches += [streams_lib.padding(batches[0])] * (count - len(batches))
   batch_size = config.train.batch_size
+  metrics = task_eval and task_eval(config, place, corpus, state)
 
   def evaluate(variables):
     loss_sum = weight_sum = 0.0
+    predicted, labels = [], []
     for batch in batches:
       out = jax.device_get(eval_step(variables,
                                      sharding.to_global(batch, place.mesh, batch_size)))
       loss_sum, weight_sum = loss_sum + out['loss_sum'], weight_sum + out['weight_sum']
-    return float(loss_sum / max(weight_sum, 1.0))
+      if 'predictions' in out:  # a label head's, on the real rows
+        predicted.append(out['predictions'][out['real']])
+        labels.append(out['labels'][out['real']])
+    row = {'eval_loss': float(loss_sum / max(weight_sum, 1.0))}
+    if metrics:
+      scores = metrics.headed(np.concatenate(predicted) if predicted else None,
+                              np.concatenate(labels) if labels else None)
+      scores.update(metrics.generated(variables, row['eval_loss']))
+      row.update({f'eval_{name}': value for name, value in scores.items()})
+    return row
   return evaluate
 
 
-def run(config, workdir):
-  """--mode=eval: the newest checkpoint's eval loss, printed and logged."""
+def describe(row):
+  """An eval row as one line: eval_loss 2.3456 eval_accuracy 0.8125 ..."""
+  return ' '.join(f'{k} {v:.4f}' for k, v in row.items())
+
+
+def run(config, workdir, task_eval=None):
+  """--mode=eval: the newest checkpoint's eval row (loss, and a task's metrics with
+  `task_eval`), printed and logged."""
+  runtime.check_workdir(config, workdir)
   runtime.compile_cache(config)
   place = runtime.placement(config)
   streams = runtime.input_streams(config, place.mesh)
   corpus = runtime.corpus(config, workdir)
   state = runtime.model_state(config, place.mesh)
   step, variables = runtime.restore_variables(config, workdir, state, 'eval')
-  eval_loss = evaluator(config, place, streams, corpus, state)(variables)
+  row = evaluator(config, place, streams, corpus, state, task_eval)(variables)
   if jax.process_index() == 0:
     writer = metrics_lib.Writer(workdir)
-    writer.write({'step': step, 'eval_loss': eval_loss, 'mode': 'eval'})
+    writer.write({'step': step, **row, 'mode': 'eval'})
     writer.close()
-  print(f'step {step} eval_loss {eval_loss:.4f}', flush=True)
-  return eval_loss
+  print(f'step {step} {describe(row)}', flush=True)
+  return row

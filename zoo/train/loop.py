@@ -28,8 +28,9 @@ class TrainingError(RuntimeError):
 
 
 def _describe(config, workdir, place, streams, corpus, params, start_step, compile_seconds,
-              cache):
-  """The run header: what runs where, with the derived batch numbers (printed and logged)."""
+              cache, init):
+  """The run header: what runs where, with the derived batch numbers, and for a
+  fine-tuning run the task and what train.init_params gave (printed and logged)."""
   header = {
       'event': 'start', 'step': start_step, 'workdir': workdir,
       'processes': jax.process_count(),
@@ -43,6 +44,12 @@ def _describe(config, workdir, place, streams, corpus, params, start_step, compi
       'train_documents': corpus.train_documents(),
       'compile_seconds': round(compile_seconds, 2), 'compile_cache': cache or 'off',
   }
+  if config.data.task.kind:
+    header.update(task=config.data.task.kind, num_labels=config.model.num_labels)
+  if init:
+    header.update(init_params=config.train.init_params, init_params_held=len(init.held),
+                  new_params=','.join(init.new) or 'none',
+                  dropped_params=','.join(init.dropped) or 'none')
   print(' '.join(f'{k}={v}' for k, v in header.items()), flush=True)
   return header
 
@@ -107,8 +114,8 @@ def _start(config, place, state, saved, data_iter):
     return restored
   fresh = place.jit(state.init_fn, None, state.shardings)(
       jax.random.PRNGKey(config.train.seed))
-  if config.train.init_params:  # an imported model: its weights, fresh optimizer state
-    fresh['params'] = runtime.initial_params(config, state)
+  if config.train.init_params:  # pretrained weights, fresh optimizer state (and new heads)
+    fresh['params'] = runtime.initial_params(config, state, fresh['params'])
   return 0, fresh
 
 
@@ -119,17 +126,20 @@ def _next_batch(config, place, data_iter, log, corpus):
   return sharding.to_global(local, place.mesh, config.train.batch_size)
 
 
-def train(config, workdir):
-  """Trains (or resumes) per config; returns the last train metrics row."""
+def train(config, workdir, task_eval=None):
+  """Trains (or resumes) per config; returns the last train metrics row. task_eval: the
+  factory of a task's eval metrics (zoo/infer/task_eval.make; the launcher passes it)."""
   t = config.train
   goodput = goodput_lib.Goodput()
   # --- setup: mesh, data, model state; each fails with one line before any compile
   with goodput.charge('setup'):
+    runtime.check_workdir(config, workdir)
     cache = runtime.compile_cache(config)
     place = runtime.placement(config)
     streams = runtime.input_streams(config, place.mesh)
     corpus = runtime.corpus(config, workdir)
     parts = runtime.model_state(config, place.mesh)
+    init = runtime.init_plan(config, parts)
     saved = runtime.checkpointer(config, workdir)
     data_iter = streams_lib.TrainBatches(runtime.datasets(
         config, streams, corpus.train, corpus.tokenizer, train=True), streams.num_streams)
@@ -141,7 +151,7 @@ def train(config, workdir):
     saved.close()
     return None
   with goodput.charge('setup'):
-    evaluate = evaluate_lib.evaluator(config, place, streams, corpus, parts)
+    evaluate = evaluate_lib.evaluator(config, place, streams, corpus, parts, task_eval)
     writer = metrics_lib.Writer(workdir, enabled=jax.process_index() == 0)
   log = _Log(config, writer, goodput, corpus.sources)
   with goodput.charge('data'):
@@ -156,7 +166,7 @@ def train(config, workdir):
     compile_seconds = time.perf_counter() - compile_start
   log.pause(compile_seconds)
   writer.write(_describe(config, workdir, place, streams, corpus, state['params'],
-                         start_step, compile_seconds, cache))
+                         start_step, compile_seconds, cache, init))
   profiler = profile_lib.Profiler(t.profile_steps, workdir, start_step)
   preempted = []
   previous_handler = signal.signal(signal.SIGTERM, lambda *_: preempted.append(True))
@@ -182,9 +192,9 @@ def train(config, workdir):
           log(*pending)
         pending, eval_start = None, time.time()
         with goodput.charge('eval'):
-          eval_loss = evaluate(state_lib.model_variables(state))
-        writer.write({'step': step, 'eval_loss': eval_loss})
-        print(f'step {step} eval_loss {eval_loss:.4f}', flush=True)
+          eval_row = evaluate(state_lib.model_variables(state))
+        writer.write({'step': step, **eval_row})
+        print(f'step {step} {evaluate_lib.describe(eval_row)}', flush=True)
         log.pause(time.time() - eval_start)
       if step % t.checkpoint_every == 0 or step == t.steps or preempted:
         with goodput.charge('checkpoint'):

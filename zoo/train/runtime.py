@@ -6,9 +6,12 @@ what it uses. Training builds them all; --mode=eval skips nothing but the train 
   placement(config)            mesh, logical-axis rules, the attention kernel that will run
   input_streams(config, mesh)  which of the global batch's streams this process reads
   corpus(config, workdir)      the prepared corpus: tokenizer, train and eval documents
+                               (or data.task's examples: zoo/data/task.py)
   tokenizer(config, workdir)   the run's existing tokenizer, for generation
   datasets(...)                {stream: grain dataset} of this process's streams
   model_state(config, mesh)    model, optimizer and the abstract sharded train state
+  check_workdir(config, workdir)  never a workdir inside train.init_params
+  init_plan(config, state)     what train.init_params gives the model
   restore_variables(...)       the newest checkpoint's model variables
 Everything here checks its input before anything compiles (ConfigError, one line).
 """
@@ -30,6 +33,7 @@ from zoo import storage
 from zoo.data import corpus as corpus_lib
 from zoo.data import pipeline
 from zoo.data import streams as streams_lib
+from zoo.data import task as task_lib
 from zoo.data import tokenizer as tokenizer_lib
 from zoo.errors import ConfigError
 from zoo.models import dims
@@ -172,7 +176,13 @@ def _check_vocab(config, tokenizer):
 def corpus(config, workdir):
   """data.path (or data.mixture) as prepared corpora (zoo/data/corpus.py): the tokenizer and
   the train and eval documents, read from shards on demand (a plain corpus is prepared on
-  first use)."""
+  first use). With data.task.kind: the task's examples (zoo/data/task.py); model.num_labels
+  = 0 becomes the task's label count here, before the model is built."""
+  if config.data.task.kind:
+    task = task_lib.open_task(config.data, workdir, config.model.num_labels)
+    _check_vocab(config, task.tokenizer)
+    config.model.num_labels = task.num_labels
+    return task
   prepared = corpus_lib.open_corpus(config.data, workdir)
   _check_vocab(config, prepared.tokenizer)
   return prepared
@@ -187,7 +197,15 @@ def tokenizer(config, workdir):
 
 def datasets(config, streams, tokens, tokenizer, train):
   """{stream: grain dataset} of this process's streams, batches as the family's spec says."""
-  spec = families.get(config.model).batch_spec(config.data, streams.rows)
+  family = families.get(config.model)
+  spec = family.batch_spec(config.data, streams.rows)
+  kind = config.data.task.kind
+  if kind:
+    example = lambda e: family.task_example(kind, e, tokenizer, config.data)
+    return {s: pipeline.make_task_dataset(
+        tokens, spec, example, train=train, packed=kind in task_lib.GENERATED,
+        seed=config.train.seed, stream=s, num_streams=streams.num_streams)
+            for s in streams.local}
   return {s: pipeline.make_dataset(
       tokens, config.data, spec, train=train, seed=config.train.seed, stream=s,
       num_streams=streams.num_streams, tokenizer=tokenizer) for s in streams.local}
@@ -226,11 +244,53 @@ def checkpointer(config, workdir):
                                  config.train.keep_checkpoints)
 
 
-def initial_params(config, state):
-  """train.init_params (an imported model), restored onto the state's shardings."""
+@dataclasses.dataclass(frozen=True)
+class InitPlan:
+  """What train.init_params gives the model: parameter names it holds, lacks (initialised
+  fresh: a new head) and holds but the model lacks (dropped, train.drop_unused_params)."""
+  held: list
+  new: list
+  dropped: list
+
+
+def check_workdir(config, workdir):
+  """A workdir inside train.init_params' directory is a ConfigError, before anything is
+  written: a run never writes into the checkpoint it starts from."""
+  path = config.train.init_params
+  if not path:
+    return
+  source, run = storage.absolute(path).rstrip('/'), storage.absolute(workdir).rstrip('/')
+  if run == source or run.startswith(source + '/'):
+    raise ConfigError(f'--workdir={workdir} is inside train.init_params={path!r}; a run '
+                      'never writes into the checkpoint it starts from: pick a new --workdir')
+
+
+def init_plan(config, state):
+  """Checks train.init_params against the model before anything compiles: a parameter of
+  another shape, or one the model does not use (unless train.drop_unused_params), is a
+  ConfigError. None without train.init_params."""
+  path = config.train.init_params
+  if not path:
+    return None
   try:
-    return checkpoint.restore_params(config.train.init_params, state.abstract['params'])
-  except FileNotFoundError as e:
+    _, _, held, new, dropped = checkpoint.init_plan(path, state.abstract['params'])
+  except (FileNotFoundError, ValueError) as e:
+    raise ConfigError(str(e)) from None
+  if dropped and not config.train.drop_unused_params:
+    raise ConfigError(f'train.init_params={path!r} holds {len(dropped)} parameters this model '
+                      f'does not use ({", ".join(dropped[:4])}{", ..." if len(dropped) > 4 else ""}'
+                      '); set train.drop_unused_params=True to drop them, or match the model '
+                      'config to the checkpoint')
+  return InitPlan(held, new, dropped)
+
+
+def initial_params(config, state, fresh_params=None):
+  """train.init_params, restored onto the state's shardings; parameters it lacks are taken
+  from fresh_params (the random init)."""
+  try:
+    return checkpoint.restore_params(config.train.init_params, state.abstract['params'],
+                                     fresh_params)
+  except (FileNotFoundError, ValueError) as e:
     raise ConfigError(str(e)) from None
 
 
@@ -246,6 +306,7 @@ def restore_variables(config, workdir, state, mode):
   if not config.train.init_params:
     raise ConfigError(f'--mode={mode}: no checkpoint in {workdir}/checkpoints; train '
                       'first or pass the workdir of a trained run')
+  init_plan(config, state)
   variables = {'params': initial_params(config, state)}
   for key in state_lib.model_variables(state.abstract).keys() - {'params'}:
     variables[key] = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype, device=a.sharding),

@@ -86,8 +86,13 @@ def make_train_step(loss_fn, optimizer, learning_rate_fn, microbatches=1, counts
 
 
 def make_eval_step(loss_fn):
-  """(model variables, batch) -> summed loss and weight, so batches combine exactly."""
+  """(model variables, batch) -> summed loss and weight, so batches combine exactly; with a
+  label head also its predictions, the labels and which rows are real (a task's metrics)."""
   def eval_step(variables, batch):
     loss = loss_fn(variables, batch)
-    return {'loss_sum': loss.nll_sum, 'weight_sum': loss.weight_sum}
+    out = {'loss_sum': loss.nll_sum, 'weight_sum': loss.weight_sum}
+    if loss.predictions is not None:
+      out.update(predictions=loss.predictions, labels=batch['labels'],
+                 real=batch['segment_ids'][:, 0] > 0)
+    return out
   return eval_step

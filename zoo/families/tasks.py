@@ -1,0 +1,82 @@
+"""What fine-tuning tasks (zoo/data/task.py) make of the families' batches: rows holding one
+example and its label for a label head (classification, regression), that head's loss,
+and the row of a prompt and its completion.
+
+Glossary: B batch, L length, K labels (1 for regression).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from zoo.families import loss as loss_lib
+
+
+def label_dtype(kind):
+  return np.dtype(np.float32 if kind == 'regression' else np.int32)
+
+
+def headed_spec(data_config, batch_size, per_token=()):
+  """One example per row (padding: segment 0) and a label per row."""
+  rows = (batch_size, data_config.seq_len)
+  int32 = np.dtype(np.int32)
+  keys = ('inputs', 'segment_ids', 'positions', *per_token)
+  return {**{key: (rows, int32) for key in keys},
+          'labels': ((batch_size,), label_dtype(data_config.task.kind))}
+
+
+def fit_pair(first, second, room):
+  """Both texts cut, the longer first, until together they fit `room` ids."""
+  first, second = list(first), list(second)
+  while len(first) + len(second) > room:
+    (first if len(first) >= len(second) else second).pop()
+  return first, second
+
+
+def headed_row(ids, label, kind, seq_len, **per_token):
+  """A row of one example, padded to seq_len, with its label."""
+  pad = lambda x: np.pad(np.asarray(x, np.int32), (0, seq_len - len(ids)))
+  return {'inputs': pad(ids), 'segment_ids': pad(np.ones(len(ids))),
+          'positions': pad(np.arange(len(ids))),
+          **{key: pad(value) for key, value in per_token.items()},
+          'labels': np.asarray(label, label_dtype(kind))}
+
+
+def completion_row(prompt, completion, tokenizer, seq_len):
+  """[BOS] prompt completion [EOS] as next-token inputs and targets, the loss weighting
+  only the completion's targets (and its EOS); the prompt is cut from the left (the
+  completion from the right) to fit seq_len."""
+  head = [] if tokenizer.bos_id is None else [tokenizer.bos_id]
+  completion = list(completion)[:seq_len + 1 - len(head) - 1]
+  prompt = list(prompt)[max(0, len(prompt) + len(head) + len(completion) + 1 - seq_len - 1):]
+  tokens = np.asarray([*head, *prompt, *completion, tokenizer.eos_id], np.int32)
+  weights = np.zeros(len(tokens) - 1, np.float32)
+  weights[max(len(head) + len(prompt) - 1, 0):] = 1.0
+  return {'inputs': tokens[:-1], 'targets': tokens[1:], 'loss_weights': weights}
+
+
+def headed_counts(batch):
+  """Rows and real (non-padding) rows: a label head's loss normalisers."""
+  return {'rows': batch['labels'].shape[0],
+          'tokens': jnp.sum((batch['segment_ids'][:, 0] > 0).astype(jnp.float32))}
+
+
+def label_loss(model, config, variables, batch, rng, whole):
+  """Cross-entropy of the class logits (classification) or squared error of the one
+  predicted value (regression) over the real rows, + MoE terms; the predictions ride along
+  for the eval metrics."""
+  outputs, moe, state = loss_lib.apply(model, variables, batch, rng)
+  logits_BK = outputs['label_logits']
+  real_B = (batch['segment_ids'][:, 0] > 0).astype(jnp.float32)
+  if config.data.task.kind == 'regression':
+    predictions = logits_BK[:, 0]
+    per_row_B = jnp.square(predictions - batch['labels'])
+  else:
+    predictions = logits_BK
+    per_row_B = (jax.nn.logsumexp(logits_BK, axis=-1) -
+                 jnp.take_along_axis(logits_BK, batch['labels'][:, None], axis=-1)[:, 0])
+  summed, weight = jnp.sum(per_row_B * real_B), jnp.sum(real_B)
+  mean = summed / jnp.maximum(whole['tokens'], 1.0)
+  total = loss_lib.Loss(mean, {'loss': mean}, {}, summed, weight, predictions)
+  return loss_lib.with_moe(total, moe, state, config.model.moe,
+                           batch['labels'].shape[0] / whole['rows'])
