@@ -47,7 +47,7 @@ def _matmul_params(config, num_active):
   """N_matmul of the convention: active parameters less the input embedding tables."""
   m = config.model
   n = num_active
-  if not m.tie_embeddings:
+  if not m.tie_embeddings or m.num_labels:  # a label head reads no vocabulary table
     n -= m.vocab_size * m.d_model
   if m.position == 'learned':
     n -= m.max_length * m.d_model
@@ -81,5 +81,5 @@ def remat_flops_per_token(config, num_active=None):
     return attention_forward
   if num_active is None:
     num_active = active_params(abstract_params(config), m.moe)
-  head = m.vocab_size * m.d_model
+  head = 0 if m.num_labels else m.vocab_size * m.d_model
   return 2 * (_matmul_params(config, num_active) - head) + attention_forward

@@ -4,8 +4,10 @@ then fine-tuned from that checkpoint and, for comparison, from random initialisa
 
     python -m zoo.data.speakers --out=runs/speakers_task
     python -m zoo.launch --config=configs/finetune/speakers.py:bert_pretrain
-    python -m zoo.launch --config=configs/finetune/speakers.py:bert --workdir=runs/speakers_bert_scratch
-    python -m zoo.launch --config=configs/finetune/speakers.py:bert --workdir=runs/speakers_bert_pretrained \\
+    python -m zoo.launch --config=configs/finetune/speakers.py:bert \
+        --workdir=runs/speakers_bert_scratch
+    python -m zoo.launch --config=configs/finetune/speakers.py:bert \
+        --workdir=runs/speakers_bert_pretrained \
         --config.train.init_params=runs/speakers_bert_pretrain
 (the same with t5 and gpt). Variants: FAMILY_pretrain trains FAMILY's objective on the
 corpus (mlm, span corruption, causal LM); FAMILY fine-tunes on the task in FAMILY's form
@@ -29,9 +31,8 @@ def _shape(c, family):
     m.activation, m.norm, m.norm_eps, m.norm_position = 'gelu', 'layernorm', 1e-12, 'post'
     m.position, m.use_bias, m.tie_embeddings, m.embedding_norm = 'learned', True, True, True
     m.embed_init_std, m.kernel_init_std = 0.02, 0.02
-    # pretraining: the next-sentence head too, as BERT did: it trains the pooled [CLS],
-    # which the classifier reads (MLM alone leaves [CLS] untrained: scratch did better)
-    m.nsp_head = True
+    m.nsp_head = True  # pretraining: next-sentence prediction too, as BERT did (it trains
+    # the pooler the classifier reads)
     c.data.objective = 'mlm'
   elif family == 't5':  # T5 v1.1: pre-RMSNorm, GEGLU, relative position bias
     m.family, m.num_layers, m.num_encoder_layers, m.num_decoder_layers = (
@@ -67,10 +68,10 @@ def get_config(arg='gpt'):
   c.data.task.kind, c.data.task.path = FORMS[family], f'{TASK}/{FORMS[family]}'
   t.steps, t.eval_every, t.eval_batches = 300, 100, 0
   if family == 'bert':
-    m = c.model
-    m.nsp_head = False
+    c.model.nsp_head = False
     t.drop_unused_params = True  # the MLM and NSP heads, which the classifier does not read
   o.learning_rate, o.warmup_steps = 5e-4, 30
+  c.model.dropout_rate = 0.1  # BERT's and T5's fine-tuning dropout: 577 examples overfit
   c.generate.max_new_tokens = 8  # a speaker's name is at most a few pieces
   if family == 'gpt':
     c.data.task.metrics = ('mc_accuracy', 'exact_match', 'perplexity')

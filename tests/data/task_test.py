@@ -222,3 +222,21 @@ def test_open_task_tokenizes_both_splits_and_trains_no_tokenizer_when_given_one(
   assert task.num_labels == 2 and len(task.train) == 2 and len(task.eval) == 1
   np.testing.assert_array_equal(task.eval[0]['text'], task.tokenizer.encode(['the question'])[0])
   assert (tmp_path / 'run' / 'tokenizer').is_dir()  # trained on the train split's text
+
+
+def test_eval_prompts_are_cut_as_the_training_rows_cut_them():
+  config = helpers.smoke('gpt_shakespeare', 'generate.max_new_tokens=4', 'data.seq_len=8')
+  ids, _ = decoder.tokenize_prompts(config, _Spaces(), ['a b c d e f g h i j', 'a b'],
+                                    fit=True)
+  # [BOS] and the last 3 pieces: 4 = seq_len - max_new_tokens; the short one left-padded
+  np.testing.assert_array_equal(ids, [[1, 17, 18, 19], [0, 1, 10, 11]])
+  t5 = helpers.smoke('t5_small', 'data.seq_len=4')
+  ids, _ = encoder_decoder.tokenize_prompts(t5, _Spaces(), ['a b c d e f'], fit=True)
+  np.testing.assert_array_equal(ids, [[10, 11, 12, 2]])  # as task_example: 3 pieces + EOS
+
+
+class _Spaces(Words):
+  """Piece k of the text -> 10 + k."""
+  encode = staticmethod(lambda texts: [[10 + k for k, _ in enumerate(t.split())]
+                                       for t in texts])
+  document = lambda self, ids: np.asarray([1, *ids, 2], np.int32)

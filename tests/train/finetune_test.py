@@ -7,6 +7,7 @@ before anything compiles; the label head's loss by hand."""
 import json
 import os
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 
 from tests import helpers
 from zoo import config as config_lib
+from zoo import counting
 from zoo import families
 from zoo.convert import hf
 from zoo.data import speakers
@@ -193,3 +195,15 @@ def test_the_label_heads_loss_by_hand():
   value = np.asarray(model.apply(variables, batch)['label_logits'][:, 0], np.float64)
   assert float(loss.total) == pytest.approx(np.mean((value[:3] - [0.5, -1.0, 2.0]) ** 2),
                                             rel=1e-5)
+
+
+def test_a_label_heads_flops_count_no_vocabulary_projection():
+  config = helpers.tiny_config(tie_embeddings=True, position='learned')
+  with config.unlocked():
+    config.model.num_labels, config.data.task.kind = 4, 'classification'
+  m = config.model
+  params = counting.param_count(nn.unbox(counting.abstract_params(config)))
+  attention = 6 * m.num_layers * config.data.seq_len * m.num_heads * (m.d_model // m.num_heads)
+  # every parameter but the two tables (token: a gather, its LM head not built; positions)
+  want = 6 * (params - m.vocab_size * m.d_model - m.max_length * m.d_model) + attention
+  assert counting.flops_per_token(config) == want

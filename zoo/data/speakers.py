@@ -25,9 +25,10 @@ PROMPT_END = '\nSpoken by: '  # the decoder's prompt: the speech, then this
 
 
 def speeches(path=None):
-  """[(speaker, speech)] of the corpus in order (documents 'NAME:\\nspeech')."""
+  """[(speaker, speech)] of a corpus file (default: the embedded one) in order (documents
+  'NAME:' newline speech)."""
   out = []
-  for text, _ in readers.documents(corpus_lib._inputs(path or '')):  # pylint: disable=protected-access
+  for text, _ in readers.documents([path or corpus_lib.embedded_corpus()]):
     name, _, speech = text.strip().partition('\n')
     if name.endswith(':') and speech.strip():
       out.append((name[:-1], speech.strip()))

@@ -13,7 +13,7 @@ A family module (decoder.py is the worked example; docs/families.md) defines:
     counts of the batch `batch` is a microbatch of);
   task_example(kind, example, tokenizer, data_config) -> one task example's row;
   kv_cache_layers(m);  hf_model_type(m);
-  tokenize_prompts(config, tokenizer, prompts) and
+  tokenize_prompts(config, tokenizer, prompts, fit=False) and
   start_generation(model, variables, ids, segments, max_new_tokens), or None for both.
 Nothing outside the registry and the family modules looks at the family's name.
 """

@@ -106,10 +106,15 @@ def hf_model_type(m):
 
 # ---------------------------------------------------------------------- generation
 
-def tokenize_prompts(config, tokenizer, prompts):
-  """Prompts as in training (BOS + pieces), left-padded -> (ids, segment ids) [B, P]."""
+def tokenize_prompts(config, tokenizer, prompts, fit=False):
+  """Prompts as in training (BOS + pieces), left-padded -> (ids, segment ids) [B, P].
+  fit: each cut from the left to leave generate.max_new_tokens within data.seq_len, as a
+  task's training rows cut their prompts."""
   rows = [list(tokenizer.document(p)[:-1]) for p in tokenizer.encode(prompts)]
   new_tokens, m = config.generate.max_new_tokens, config.model
+  if fit:  # keep the BOS (if any) and the last pieces
+    room, head = max(config.data.seq_len - new_tokens, 2), int(tokenizer.bos_id is not None)
+    rows = [r[:head] + r[head:][len(r) - room:] if len(r) > room else r for r in rows]
   longest = max(len(r) for r in rows)
   if m.position == 'learned' and longest + new_tokens > m.max_length:
     raise ConfigError(f'the longest prompt ({longest} tokens) + generate.max_new_tokens='

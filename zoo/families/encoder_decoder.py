@@ -83,10 +83,11 @@ def hf_model_type(m):
 
 # ---------------------------------------------------------------------- generation
 
-def tokenize_prompts(config, tokenizer, prompts):
-  """Prompts as encoder inputs (pieces + EOS), right-padded -> (ids, segment ids) [B, P]."""
-  del config
-  rows = [[*p, tokenizer.eos_id] for p in tokenizer.encode(prompts)]
+def tokenize_prompts(config, tokenizer, prompts, fit=False):
+  """Prompts as encoder inputs (pieces + EOS), right-padded -> (ids, segment ids) [B, P].
+  fit: each cut to data.seq_len, as a task's training rows are."""
+  keep = config.data.seq_len - 1 if fit else None
+  rows = [[*p[:keep], tokenizer.eos_id] for p in tokenizer.encode(prompts)]
   return decoding.right_pad(rows, tokenizer.pad_id)
 
 

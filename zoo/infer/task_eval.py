@@ -48,7 +48,7 @@ class TaskEval:
     if any(n in GENERATED_METRICS for n in self.names):
       family = families.get(config.model)
       self.ids, self.segments = family.tokenize_prompts(
-          config, task.tokenizer, [r[prompt_field] for r in records])
+          config, task.tokenizer, [r[prompt_field] for r in records], fit=True)
       self.generate = infer_run.generator(config, place, state, task.tokenizer)
     self.records = records
 
