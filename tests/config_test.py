@@ -97,6 +97,8 @@ def test_an_unknown_variant_is_a_config_error_naming_it(name):
     ({'optim.name': 'adafactor', 'optim.adafactor.decay_rate': 0.0},
      'optim.adafactor.decay_rate=0.0 must be in (0, 1]'),
     ({'train.loss_chunk_len': -2}, 'train.loss_chunk_len=-2 must be >= 0, or -1'),
+    ({'mesh.dcn_axis': 'stage'}, "mesh.dcn_axis='stage': the slices can split data or fsdp "
+                                 r'(a stage axis is not built yet\); use'),
     ({'data.task.kind': 'summary', 'data.task.path': '/t'},
      "data.task.kind='summary' is not one of 'classification', 'regression'"),
     ({'data.task.kind': 'text_to_text'}, "data.task.kind='text_to_text' needs "

@@ -48,6 +48,20 @@ def test_a_multi_slice_mesh_spans_the_data_axis_over_the_slices():
     sharding.make_mesh(_smoke('mesh.data=1', 'mesh.fsdp=16', 'mesh.slices=2').mesh, devices)
 
 
+def test_the_slices_can_split_fsdp_instead():
+  devices = topology.devices(topology.parse('2xv5p-16'))
+  config = _smoke('mesh.data=2', 'mesh.fsdp=8', 'mesh.slices=2', 'mesh.dcn_axis=fsdp')
+  slice_of = np.vectorize(lambda d: d.slice_index)(sharding.make_mesh(config.mesh,
+                                                                      devices).devices)
+  # every data row holds both slices along fsdp (0-3 in slice 0, 4-7 in slice 1): the
+  # weights' gathers cross DCN, each data replica spans the two slices
+  np.testing.assert_array_equal(slice_of[:, :, 0, 0], [[0] * 4 + [1] * 4] * 2)
+  with pytest.raises(config_lib.ConfigError, match=r"mesh.slices=2 must divide mesh.fsdp=1: "
+                     r"mesh.dcn_axis='fsdp' spans the slices"):
+    sharding.make_mesh(_smoke('mesh.data=16', 'mesh.slices=2', 'mesh.dcn_axis=fsdp').mesh,
+                       devices)
+
+
 @pytest.mark.parametrize('name', ['v5x-8', 'v5p-12', 'v5e-512', 'tpu', '0xv5p-8'])
 def test_a_slice_that_does_not_exist_is_one_line_with_examples(name):
   with pytest.raises(config_lib.ConfigError, match=r'--plan_topology=.*use one like v4-8'):

@@ -66,8 +66,11 @@ def base():
   c.train = _train()
   c.optim = _optim()
   c.generate = _generate()
+  # slices: TPU slices (or GPU hosts) joined over DCN, which split the axis dcn_axis
+  # ('data': gradients cross DCN once a step; 'fsdp': every layer's weights are gathered
+  # across it, for a model too large for one slice's fsdp)
   c.mesh = ml_collections.ConfigDict({'data': -1, 'fsdp': 1, 'tensor': 1, 'expert': 1,
-                                      'slices': 1})  # slices: DCN split of data
+                                      'slices': 1, 'dcn_axis': 'data'})
   c.sharding = ml_collections.ConfigDict({'rules': DEFAULT_RULES})
   return c
 
@@ -639,6 +642,10 @@ def _validate_mesh(mesh, sharding_config):
       raise ConfigError(f'mesh.{axis}={mesh[axis]} must be positive or -1 (the rest)')
   if mesh.slices < 1:
     raise ConfigError(f'mesh.slices={mesh.slices} must be >= 1 (slices joined over DCN)')
+  if mesh.dcn_axis not in sharding.DCN_AXES:
+    raise ConfigError(f'mesh.dcn_axis={mesh.dcn_axis!r}: the slices can split '
+                      f'{" or ".join(sharding.DCN_AXES)} (a stage axis is not built yet); '
+                      "use 'data' or 'fsdp'")
   rest = [axis for axis in sharding.MESH_AXES if mesh[axis] == -1]
   if len(rest) > 1:
     keep = next(axis for axis in rest if axis != 'data')  # the one set on purpose

@@ -11,6 +11,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from zoo.errors import ConfigError
 
 MESH_AXES = ('data', 'fsdp', 'tensor', 'expert')
+DCN_AXES = ('data', 'fsdp')  # axes that may span slices (mesh.dcn_axis)
 BATCH_AXES = ('data', 'fsdp', 'expert')  # tokens: data-parallel over expert too
 
 
@@ -38,22 +39,26 @@ def _suggest(num_devices):
 
 def make_mesh(mesh_config, devices=None):
   """The mesh over `devices` (default: all). TPU devices follow the physical torus; with
-  mesh.slices > 1 the data axis spans the slices over DCN (the hybrid mesh helpers), each
-  slice (on CPU: each process) holding data/slices of it."""
+  mesh.slices > 1 the axis mesh.dcn_axis (data or fsdp) spans the slices over DCN (the
+  hybrid mesh helpers), each slice (on CPU: each process) holding 1/slices of it and the
+  other axes whole."""
   devices = jax.devices() if devices is None else devices
   sizes = mesh_shape(mesh_config, len(devices))
   shape = [sizes[a] for a in MESH_AXES]
   slices = mesh_config.get('slices', 1)
   if slices > 1:
-    if sizes['data'] % slices:
-      raise ConfigError(f'mesh.slices={slices} must divide mesh.data={sizes["data"]}: the data '
-                        'axis spans the slices; make data a multiple of the slice count')
+    across = mesh_config.get('dcn_axis', 'data')
+    if sizes[across] % slices:
+      raise ConfigError(f'mesh.slices={slices} must divide mesh.{across}={sizes[across]}: '
+                        f'mesh.dcn_axis={across!r} spans the slices; make it a multiple of '
+                        'the slice count')
     granules = {getattr(d, 'slice_index', 0) for d in devices}
     if len(granules) != slices and jax.process_count() != slices:
       raise ConfigError(f'mesh.slices={slices} but the devices form {len(granules)} slices and '
                         f'{jax.process_count()} processes; set mesh.slices to one of those')
+    dcn = [slices if axis == across else 1 for axis in MESH_AXES]
     grid = mesh_utils.create_hybrid_device_mesh(
-        [sizes['data'] // slices, *shape[1:]], [slices, 1, 1, 1], devices,
+        [size // split for size, split in zip(shape, dcn)], dcn, devices,
         process_is_granule=len(granules) != slices, allow_split_physical_axes=True)
   elif devices[0].platform == 'tpu':
     grid = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
