@@ -212,11 +212,11 @@ def restore_params(path, abstract_params, fresh_params=None):
   flat_abstract = _flat(abstract_params)
   target = _unflat({name: flat_abstract[name] for name in held})
   target = {key: target} if key else target
+  args = ocp.args.PyTreeRestore(
+      item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+      partial_restore=True)  # the held parameters only: not the optimizer state, no heads
   with _quiet():
-    restored = ocp.PyTreeCheckpointer().restore(storage.native(directory),
-                                                args=ocp.args.PyTreeRestore(
-        item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
-        partial_restore=True))
+    restored = ocp.PyTreeCheckpointer().restore(storage.native(directory), args=args)
   restored = _flat(restored[key] if key else restored)
   fresh = _flat(fresh_params) if lacked else {}
   leaves = [restored[name] if name in restored else fresh[name] for name in flat_abstract]
