@@ -27,15 +27,18 @@ BLOCKS = ('sequential', 'parallel')
 POSITIONS = ('learned', 'sinusoidal', 'rope', 'alibi', 't5_bias', 'none')
 REMAT_POLICIES = ('none', *transformer.REMAT_POLICIES)
 OBJECTIVES = ('causal_lm', 'mlm', 'span_corruption')
-# fine-tuning tasks (data.task.kind) and the eval metrics each can report (the defaults first)
-TASK_METRICS = {
+# fine-tuning tasks (data.task.kind): the eval metrics each reports by default, and the
+# others it can (data.task.metrics)
+DEFAULT_TASK_METRICS = {
     'classification': ('accuracy', 'f1', 'mcc'),
     'regression': ('pearson', 'spearman'),
-    'text_to_text': ('exact_match', 'bleu', 'rouge_l', 'perplexity'),
-    'prompt_completion': ('exact_match', 'mc_accuracy', 'perplexity', 'bleu', 'rouge_l'),
+    'text_to_text': ('exact_match', 'bleu', 'rouge_l'),
+    'prompt_completion': ('exact_match', 'mc_accuracy', 'perplexity'),
 }
-DEFAULT_TASK_METRICS = {'classification': 3, 'regression': 2, 'text_to_text': 3,
-                        'prompt_completion': 3}
+OTHER_TASK_METRICS = {'classification': (), 'regression': (), 'text_to_text': ('perplexity',),
+                      'prompt_completion': ('bleu', 'rouge_l')}
+TASK_METRICS = {kind: DEFAULT_TASK_METRICS[kind] + OTHER_TASK_METRICS[kind]
+                for kind in DEFAULT_TASK_METRICS}
 TOKENIZERS = ('bpe', 'unigram')
 OPTIMIZERS = ('adamw', 'adafactor')
 SCHEDULES = ('cosine', 'linear', 'constant', 'rsqrt', 'wsd')

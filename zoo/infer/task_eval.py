@@ -29,8 +29,7 @@ GENERATED_METRICS = ('exact_match', 'bleu', 'rouge_l')
 def metric_names(task_config):
   """data.task.metrics, or the kind's defaults."""
   kind = task_config.kind
-  return tuple(task_config.metrics) or config_lib.TASK_METRICS[kind][
-      :config_lib.DEFAULT_TASK_METRICS[kind]]
+  return tuple(task_config.metrics) or config_lib.DEFAULT_TASK_METRICS[kind]
 
 
 class TaskEval:
