@@ -123,6 +123,22 @@ def test_an_unknown_variant_is_a_config_error_naming_it(name):
       'data.task.path': '/t'},
      "data.task.kind='classification' is not built for model.family='encoder_decoder'; use "
      "one of 'text_to_text'"),
+    ({'mesh.context': 4, 'data.seq_len': 12},
+     'data.seq_len=12 does not split into 8 chunks for mesh.context=4 (a causal model holds '
+     r'two chunks per device, one early and one late\); use a multiple of 8'),
+    ({'mesh.context': 2, 'model.position': 'alibi'},
+     "mesh.context=2: ring attention takes no position bias, and model.position='alibi' adds "
+     "one; use 'rope' or 'learned'; or use mesh.context=1"),
+    ({'mesh.context': 2, 'model.attention.kernel': 'splash', 'data.seq_len': 128},
+     r'mesh.context=2: ring attention runs its local blocks in XLA (splash blocks are not built\)'
+     "; set model.attention.kernel='auto' or 'xla', not 'splash'"),
+    ({'mesh.context': 2, 'model.moe.num_experts': 4},
+     r'mesh.context=2: experts (model.moe.num_experts=4\) with a split sequence are not built'),
+    ({'model.family': 'encoder_decoder', 'model.num_encoder_layers': 2,
+      'model.num_decoder_layers': 2, 'data.objective': 'span_corruption',
+      'model.position': 't5_bias', 'data.num_sentinels': 0, 'mesh.context': 2},
+     "mesh.context=2: ring attention is built for the decoder and encoder families, not "
+     "model.family='encoder_decoder'"),
 ])
 def test_validate_names_the_field(overrides, message):
   c = helpers.tiny_config()

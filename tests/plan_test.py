@@ -92,7 +92,7 @@ def test_per_device_bytes_follow_the_sharding_rules():
   split = analytic.plan(config, 8)
   # every kernel, embedding and norm scale has an 'embed' dim (32, divisible by fsdp=8)
   assert split['per_device_bytes']['params'] == 4 * params // 8
-  assert split['mesh'] == {'data': 1, 'fsdp': 8, 'tensor': 1, 'expert': 1}
+  assert split['mesh'] == {'data': 1, 'fsdp': 8, 'tensor': 1, 'expert': 1, 'context': 1}
   config.mesh.fsdp, config.mesh.tensor = 1, 3
   uneven = analytic.plan(config, 3)
   assert any('over tensor=3' in line for line in uneven['not_divisible'])
@@ -156,3 +156,14 @@ def test_accumulation_under_fsdp_repeats_the_parameter_collectives():
   assert run['rows_per_microbatch'] == 2
   assert run['fsdp_collective_bytes_per_step_per_device'] == 3 * 4 * 7 * params
   assert run['fsdp_collective_bytes_per_step_per_device_unaccumulated'] == 3 * 7 * params
+
+
+def test_the_ring_traffic_of_a_context_mesh_by_hand():
+  # 2 kv heads x head_dim 8 (d_model 32 / 4 heads), float32: a token's keys and values are
+  # 2 x 2 x 8 x 4 = 128 bytes, + its slot and segment id (8): 136 bytes, 3 hops on 4 shards
+  config = helpers.tiny_config()
+  config.mesh.data, config.mesh.context = 1, 4
+  result = analytic.plan(config, 4)
+  assert result['context'] == {'context_shards': 4, 'bytes_per_token_per_layer_forward': 408,
+                               'bytes_per_token_per_layer_train': 1224}
+  assert 'round the ring' in analytic.report(result)

@@ -23,12 +23,14 @@ FAMILIES = {'decoder': 'gpt_shakespeare', 'encoder': 'bert_base',
 STEPS = ['train.steps=5', 'train.eval_every=100', 'train.checkpoint_every=5',
          'optim.warmup_steps=1']
 MESHES = {'data8': (8, 1, 1), 'data2_fsdp2_tensor2': (2, 2, 2), 'fsdp4_tensor2': (1, 4, 2)}
+# (data, fsdp, tensor, context): the sequence split, ring attention in every layer
+CONTEXT_MESHES = {'context2_fsdp2_tensor2': (1, 2, 2, 2), 'context4_data2': (2, 1, 1, 4)}
 
 
 def _config(family, mesh=(8, 1, 1), extra=()):
-  data, fsdp, tensor = mesh
+  data, fsdp, tensor, context = (*mesh, 1)[:4]
   return helpers.smoke(FAMILIES[family], *STEPS, f'mesh.data={data}', f'mesh.fsdp={fsdp}',
-                       f'mesh.tensor={tensor}', *extra)
+                       f'mesh.tensor={tensor}', f'mesh.context={context}', *extra)
 
 
 def _losses(workdir):
@@ -40,6 +42,15 @@ def test_a_mesh_that_does_not_factor_the_devices_names_the_valid_sizes():
                                                    r'\[1, 2, 4, 8\]'):
     sharding.mesh_shape({'data': 3, 'fsdp': 2, 'tensor': 1, 'expert': 1}, 8)
   assert sharding.mesh_shape({'data': -1, 'fsdp': 2, 'tensor': 2, 'expert': 1}, 8)['data'] == 2
+
+
+def test_a_context_axis_resolved_from_minus_one_must_split_the_causal_chunks():
+  config = _config('decoder', (1, 1, 1), ['mesh.context=-1', 'mesh.data=1'])
+  sizes = sharding.mesh_shape(config.mesh, 6)
+  assert sizes['context'] == 6
+  with pytest.raises(config_lib.ConfigError, match=r'data.seq_len=64 does not split over mesh '
+                                                   r'2 x context \(causal chunks balanced\)=12'):
+    sharding.check_divisible(config, sizes)
 
 
 def test_parameter_shardings_follow_the_rules():
@@ -87,8 +98,20 @@ def one_device_losses(tmp_path_factory):
 def test_every_mesh_gives_the_single_device_losses(family, mesh, one_device_losses, tmp_path):
   loop.train(_config(family, MESHES[mesh]), str(tmp_path))
   header = metrics_lib.read(str(tmp_path))[0]
-  assert header['mesh'] == dict(zip(('data', 'fsdp', 'tensor', 'expert'), (*MESHES[mesh], 1)))
+  assert header['mesh'] == dict(zip(('data', 'fsdp', 'tensor', 'expert', 'context'),
+                                    (*MESHES[mesh], 1, 1)))
   assert _losses(tmp_path) == pytest.approx(one_device_losses[family], rel=2e-5, abs=2e-5)
+
+
+@pytest.mark.parametrize('mesh', sorted(CONTEXT_MESHES))
+def test_a_context_mesh_gives_the_decoder_its_single_device_losses(mesh, one_device_losses,
+                                                                   tmp_path):
+  """RoPE, GQA and packed documents with the sequence split: ring attention, balanced."""
+  loop.train(_config('decoder', CONTEXT_MESHES[mesh]), str(tmp_path))
+  header = metrics_lib.read(str(tmp_path))[0]
+  data, fsdp, tensor, context = CONTEXT_MESHES[mesh]
+  assert header['mesh'] == dict(data=data, fsdp=fsdp, tensor=tensor, expert=1, context=context)
+  assert _losses(tmp_path) == pytest.approx(one_device_losses['decoder'], rel=2e-5, abs=2e-5)
 
 
 def test_a_checkpoint_restores_onto_another_mesh_and_training_continues(tmp_path):

@@ -46,7 +46,7 @@ DTYPES = ('float32', 'bfloat16', 'float16')
 
 DEFAULT_RULES = (
     ('batch', ('data', 'fsdp', 'expert')),
-    ('length', None),
+    ('length', 'context'),  # the sequence split over mesh.context (ring attention)
     ('embed', 'fsdp'),
     ('heads', 'tensor'),
     ('kv_heads', 'tensor'),
@@ -72,8 +72,9 @@ def base():
   # slices: TPU slices (or GPU hosts) joined over DCN, which split the axis dcn_axis
   # ('data': gradients cross DCN once a step; 'fsdp': every layer's weights are gathered
   # across it, for a model too large for one slice's fsdp)
+  # context: the sequence split over devices; attention by ring attention (zoo/kernels/ring.py)
   c.mesh = ml_collections.ConfigDict({'data': -1, 'fsdp': 1, 'tensor': 1, 'expert': 1,
-                                      'slices': 1, 'dcn_axis': 'data'})
+                                      'context': 1, 'slices': 1, 'dcn_axis': 'data'})
   c.sharding = ml_collections.ConfigDict({'rules': DEFAULT_RULES})
   return c
 
@@ -406,6 +407,7 @@ def validate(config):
   _validate_train(config.train, config.optim, config.data)
   _validate_generate(config.generate, config.model)
   _validate_mesh(config.mesh, config.sharding)
+  _validate_context(config.mesh.context, config.model, config.data)
   return config
 
 
@@ -637,6 +639,42 @@ def _validate_adafactor(o):
                       'says which moments to factor, but optim.adafactor.factored=False '
                       'factors none; drop one of them')
   _positive('optim.adafactor.min_dim_size_to_factor', a.min_dim_size_to_factor)
+
+
+def context_unsupported(m):
+  """Why mesh.context > 1 (the sequence split, ring attention) is not built for model
+  config `m`, or None when it is."""
+  if m.family == 'encoder_decoder':
+    return ("ring attention is built for the decoder and encoder families, not "
+            "model.family='encoder_decoder' (cross-attention over a split sequence is not "
+            "built)")
+  if m.position in ('t5_bias', 'alibi'):
+    return (f"ring attention takes no position bias, and model.position={m.position!r} adds "
+            "one; use 'rope' or 'learned'")
+  if m.attention.kernel not in ('auto', 'xla'):
+    return ("ring attention runs its local blocks in XLA (splash blocks are not built); set "
+            f"model.attention.kernel='auto' or 'xla', not {m.attention.kernel!r}")
+  if m.moe.num_experts:
+    return (f'experts (model.moe.num_experts={m.moe.num_experts}) with a split sequence are '
+            'not built: routing groups span the whole sequence')
+  return None
+
+
+def _validate_context(context, m, d):
+  """mesh.context != 1: a combination it is built for, and a sequence that splits into its
+  chunks (a -1 is checked once the mesh is known, by sharding.check_divisible)."""
+  if context == 1:
+    return
+  reason = context_unsupported(m)
+  if reason:
+    raise ConfigError(f'mesh.context={context}: {reason}; or use mesh.context=1')
+  chunks = context * (2 if m.family == 'decoder' else 1)
+  if context > 1 and d.seq_len % chunks:
+    raise ConfigError(f'data.seq_len={d.seq_len} does not split into {chunks} chunks for '
+                      f'mesh.context={context}' +
+                      (' (a causal model holds two chunks per device, one early and one '
+                       'late)' if m.family == 'decoder' else '') +
+                      f'; use a multiple of {chunks}')
 
 
 def _validate_mesh(mesh, sharding_config):

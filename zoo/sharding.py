@@ -10,14 +10,14 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from zoo.errors import ConfigError
 
-MESH_AXES = ('data', 'fsdp', 'tensor', 'expert')
+MESH_AXES = ('data', 'fsdp', 'tensor', 'expert', 'context')
 DCN_AXES = ('data', 'fsdp')  # axes that may span slices (mesh.dcn_axis)
 BATCH_AXES = ('data', 'fsdp', 'expert')  # tokens: data-parallel over expert too
 
 
 def mesh_shape(mesh_config, num_devices):
   """config.mesh with -1 resolved -> {axis: size}; the product must be the device count."""
-  sizes = {axis: mesh_config[axis] for axis in MESH_AXES}
+  sizes = {axis: mesh_config.get(axis, 1) for axis in MESH_AXES}  # an axis not given: 1
   known = math.prod(size for size in sizes.values() if size != -1)
   for axis, size in sizes.items():
     if size == -1:
@@ -114,12 +114,18 @@ def check_batch(batch_size, mesh, num_streams):
 
 def check_divisible(config, sizes):
   """The dims a mesh must split evenly: batch over data x fsdp x expert, heads over tensor,
-  experts over expert, each device's rows over train.microbatches; the first that does
-  not -> ConfigError naming both."""
+  experts over expert, the sequence over context (twice over for a causal model: the
+  balanced layout's 2 x context chunks), each device's rows over train.microbatches; the
+  first that does not -> ConfigError naming both."""
   m, batch = config.model, config.train.batch_size
   checks = [('train.batch_size', batch, 'data x fsdp x expert',
              sizes['data'] * sizes['fsdp'] * sizes['expert']),
             ('model.num_heads', m.num_heads, 'tensor', sizes['tensor'])]
+  if sizes['context'] > 1:
+    causal = m.family == 'decoder'
+    checks.append(('data.seq_len', config.data.seq_len,
+                   '2 x context (causal chunks balanced)' if causal else 'context',
+                   sizes['context'] * (2 if causal else 1)))
   # fewer kv heads than tensor shards (MQA, small GQA) is fine: they stay replicated
   if m.moe.num_experts:
     checks.append(('model.moe.num_experts', m.moe.num_experts, 'expert', sizes['expert']))

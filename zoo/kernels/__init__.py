@@ -13,6 +13,10 @@
   xla on CPU; xla where the chosen kernel cannot take the call (lengths it cannot block,
   float32 on GPU). `resolve` says what ran and why.
 
+On a mesh with a `context` axis (mesh.context > 1) self-attention over a sequence that
+splits evenly runs ring attention (zoo/kernels/ring.py) instead, its local blocks in XLA;
+the config allows it with 'auto' or 'xla' only and no position bias.
+
 A position bias reaches the kernels as a bias.PositionBias (positions and parameters);
 `prepare_bias` turns it into the dense array once per stack where the kernel wants that.
 The platform is the default backend, or the one set by `target(platform)` while tracing
@@ -22,12 +26,15 @@ for other devices (AOT compiles for a TPU slice on a CPU machine).
 import contextlib
 
 import jax
+import jax.numpy as jnp
 
 from zoo.kernels import bias as bias_lib
 from zoo.kernels import flash_bias
 from zoo.kernels import gpu
 from zoo.kernels import mask as mask_lib
 from zoo.kernels import reference
+from zoo.kernels import ring
+from zoo.kernels import shard
 from zoo.kernels import splash
 
 KERNELS = ('auto', 'xla', 'splash', 'flash_bias', 'gpu')
@@ -106,6 +113,11 @@ def attention(query, key, value, mask=None, bias=None, scale=None, kernel='xla',
   array or None); `bias` None, a bias.PositionBias (flash_bias) or an array broadcastable to
   [B, H, L, S]. -> [B, L, H, K]."""
   scale = query.shape[-1] ** -0.5 if scale is None else scale
+  if _rings(query, key, mask):
+    if bias is not None:
+      raise ValueError('ring attention (mesh.context > 1) takes no position bias; use '
+                       'mesh.context=1 for t5_bias or alibi')
+    return _ring(query, key, value, mask, scale)
   if isinstance(mask, mask_lib.Mask) and mask.kv_cache:  # decoding: a few queries, the cache
     name = 'xla'
   else:
@@ -127,3 +139,23 @@ def attention(query, key, value, mask=None, bias=None, scale=None, kernel='xla',
     return gpu.attention(query, key, value, mask, bias, scale)
   dense = mask.dense() if isinstance(mask, mask_lib.Mask) else mask
   return reference.dot_product_attention(query, key, value, dense, bias, scale)
+
+
+def _rings(query, key, mask):
+  """Ring attention runs: self-attention (not decoding) on a context mesh, the sequence
+  splitting evenly over it."""
+  n = ring.context_size()
+  return (n > 1 and isinstance(mask, mask_lib.Mask) and not mask.kv_cache and
+          query.shape[1] == key.shape[1] and query.shape[1] % n == 0)
+
+
+def _ring(query, key, value, mask, scale):
+  slots = mask.slots
+  if slots is None:
+    slots = jnp.broadcast_to(jnp.arange(query.shape[1], dtype=jnp.int32), query.shape[:2])
+  local = lambda q, k, v, q_slots, kv_slots, q_segments, kv_segments: ring.ring_attention(
+      q, k, v, q_slots, kv_slots, q_segments, kv_segments, axis='context',
+      causal=mask.causal, window=mask.window, scale=scale)
+  return shard.over_mesh(local, query, key, value,
+                         rows=(slots, slots, mask.q_segment_ids, mask.kv_segment_ids),
+                         sequence=True)

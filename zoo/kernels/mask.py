@@ -49,10 +49,20 @@ class Mask:
   window: int = flax.struct.field(pytree_node=False, default=0)
   q_start: jax.Array | int = 0  # int32 scalar
   kv_cache: bool = flax.struct.field(pytree_node=False, default=False)
+  # [B, L] int: each token's place in the sequence when the tokens are laid out in another
+  # order (self-attention only; ring attention's balanced layout); None = in order
+  slots: jax.Array | None = None
 
   def dense(self):
     """[B, 1, L, S] boolean."""
     mask = segment_mask(self.q_segment_ids, self.kv_segment_ids)
+    if self.slots is not None:
+      before_BLS = self.slots[:, None, :] <= self.slots[:, :, None]
+      if self.causal:
+        mask &= before_BLS[:, None]
+      if self.window:
+        mask &= (self.slots[:, None, :] > self.slots[:, :, None] - self.window)[:, None]
+      return mask
     lengths = dict(length=self.q_segment_ids.shape[1], kv_length=self.kv_segment_ids.shape[1],
                    q_start=self.q_start)
     if self.causal:

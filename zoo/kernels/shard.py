@@ -1,7 +1,8 @@
-"""Running a Pallas attention kernel on the mesh: each device's batch rows and heads.
+"""Running an attention kernel on the mesh: each device's batch rows and heads (and, for
+ring attention, its chunk of the sequence).
 
-Under shard_map the batch is split over the batch mesh axes (data, fsdp, expert) and the
-heads over `tensor`. With fewer kv heads than tensor shards the keys and values stay
+Under shard_map the batch is split over the batch mesh axes (data, fsdp, expert), the
+heads over `tensor` and, with `sequence`, the queries' and keys' lengths over `context`. With fewer kv heads than tensor shards the keys and values stay
 replicated and each shard picks the one kv head its query heads share.
 """
 
@@ -20,11 +21,11 @@ def _pick_kv_group(local, heads_per_group):
   return run
 
 
-def over_mesh(local, q_BLHK, k_BSGK, v_BSGK, rows=(), head_params=()):
+def over_mesh(local, q_BLHK, k_BSGK, v_BSGK, rows=(), head_params=(), sequence=False):
   """local(q, k, v, *rows, *head_params) -> [B, L, H, K], per shard when a mesh is set.
 
-  rows: [B, L] or [B, S] arrays split like the batch; head_params: arrays whose last axis
-  is the query heads (split like them)."""
+  rows: [B, L] or [B, S] arrays split like the batch (and like the sequence with
+  `sequence`); head_params: arrays whose last axis is the query heads (split like them)."""
   args = (q_BLHK, k_BSGK, v_BSGK, *rows, *head_params)
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty or mesh.size == 1:
@@ -41,9 +42,10 @@ def over_mesh(local, q_BLHK, k_BSGK, v_BSGK, rows=(), head_params=()):
   if kv_replicated:
     local = _pick_kv_group(local, heads // kv_heads)
   head_axis = 'tensor' if tensor > 1 else None
-  q_spec = P(batch or None, None, head_axis, None)
-  kv_spec = P(batch or None, None, None if kv_replicated else head_axis, None)
-  row_spec = P(batch or None, None)
+  length = 'context' if sequence else None
+  q_spec = P(batch or None, length, head_axis, None)
+  kv_spec = P(batch or None, length, None if kv_replicated else head_axis, None)
+  row_spec = P(batch or None, length)
   param_specs = tuple(P(*([None] * (p.ndim - 1)), head_axis) for p in head_params)
   in_specs = (q_spec, kv_spec, kv_spec) + (row_spec,) * len(rows) + param_specs
   return jax.shard_map(local, mesh=mesh, in_specs=in_specs,

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from zoo import kernels
 from zoo.kernels import mask as mask_lib
+from zoo.kernels import ring
 from zoo.models import attention
 from zoo.models import dims
 from zoo.models import layers
@@ -234,7 +235,12 @@ class Decoder(nn.Module):
   'cache' collection: the inputs are appended to the cache and attend to it. head=False:
   the hidden states [B, L, D] the vocabulary projection reads (zoo/models/head.py). With
   model.num_labels: {'label_logits': [B, num_labels]} from each row's last real token
-  (rows right-padded, one example each)."""
+  (rows right-padded, one example each).
+
+  On a context mesh (mesh.context = n > 1) the tokens are laid out balanced for ring
+  attention (2n chunks, device i holding chunks i and 2n-1-i, each token's slot kept for
+  the causal mask, its position for RoPE) and the hidden states put back in order after
+  the last layer, so outputs and the loss are those of the unsplit sequence."""
   config: Any  # frozen model config
 
   @nn.compact
@@ -242,20 +248,30 @@ class Decoder(nn.Module):
     m = self.config
     ids_BL = batch['inputs']
     segment_ids_BL, positions_BL = default_positions(batch)
+    kv_cache = 'kv_segment_ids' in batch
+    n = 1 if kv_cache else ring.context_size()
+    balanced = n > 1 and ids_BL.shape[1] % (2 * n) == 0
+    slots_BL = None
+    if balanced:
+      slots_BL = jnp.broadcast_to(jnp.arange(ids_BL.shape[1], dtype=jnp.int32), ids_BL.shape)
+      ids_BL, segment_ids_BL, positions_BL, slots_BL = (
+          ring.balance(x, n) for x in (ids_BL, segment_ids_BL, positions_BL, slots_BL))
     embed = layers.Embed(m.vocab_size, m.d_model, init_std=m.embed_init_std, name='token_embed',
                          **dtypes(m))
     x_BLD = Embeddings(m, name='embeddings')(embed(ids_BL), positions_BL, None, train)
 
-    kv_cache = 'kv_segment_ids' in batch
     kv_segment_ids_BS = batch['kv_segment_ids'] if kv_cache else segment_ids_BL
     kv_positions_BS = batch['kv_positions'] if kv_cache else positions_BL
     mask = mask_lib.Mask(segment_ids_BL, kv_segment_ids_BS, causal=True,
-                          window=m.attention.window, kv_cache=kv_cache)
+                          window=m.attention.window, kv_cache=kv_cache, slots=slots_BL)
     bias = None
     if m.position == 'alibi':
       bias = kernels.prepare_bias(m.attention.kernel, attention.alibi_bias(
           positions_BL, kv_positions_BS, m.num_heads), jnp.dtype(m.dtype), kv_cache)
     x_BLD, _ = stack(m, train, m.num_layers, 'layers')(x_BLD, mask, positions_BL, bias)
+    if balanced:
+      x_BLD = nn.with_logical_constraint(ring.unbalance(x_BLD, n),
+                                         ('batch', 'length', 'activation_embed'))
 
     if m.norm_position == 'pre':
       x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',

@@ -30,7 +30,7 @@ from zoo.train import optim
 
 
 def mesh_sizes_for(mesh_config, num_devices):
-  sizes = {axis: mesh_config[axis] for axis in sharding.MESH_AXES}
+  sizes = {axis: mesh_config.get(axis, 1) for axis in sharding.MESH_AXES}
   known = math.prod(s for s in sizes.values() if s != -1)
   return {axis: (max(num_devices // known, 1) if s == -1 else s) for axis, s in sizes.items()}
 
@@ -65,6 +65,18 @@ def moe_communication(m, expert_shards):
           'num_experts': moe.num_experts, 'top_k': moe.top_k, 'moe_layers': layers,
           'expert_shards': x, 'bytes_per_token_per_layer_forward': int(forward),
           'bytes_per_token_per_layer_train': int(2 * forward)}
+
+
+def ring_communication(m, context_shards):
+  """Bytes a token's device sends round the `context` ring per attention layer
+  (zoo/kernels/ring.py): its keys and values (G kv heads x K) travel n-1 hops, plus their
+  slot and segment id; backward, the rematerialised forward passes them again and their
+  gradients travel back as well (about 3 x the forward in all)."""
+  n = context_shards
+  kv = 2 * dims.kv_heads(m) * dims.head_dim(m) * np.dtype(m.dtype).itemsize + 8
+  forward = kv * (n - 1)
+  return {'context_shards': n, 'bytes_per_token_per_layer_forward': int(forward),
+          'bytes_per_token_per_layer_train': int(3 * forward)}
 
 
 def state_bytes(boxed, rules, sizes, optim_config):
@@ -146,6 +158,8 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
   }
   if m.moe.num_experts:
     result['moe'] = moe_communication(m, sizes.get('expert', 1))
+  if sizes.get('context', 1) > 1:
+    result['context'] = ring_communication(m, sizes['context'])
   cached_layers = families.get(m).kv_cache_layers(m)
   if cached_layers:
     result['kv_cache_bytes_per_token'] = (2 * cached_layers * kv_heads * head_dim *
@@ -171,6 +185,11 @@ def report(result):
                  f"{moe['moe_layers']} layers over {moe['expert_shards']} expert shards: "
                  f"{moe['bytes_per_token_per_layer_train']:,} bytes/token/layer over the "
                  'expert axis per training step')
+  if 'context' in result:
+    ring = result['context']
+    lines.append(f"sequence split over {ring['context_shards']} context shards (ring "
+                 f"attention): {ring['bytes_per_token_per_layer_train']:,} bytes/token/layer "
+                 'round the ring per training step')
   if 'kv_cache_bytes_per_token' in result:
     lines.append(f"KV cache: {result['kv_cache_bytes_per_token']:,} bytes/token")
   if result.get('compiled'):

@@ -1,5 +1,5 @@
 """--plan_sweep: every factorization of a slice's chips into data x fsdp x tensor (x expert
-for MoE), each with an analytic per-device memory and step-time estimate, sorted by time;
+for MoE, x context where ring attention is built for the shape), each with an analytic per-device memory and step-time estimate, sorted by time;
 --plan_sweep_compile=N compiles the N fastest that fit for the slice (`confirm`) and shows
 the compiler's bytes beside the estimate.
 
@@ -8,10 +8,12 @@ The estimate (a ranking aid; compile the chosen mesh with --plan_topology to con
   policy recomputes: zoo/counting.py remat_flops_per_token) / (chips x peak bf16 FLOP/s);
 - communication over ICI at the chip's bandwidth, not overlapped with compute:
   fsdp: parameters all-gathered for forward and backward and gradients reduce-scattered,
-  3 x P x (f-1)/f bytes (per tensor shard); data: gradients all-reduced, 2 x P/(f t) x
-  (d-1)/d; tensor: 4 all-reduces of the [B, L, D] activations per layer (2 forward, 2
-  backward), each 2 x bytes x (t-1)/t; expert: the MoE dispatch/combine traffic of
-  analytic.moe_communication per MoE layer;
+  3 x P x (f-1)/f bytes (per tensor shard); data (and context, which holds whole
+  parameters too): gradients all-reduced, 2 x P/(f t) x (r-1)/r over r = data x context;
+  tensor: 4 all-reduces of the [B, L, D] activations per layer (2 forward, 2 backward),
+  each 2 x bytes x (t-1)/t; expert: the MoE dispatch/combine traffic of
+  analytic.moe_communication per MoE layer; context: ring attention's key/value traffic
+  (analytic.ring_communication);
 - memory: params, AdamW moments and gradients as the rules shard them, plus activations:
   with remat, one saved [B, L, D] residual per layer (split over tensor) and one layer's
   working set; without, about 10 D + 2 F/t values per token per layer, + 2 H L/t float32
@@ -28,6 +30,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from zoo import config as config_lib
 from zoo import counting
 from zoo import families
 from zoo import kernels
@@ -70,8 +73,9 @@ def estimate(config, sizes, chip, plan_result, boxed):
   m, t = config.model, config.train
   chips = math.prod(sizes.values())
   data, fsdp, tensor = sizes['data'], sizes['fsdp'], sizes['tensor']
+  context = sizes.get('context', 1)
   tokens = t.batch_size * config.data.seq_len
-  tokens_per_device = tokens / (data * fsdp)
+  tokens_per_device = tokens / (data * fsdp * context)
   compute_bytes = np.dtype(m.dtype).itemsize
   params = plan_result['params_total']
   layers = families.total_layers(m)
@@ -82,16 +86,20 @@ def estimate(config, sizes, chip, plan_result, boxed):
   comm = 0.0
   if fsdp > 1:  # gathered forward and backward, reduce-scattered: once per microbatch
     comm += 3 * t.microbatches * params * compute_bytes / tensor * (fsdp - 1) / fsdp
-  if data > 1:
-    comm += 2 * params * 4 / (fsdp * tensor) * (data - 1) / data
+  replicas = data * context
+  if replicas > 1:
+    comm += 2 * params * 4 / (fsdp * tensor) * (replicas - 1) / replicas
   if tensor > 1:
     comm += layers * 4 * 2 * tokens_per_device * m.d_model * compute_bytes * (tensor - 1) / tensor
   if m.moe.num_experts and sizes['expert'] > 1:
     moe = analytic.moe_communication(m, sizes['expert'])
     comm += moe['moe_layers'] * tokens_per_device * moe['bytes_per_token_per_layer_train']
+  if context > 1:
+    ring = analytic.ring_communication(m, context)
+    comm += layers * tokens_per_device * ring['bytes_per_token_per_layer_train']
   seconds += comm / chip.ici_bandwidth
 
-  L = config.data.seq_len
+  L = config.data.seq_len // context  # the keys one ring step's scores span
   # a flash kernel (splash, flash_bias) never holds the [H, L] float32 scores of a token
   scores = 0 if _flash_attention(config) else 2 * m.num_heads / tensor * L * 4 / compute_bytes
   working = 10 * m.d_model + 2 * m.mlp_dim / tensor + scores
@@ -120,13 +128,16 @@ def _vocab_params(boxed):
 
 def sweep(config, tpu_slice):
   """-> rows sorted by estimated step time (invalid meshes last, with the reason)."""
-  axes = ('data', 'fsdp', 'tensor', 'expert') if config.model.moe.num_experts else (
-      'data', 'fsdp', 'tensor')
+  axes = ('data', 'fsdp', 'tensor')
+  if config.model.moe.num_experts:
+    axes += ('expert',)
+  if not config_lib.context_unsupported(config.model):
+    axes += ('context',)
   boxed = counting.abstract_params(config)
   base = analytic.plan(config, mesh_sizes={a: 1 for a in sharding.MESH_AXES}, boxed=boxed)
   rows = []
   for sizes in factorizations(tpu_slice.chips, axes):
-    sizes.setdefault('expert', 1)
+    sizes = {a: sizes.get(a, 1) for a in sharding.MESH_AXES}
     reason = _invalid(config, sizes)
     row = {'mesh': sizes, 'invalid': reason}
     if not reason:
@@ -158,10 +169,10 @@ def table(rows, tpu_slice):
   lines = [f'sweep on {tpu_slice.name} ({tpu_slice.chips} chips, {hbm:.0f} GiB HBM each); '
            'analytic estimate' + ('; compiled GiB from the TPU compiler' if confirmed else
                                   ', compile the best with --plan_sweep_compile=N to confirm'),
-           f'{"data":>6} {"fsdp":>6} {"tensor":>6} {"expert":>6} {"step s":>9} '
+           ' '.join(f'{a:>7}' for a in sharding.MESH_AXES) + f' {"step s":>9} '
            f'{"GiB/device":>11}  fits' + (f' {"compiled GiB":>12}' if confirmed else '')]
   for r in rows:
-    mesh = ' '.join(f'{r["mesh"][a]:>6}' for a in ('data', 'fsdp', 'tensor', 'expert'))
+    mesh = ' '.join(f'{r["mesh"][a]:>7}' for a in sharding.MESH_AXES)
     if r['invalid']:
       lines.append(f'{mesh}  skipped: {r["invalid"]}')
       continue
