@@ -111,6 +111,7 @@ def test_a_context_mesh_gives_the_decoder_its_single_device_losses(mesh, one_dev
   header = metrics_lib.read(str(tmp_path))[0]
   data, fsdp, tensor, context = CONTEXT_MESHES[mesh]
   assert header['mesh'] == dict(data=data, fsdp=fsdp, tensor=tensor, expert=1, context=context)
+  assert header['attention_kernel'] == 'ring'
   assert _losses(tmp_path) == pytest.approx(one_device_losses['decoder'], rel=2e-5, abs=2e-5)
 
 

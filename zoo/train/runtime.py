@@ -117,6 +117,8 @@ class Jitted:
 def attention_kernel(config, on=None):
   """-> (kernel that runs on platform `on` (default: here), why), or a ConfigError."""
   m = config.model
+  if config.mesh.context != 1:  # config.validate allows only what the ring runs
+    return 'ring', f'mesh.context={config.mesh.context}: ring attention, local blocks in XLA'
   try:
     return kernels.resolve(m.attention.kernel, dims.has_position_bias(m), jnp.dtype(m.dtype),
                            (config.data.seq_len, config.data.seq_len), on=on)
