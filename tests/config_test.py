@@ -97,8 +97,8 @@ def test_an_unknown_variant_is_a_config_error_naming_it(name):
     ({'optim.name': 'adafactor', 'optim.adafactor.decay_rate': 0.0},
      'optim.adafactor.decay_rate=0.0 must be in (0, 1]'),
     ({'train.loss_chunk_len': -2}, 'train.loss_chunk_len=-2 must be >= 0, or -1'),
-    ({'mesh.dcn_axis': 'stage'}, "mesh.dcn_axis='stage': the slices can split data or fsdp "
-                                 r'(a stage axis is not built yet\); use'),
+    ({'mesh.dcn_axis': 'tensor'}, "mesh.dcn_axis='tensor': the slices can split data, fsdp, "
+                                  'stage; use one of those'),
     ({'data.task.kind': 'summary', 'data.task.path': '/t'},
      "data.task.kind='summary' is not one of 'classification', 'regression'"),
     ({'data.task.kind': 'text_to_text'}, "data.task.kind='text_to_text' needs "
@@ -137,8 +137,8 @@ def test_an_unknown_variant_is_a_config_error_naming_it(name):
     ({'model.family': 'encoder_decoder', 'model.num_encoder_layers': 2,
       'model.num_decoder_layers': 2, 'data.objective': 'span_corruption',
       'model.position': 't5_bias', 'data.num_sentinels': 0, 'mesh.context': 2},
-     "mesh.context=2: ring attention is built for the decoder and encoder families, not "
-     "model.family='encoder_decoder'"),
+     "mesh.context=2: ring attention is not built for model.family='encoder_decoder' "
+     r'(cross-attention over a split sequence\); or use mesh.context=1'),
 ])
 def test_validate_names_the_field(overrides, message):
   c = helpers.tiny_config()

@@ -102,7 +102,7 @@ def train_steps(config, mesh_sizes, steps, state=None):
   devices = int(np.prod(list(mesh_sizes.values())))
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:devices])
   place = runtime.Placement(mesh, sharding.rules(config), None)
-  sharding.check_divisible(config, dict(mesh.shape))
+  sharding.check_divisible(config, dict(mesh.shape), families.get(config.model))
   parts = runtime.model_state(config, mesh)
   if state is None:
     state = jax.jit(parts.init_fn, out_shardings=parts.shardings)(jax.random.PRNGKey(0))

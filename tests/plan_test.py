@@ -92,7 +92,8 @@ def test_per_device_bytes_follow_the_sharding_rules():
   split = analytic.plan(config, 8)
   # every kernel, embedding and norm scale has an 'embed' dim (32, divisible by fsdp=8)
   assert split['per_device_bytes']['params'] == 4 * params // 8
-  assert split['mesh'] == {'data': 1, 'fsdp': 8, 'tensor': 1, 'expert': 1, 'context': 1}
+  assert split['mesh'] == {'data': 1, 'fsdp': 8, 'tensor': 1, 'expert': 1,
+                           'context': 1, 'stage': 1}
   config.mesh.fsdp, config.mesh.tensor = 1, 3
   uneven = analytic.plan(config, 3)
   assert any('over tensor=3' in line for line in uneven['not_divisible'])
@@ -167,3 +168,19 @@ def test_the_ring_traffic_of_a_context_mesh_by_hand():
   assert result['context'] == {'context_shards': 4, 'bytes_per_token_per_layer_forward': 408,
                                'bytes_per_token_per_layer_train': 1224}
   assert 'round the ring' in analytic.report(result)
+
+
+def test_the_pipeline_plan_by_hand():
+  # 2 stages, 4 microbatches: 5 iterations, bubble 1/5; batch 8 over data 2: 1 row per
+  # microbatch per device, 16 tokens x d_model 32 x 4 bytes = 2048 bytes handed each way
+  config = helpers.tiny_config()
+  config.train.batch_size, config.model.pipeline_microbatches = 8, 4
+  config.mesh.data, config.mesh.stage = 2, 2
+  result = analytic.plan(config, 4)
+  assert result['pipeline'] == {'stages': 2, 'microbatches': 4, 'bubble': 0.2,
+                                'layers_per_stage': 1,
+                                'boundary_bytes_per_step_per_device': 2 * 5 * 2048}
+  assert 'bubble 20.0%' in analytic.report(result)
+  # the stacked layers split over the stages: the layer parameters' bytes halve
+  assert result['per_device_bytes']['params'] < analytic.plan(
+      helpers.tiny_config(), 1)['per_device_bytes']['params']

@@ -43,7 +43,7 @@ def test_a_multi_slice_mesh_spans_the_data_axis_over_the_slices():
   mesh = sharding.make_mesh(_smoke('mesh.data=4', 'mesh.fsdp=4', 'mesh.slices=2').mesh, devices)
   slice_of = np.vectorize(lambda d: d.slice_index)(mesh.devices)
   # data rows 0-1 live in slice 0 and 2-3 in slice 1: only the data axis crosses DCN
-  np.testing.assert_array_equal(slice_of[:, :, 0, 0, 0], [[0] * 4, [0] * 4, [1] * 4, [1] * 4])
+  np.testing.assert_array_equal(slice_of[:, :, 0, 0, 0, 0], [[0] * 4, [0] * 4, [1] * 4, [1] * 4])
   with pytest.raises(config_lib.ConfigError, match=r'mesh.slices=2 must divide mesh.data=1'):
     sharding.make_mesh(_smoke('mesh.data=1', 'mesh.fsdp=16', 'mesh.slices=2').mesh, devices)
 
@@ -55,7 +55,7 @@ def test_the_slices_can_split_fsdp_instead():
                                                                       devices).devices)
   # every data row holds both slices along fsdp (0-3 in slice 0, 4-7 in slice 1): the
   # weights' gathers cross DCN, each data replica spans the two slices
-  np.testing.assert_array_equal(slice_of[:, :, 0, 0, 0], [[0] * 4 + [1] * 4] * 2)
+  np.testing.assert_array_equal(slice_of[:, :, 0, 0, 0, 0], [[0] * 4 + [1] * 4] * 2)
   with pytest.raises(config_lib.ConfigError, match=r"mesh.slices=2 must divide mesh.fsdp=1: "
                      r"mesh.dcn_axis='fsdp' spans the slices"):
     sharding.make_mesh(_smoke('mesh.data=16', 'mesh.slices=2', 'mesh.dcn_axis=fsdp').mesh,
@@ -85,7 +85,8 @@ def test_a_tpu_plan_compiles_the_train_step_and_reports_the_compiler_numbers(tmp
   assert result.returncode == 0, result.stderr[-2000:]
   written = json.loads(out.read_text())
   assert written['compiled'] is True and written['topology']['chips'] == 4
-  assert written['mesh'] == {'data': 1, 'fsdp': 4, 'tensor': 1, 'expert': 1, 'context': 1}
+  assert written['mesh'] == {'data': 1, 'fsdp': 4, 'tensor': 1, 'expert': 1,
+                             'context': 1, 'stage': 1}
   assert 0 < written['per_device_bytes']['total'] < 95 * 2**30 and written['fits']
   # the compiler's FLOPs (scan corrected to all layers) against 6N + attention per token
   analytic = written['flops_per_token'] * 8 * 64
@@ -118,19 +119,26 @@ def test_the_sweep_ranks_every_factorization_and_says_why_it_skips_some():
   assert len(sweep.factorizations(8, ('data', 'fsdp', 'tensor'))) == 10
   config = _smoke('model.num_heads=2', 'model.num_kv_heads=2', 'train.batch_size=4')
   rows = plan.run(config, topology_name='v5p-16', sweep=True)['sweep']  # 8 chips
-  assert len(rows) == 20  # data x fsdp x tensor x context (the decoder splits its sequence)
-  # (data, fsdp, tensor, expert, context)
+  # data x fsdp x tensor x context x stage (not context and stage together)
+  assert len(rows) == 30
+  # (data, fsdp, tensor, expert, context, stage)
   skipped = {tuple(r['mesh'].values()): r['invalid'] for r in rows if r['invalid']}
-  assert skipped[(1, 8, 1, 1, 1)].startswith('train.batch_size=4 does not split')
-  assert skipped[(2, 1, 4, 1, 1)].startswith('model.num_heads=2 does not split over mesh '
-                                             'tensor=4')
+  assert skipped[(1, 8, 1, 1, 1, 1)].startswith('train.batch_size=4 does not split')
+  assert skipped[(2, 1, 4, 1, 1, 1)].startswith('model.num_heads=2 does not split over mesh '
+                                                'tensor=4')
+  assert skipped[(1, 1, 2, 1, 1, 4)].startswith('model.num_layers=2 does not split into mesh '
+                                                'stage=4')
   timed = [r['step_seconds'] for r in rows if not r['invalid']]
   assert timed == sorted(timed) and all(r['fits'] for r in rows if not r['invalid'])
   by_mesh = {tuple(r['mesh'].values()): r for r in rows}
-  assert (by_mesh[(1, 4, 2, 1, 1)]['per_device_bytes'] <
-          by_mesh[(4, 1, 2, 1, 1)]['per_device_bytes'])
+  assert (by_mesh[(1, 4, 2, 1, 1, 1)]['per_device_bytes'] <
+          by_mesh[(4, 1, 2, 1, 1, 1)]['per_device_bytes'])
   # context 8 holds 1/8 of each row's tokens, and its ring traffic costs time over data 4 x 2
-  assert by_mesh[(1, 1, 1, 1, 8)]['step_seconds'] > by_mesh[(4, 1, 1, 1, 2)]['step_seconds']
+  assert (by_mesh[(1, 1, 1, 1, 8, 1)]['step_seconds'] >
+          by_mesh[(4, 1, 1, 1, 2, 1)]['step_seconds'])
+  # 2 stages hold half the layers each: less state per device than data 2 x tensor 2 x 2
+  assert (by_mesh[(2, 1, 2, 1, 1, 2)]['per_device_bytes'] <
+          by_mesh[(4, 1, 2, 1, 1, 1)]['per_device_bytes'])
 
 
 def test_the_sweep_memory_counts_scores_only_without_a_flash_kernel_and_one_loss_chunk():

@@ -25,12 +25,25 @@ STEPS = ['train.steps=5', 'train.eval_every=100', 'train.checkpoint_every=5',
 MESHES = {'data8': (8, 1, 1), 'data2_fsdp2_tensor2': (2, 2, 2), 'fsdp4_tensor2': (1, 4, 2)}
 # (data, fsdp, tensor, context): the sequence split, ring attention in every layer
 CONTEXT_MESHES = {'context2_fsdp2_tensor2': (1, 2, 2, 2), 'context4_data2': (2, 1, 1, 4)}
+STAGE2 = (2, 1, 2, 1, 2)  # (data, fsdp, tensor, context, stage): a 2-stage pipeline
 
 
 def _config(family, mesh=(8, 1, 1), extra=()):
-  data, fsdp, tensor, context = (*mesh, 1)[:4]
+  data, fsdp, tensor, context, stage = (*mesh, 1, 1)[:5]
   return helpers.smoke(FAMILIES[family], *STEPS, f'mesh.data={data}', f'mesh.fsdp={fsdp}',
-                       f'mesh.tensor={tensor}', f'mesh.context={context}', *extra)
+                       f'mesh.tensor={tensor}', f'mesh.context={context}', f'mesh.stage={stage}',
+                       *extra)
+
+
+def _one_device_run(workdir, name, *overrides):
+  """configs/NAME.py:smoke trained in a process that sees one CPU device."""
+  result = subprocess.run(
+      [sys.executable, '-m', 'zoo.launch', f'--config={REPO}/configs/{name}.py:smoke',
+       f'--workdir={workdir}', *[f'--config.{o}' for o in (*STEPS, *overrides)]],
+      env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO,
+               XLA_FLAGS='--xla_force_host_platform_device_count=1'),
+      capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
 
 
 def _losses(workdir):
@@ -49,22 +62,22 @@ def test_a_context_axis_resolved_from_minus_one_must_split_the_causal_chunks():
   sizes = sharding.mesh_shape(config.mesh, 6)
   assert sizes['context'] == 6
   with pytest.raises(config_lib.ConfigError, match=r'data.seq_len=64 does not split over mesh '
-                                                   r'2 x context \(causal chunks balanced\)=12'):
-    sharding.check_divisible(config, sizes)
+                                                   r'2 x context \(chunks per device\)=12'):
+    sharding.check_divisible(config, sizes, families.get(config.model))
 
 
 def test_parameter_shardings_follow_the_rules():
-  config = _config('decoder', (2, 2, 2))
+  config = _config('decoder', (1, 2, 2, 1, 2))  # stage 2: the layers split in two
   mesh = sharding.make_mesh(config.mesh)
   _, _, _, shardings = state_lib.make(families.build(config.model), config, mesh)
   specs = jax.tree.map(lambda s: s.spec, shardings['params'])
-  assert specs['layers']['mlp']['wi_0']['kernel'] == P(None, 'fsdp', 'tensor')
-  assert specs['layers']['mlp']['wo']['kernel'] == P(None, 'tensor', 'fsdp')
-  assert specs['layers']['attention']['query']['kernel'] == P(None, 'fsdp', 'tensor', None)
+  assert specs['layers']['mlp']['wi_0']['kernel'] == P('stage', 'fsdp', 'tensor')
+  assert specs['layers']['mlp']['wo']['kernel'] == P('stage', 'tensor', 'fsdp')
+  assert specs['layers']['attention']['query']['kernel'] == P('stage', 'fsdp', 'tensor', None)
   assert specs['token_embed']['embedding'] == P('tensor', 'fsdp')
   assert specs['final_norm']['scale'] == P('fsdp')
   mu = shardings['opt_state'][1][0].mu  # AdamW moments are sharded like the params
-  assert mu['layers']['mlp']['wi_0']['kernel'].spec == P(None, 'fsdp', 'tensor')
+  assert mu['layers']['mlp']['wi_0']['kernel'].spec == P('stage', 'fsdp', 'tensor')
 
 
 def test_a_dim_the_mesh_does_not_divide_stays_replicated_instead_of_failing():
@@ -73,7 +86,7 @@ def test_a_dim_the_mesh_does_not_divide_stays_replicated_instead_of_failing():
   mesh = sharding.make_mesh(config.mesh)
   _, _, _, shardings = state_lib.make(families.build(config.model), config, mesh)
   assert shardings['params']['token_embed']['embedding'].spec == P(None, 'fsdp')  # 500 % 8
-  assert shardings['params']['layers']['mlp']['wo']['kernel'].spec == P(None, 'tensor', 'fsdp')
+  assert shardings['params']['layers']['mlp']['wo']['kernel'].spec == P('stage', 'tensor', 'fsdp')
 
 
 @pytest.fixture(scope='module')
@@ -82,13 +95,7 @@ def one_device_losses(tmp_path_factory):
   losses = {}
   for family, name in FAMILIES.items():
     workdir = tmp_path_factory.mktemp(family)
-    result = subprocess.run(
-        [sys.executable, '-m', 'zoo.launch', f'--config={REPO}/configs/{name}.py:smoke',
-         f'--workdir={workdir}', *[f'--config.{o}' for o in STEPS]],
-        env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO,
-                 XLA_FLAGS='--xla_force_host_platform_device_count=1'),
-        capture_output=True, text=True, timeout=300, check=False)
-    assert result.returncode == 0, result.stderr[-2000:]
+    _one_device_run(workdir, name)
     losses[family] = _losses(workdir)
   return losses
 
@@ -98,8 +105,8 @@ def one_device_losses(tmp_path_factory):
 def test_every_mesh_gives_the_single_device_losses(family, mesh, one_device_losses, tmp_path):
   loop.train(_config(family, MESHES[mesh]), str(tmp_path))
   header = metrics_lib.read(str(tmp_path))[0]
-  assert header['mesh'] == dict(zip(('data', 'fsdp', 'tensor', 'expert', 'context'),
-                                    (*MESHES[mesh], 1, 1)))
+  assert header['mesh'] == dict(zip(('data', 'fsdp', 'tensor', 'expert', 'context', 'stage'),
+                                    (*MESHES[mesh], 1, 1, 1)))
   assert _losses(tmp_path) == pytest.approx(one_device_losses[family], rel=2e-5, abs=2e-5)
 
 
@@ -110,9 +117,38 @@ def test_a_context_mesh_gives_the_decoder_its_single_device_losses(mesh, one_dev
   loop.train(_config('decoder', CONTEXT_MESHES[mesh]), str(tmp_path))
   header = metrics_lib.read(str(tmp_path))[0]
   data, fsdp, tensor, context = CONTEXT_MESHES[mesh]
-  assert header['mesh'] == dict(data=data, fsdp=fsdp, tensor=tensor, expert=1, context=context)
+  assert header['mesh'] == dict(data=data, fsdp=fsdp, tensor=tensor, expert=1, context=context,
+                                stage=1)
   assert header['attention_kernel'] == 'ring'
   assert _losses(tmp_path) == pytest.approx(one_device_losses['decoder'], rel=2e-5, abs=2e-5)
+
+
+@pytest.mark.parametrize('family', sorted(FAMILIES))
+def test_a_two_stage_pipeline_gives_the_single_device_losses(family, one_device_losses,
+                                                             tmp_path):
+  """stage 2 x data 2 x tensor 2, 2 microbatches; T5 pipelines both of its stacks."""
+  loop.train(_config(family, STAGE2), str(tmp_path))
+  assert metrics_lib.read(str(tmp_path))[0]['mesh']['stage'] == 2
+  assert _losses(tmp_path) == pytest.approx(one_device_losses[family], rel=2e-5, abs=2e-5)
+
+
+def test_a_four_stage_pipeline_gives_the_single_device_losses(tmp_path):
+  """stage 4 x fsdp 2 on a 4-layer decoder, 4 microbatches of 2 rows."""
+  _one_device_run(tmp_path / 'one', 'gpt_shakespeare', 'model.num_layers=4')
+  loop.train(_config('decoder', (1, 2, 1, 1, 4), ['model.num_layers=4']), str(tmp_path / 'p'))
+  assert _losses(tmp_path / 'p') == pytest.approx(_losses(tmp_path / 'one'), rel=2e-5,
+                                                  abs=2e-5)
+
+
+def test_a_pipeline_checkpoint_resumes_without_stages_with_the_same_losses(tmp_path):
+  constant = ['optim.schedule=constant', 'train.steps=8']
+  loop.train(_config('decoder', (8, 1, 1), constant), str(tmp_path / 'reference'))
+  loop.train(_config('decoder', STAGE2, [*constant, 'train.steps=5']), str(tmp_path))
+  loop.train(_config('decoder', (8, 1, 1), constant), str(tmp_path))
+  header = [r for r in metrics_lib.read(str(tmp_path)) if r.get('event') == 'start'][-1]
+  assert header['step'] == 5 and header['mesh']['stage'] == 1
+  assert _losses(tmp_path) == pytest.approx(_losses(tmp_path / 'reference'), rel=2e-5,
+                                            abs=2e-5)
 
 
 def test_a_checkpoint_restores_onto_another_mesh_and_training_continues(tmp_path):

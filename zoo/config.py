@@ -54,7 +54,8 @@ DEFAULT_RULES = (
     ('mlp', 'tensor'),
     ('vocab', 'tensor'),
     ('expert', 'expert'),
-    ('layers', None),
+    ('layers', 'stage'),  # the stacked layers split into pipeline stages (mesh.stage)
+    ('stage', 'stage'),  # the pipeline's per-stage buffers
     # the residual stream between blocks (what a layer scan carries and remat saves): its
     # embed dim is split over tensor too, or big shapes keep a full copy per tensor shard
     ('activation_embed', 'tensor'),
@@ -71,10 +72,13 @@ def base():
   c.generate = _generate()
   # slices: TPU slices (or GPU hosts) joined over DCN, which split the axis dcn_axis
   # ('data': gradients cross DCN once a step; 'fsdp': every layer's weights are gathered
-  # across it, for a model too large for one slice's fsdp)
+  # across it, for a model too large for one slice's fsdp; 'stage': only the activations
+  # at stage boundaries cross it)
   # context: the sequence split over devices; attention by ring attention (zoo/kernels/ring.py)
+  # stage: the layer stacks split into pipeline stages (zoo/models/pipeline.py)
   c.mesh = ml_collections.ConfigDict({'data': -1, 'fsdp': 1, 'tensor': 1, 'expert': 1,
-                                      'context': 1, 'slices': 1, 'dcn_axis': 'data'})
+                                      'context': 1, 'stage': 1, 'slices': 1,
+                                      'dcn_axis': 'data'})
   c.sharding = ml_collections.ConfigDict({'rules': DEFAULT_RULES})
   return c
 
@@ -129,6 +133,9 @@ def _model():
   # stacked [layers, ...] either way, so checkpoints do not change
   m.scan_unroll = 1
   m.remat = 'none'  # 'none' | 'full' | 'dots' | 'dots_no_batch'
+  # mesh.stage > 1: microbatches the batch flows through the stages in (fill-drain; the
+  # bubble is (stages - 1) / (microbatches + stages - 1)); 0 = one per stage
+  m.pipeline_microbatches = 0
   m.attention = ml_collections.ConfigDict({
       'kernel': 'auto',  # 'auto' | 'xla' | 'splash' | 'flash_bias' | 'gpu' (zoo/kernels)
       'window': 0,  # causal sliding window (keys back, the query included); 0 = none
@@ -408,6 +415,7 @@ def validate(config):
   _validate_generate(config.generate, config.model)
   _validate_mesh(config.mesh, config.sharding)
   _validate_context(config.mesh.context, config.model, config.data)
+  _validate_stage(config.mesh, config.model, config.train.batch_size)
   return config
 
 
@@ -644,10 +652,9 @@ def _validate_adafactor(o):
 def context_unsupported(m):
   """Why mesh.context > 1 (the sequence split, ring attention) is not built for model
   config `m`, or None when it is."""
-  if m.family == 'encoder_decoder':
-    return ("ring attention is built for the decoder and encoder families, not "
-            "model.family='encoder_decoder' (cross-attention over a split sequence is not "
-            "built)")
+  if not families.get(m).CONTEXT_CHUNKS:
+    return (f"ring attention is not built for model.family={m.family!r} (cross-attention "
+            "over a split sequence)")
   if m.position in ('t5_bias', 'alibi'):
     return (f"ring attention takes no position bias, and model.position={m.position!r} adds "
             "one; use 'rope' or 'learned'")
@@ -668,13 +675,48 @@ def _validate_context(context, m, d):
   reason = context_unsupported(m)
   if reason:
     raise ConfigError(f'mesh.context={context}: {reason}; or use mesh.context=1')
-  chunks = context * (2 if m.family == 'decoder' else 1)
+  per_device = families.get(m).CONTEXT_CHUNKS
+  chunks = context * per_device
   if context > 1 and d.seq_len % chunks:
     raise ConfigError(f'data.seq_len={d.seq_len} does not split into {chunks} chunks for '
                       f'mesh.context={context}' +
                       (' (a causal model holds two chunks per device, one early and one '
-                       'late)' if m.family == 'decoder' else '') +
+                       'late)' if per_device == 2 else '') +
                       f'; use a multiple of {chunks}')
+
+
+def _validate_stage(mesh, m, batch_size):
+  """mesh.stage != 1: stacks the stages divide, enough microbatches, a combination built
+  (the rows each microbatch holds are checked against the batch axes with the mesh)."""
+  stages = mesh.stage
+  if m.pipeline_microbatches < 0:
+    raise ConfigError(f'model.pipeline_microbatches={m.pipeline_microbatches} must be >= 0 '
+                      '(0 = one per stage)')
+  if stages == 1:
+    return
+  field = f'mesh.stage={stages}'
+  if not m.scan_layers:
+    raise ConfigError(f'{field} pipelines the scanned layer stack; set model.scan_layers=True')
+  if m.moe.num_experts:
+    raise ConfigError(f'{field} with experts (model.moe.num_experts={m.moe.num_experts}) is '
+                      'not built; use mesh.stage=1')
+  if mesh.context != 1:
+    raise ConfigError(f'{field} with mesh.context={mesh.context} is not built (ring attention '
+                      'inside the pipeline); use one of them')
+  if stages < 1:
+    return  # -1: checked with the mesh (sharding.check_divisible)
+  for name in families.get(m).LAYER_FIELDS:
+    if m[name] % stages:
+      raise ConfigError(f'model.{name}={m[name]} does not split into {field} stages; use a '
+                        f'stage count that divides it')
+  microbatches = m.pipeline_microbatches or stages
+  if microbatches < stages:
+    raise ConfigError(f'model.pipeline_microbatches={microbatches} is fewer than {field}: '
+                      'a stage would never be busy; use at least as many microbatches as '
+                      'stages (more shrink the bubble)')
+  if batch_size % microbatches:
+    raise ConfigError(f'model.pipeline_microbatches={microbatches} does not divide '
+                      f'train.batch_size={batch_size}; use a divisor of it')
 
 
 def _validate_mesh(mesh, sharding_config):
@@ -685,8 +727,7 @@ def _validate_mesh(mesh, sharding_config):
     raise ConfigError(f'mesh.slices={mesh.slices} must be >= 1 (slices joined over DCN)')
   if mesh.dcn_axis not in sharding.DCN_AXES:
     raise ConfigError(f'mesh.dcn_axis={mesh.dcn_axis!r}: the slices can split '
-                      f'{" or ".join(sharding.DCN_AXES)} (a stage axis is not built yet); '
-                      "use 'data' or 'fsdp'")
+                      f'{", ".join(sharding.DCN_AXES)}; use one of those')
   rest = [axis for axis in sharding.MESH_AXES if mesh[axis] == -1]
   if len(rest) > 1:
     keep = next(axis for axis in rest if axis != 'data')  # the one set on purpose

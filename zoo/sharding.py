@@ -10,8 +10,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from zoo.errors import ConfigError
 
-MESH_AXES = ('data', 'fsdp', 'tensor', 'expert', 'context')
-DCN_AXES = ('data', 'fsdp')  # axes that may span slices (mesh.dcn_axis)
+MESH_AXES = ('data', 'fsdp', 'tensor', 'expert', 'context', 'stage')
+DCN_AXES = ('data', 'fsdp', 'stage')  # axes that may span slices (mesh.dcn_axis)
 BATCH_AXES = ('data', 'fsdp', 'expert')  # tokens: data-parallel over expert too
 
 
@@ -39,7 +39,7 @@ def _suggest(num_devices):
 
 def make_mesh(mesh_config, devices=None):
   """The mesh over `devices` (default: all). TPU devices follow the physical torus; with
-  mesh.slices > 1 the axis mesh.dcn_axis (data or fsdp) spans the slices over DCN (the
+  mesh.slices > 1 the axis mesh.dcn_axis (data, fsdp or stage) spans the slices over DCN (the
   hybrid mesh helpers), each slice (on CPU: each process) holding 1/slices of it and the
   other axes whole."""
   devices = jax.devices() if devices is None else devices
@@ -112,20 +112,21 @@ def check_batch(batch_size, mesh, num_streams):
                       f'{math.lcm(shards, num_streams)}')
 
 
-def check_divisible(config, sizes):
+def check_divisible(config, sizes, family=None):
   """The dims a mesh must split evenly: batch over data x fsdp x expert, heads over tensor,
-  experts over expert, the sequence over context (twice over for a causal model: the
-  balanced layout's 2 x context chunks), each device's rows over train.microbatches; the
-  first that does not -> ConfigError naming both."""
+  experts over expert, each device's rows over train.microbatches; with the model's
+  `family` (its registry module) also the sequence over context (in the family's
+  CONTEXT_CHUNKS per device) and its stacks (LAYER_FIELDS) over stage; the first that does
+  not -> ConfigError naming both."""
   m, batch = config.model, config.train.batch_size
   checks = [('train.batch_size', batch, 'data x fsdp x expert',
              sizes['data'] * sizes['fsdp'] * sizes['expert']),
             ('model.num_heads', m.num_heads, 'tensor', sizes['tensor'])]
-  if sizes['context'] > 1:
-    causal = m.family == 'decoder'
+  if family and sizes.get('context', 1) > 1:
+    chunks = family.CONTEXT_CHUNKS
     checks.append(('data.seq_len', config.data.seq_len,
-                   '2 x context (causal chunks balanced)' if causal else 'context',
-                   sizes['context'] * (2 if causal else 1)))
+                   f'{chunks} x context (chunks per device)' if chunks > 1 else 'context',
+                   sizes['context'] * chunks))
   # fewer kv heads than tensor shards (MQA, small GQA) is fine: they stay replicated
   if m.moe.num_experts:
     checks.append(('model.moe.num_experts', m.moe.num_experts, 'expert', sizes['expert']))
@@ -133,11 +134,34 @@ def check_divisible(config, sizes):
     if value % size:
       raise ConfigError(f'{field}={value} does not split over mesh {axes}={size}; use a mesh '
                         f'whose {axes} divides {value} (or change {field})')
+  stages = sizes.get('stage', 1)
+  if family and stages > 1:
+    _check_stages(config, family.LAYER_FIELDS, stages, checks[0][3])
   shards, microbatches = checks[0][3], config.train.microbatches
   if (batch // shards) % microbatches:
     raise ConfigError(f'train.microbatches={microbatches} does not divide the rows each device '
                       f'holds (train.batch_size={batch} / {shards} batch shards = '
                       f'{batch // shards}); use a divisor of it or a larger batch')
+
+
+def _check_stages(config, layer_fields, stages, shards):
+  """The pipeline on `stages` stages: each stack splits, microbatches fill every stage,
+  and each microbatch's rows split over the batch axes."""
+  m = config.model
+  for field in layer_fields:
+    if m[field] % stages:
+      raise ConfigError(f'model.{field}={m[field]} does not split into mesh stage={stages} '
+                        'stages; use a stage count that divides it')
+  microbatches = m.pipeline_microbatches or stages
+  if microbatches < stages:
+    raise ConfigError(f'model.pipeline_microbatches={microbatches} is fewer than mesh '
+                      f'stage={stages}; use at least as many microbatches as stages')
+  rows = config.train.batch_size // config.train.microbatches
+  if rows % (microbatches * shards):
+    raise ConfigError(f'train.batch_size={config.train.batch_size} does not split into '
+                      f'{microbatches} pipeline microbatches (model.pipeline_microbatches) '
+                      f'of rows over data x fsdp x expert = {shards}; use a multiple of '
+                      f'{microbatches * shards * config.train.microbatches}')
 
 
 def process_rows(mesh, batch_size):

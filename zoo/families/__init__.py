@@ -3,7 +3,8 @@
 A family module (decoder.py is the worked example; docs/families.md) defines:
   NAME, OBJECTIVES (data.objective values that train it), LAYER_FIELDS (model fields that
   count its blocks), MODEL_INPUTS (batch keys init needs), POSITIONS, BLOCKS and
-  SLIDING_WINDOW (what its model builds; config validation checks), PROMPT_JOINT,
+  SLIDING_WINDOW (what its model builds; config validation checks), CONTEXT_CHUNKS (the
+  sequence chunks each device holds under mesh.context; 0 = not built), PROMPT_JOINT,
   PENALTIES_COUNT_PROMPT (generation penalties count the prompt's tokens as seen), TASKS
   (data.task.kind values it fine-tunes on);
   build(model_config) -> Linen module;

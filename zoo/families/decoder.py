@@ -25,6 +25,9 @@ MODEL_INPUTS = ('inputs',)  # batch keys init needs (the rest default)
 POSITIONS = ('learned', 'sinusoidal', 'rope', 'alibi', 'none')
 BLOCKS = ('sequential', 'parallel')
 SLIDING_WINDOW = True
+# mesh.context: chunks of the sequence each device holds (causal: an early and a late one,
+# balanced); 0 = the sequence cannot be split
+CONTEXT_CHUNKS = 2
 # data.task.kind values it fine-tunes on (text_to_text: inputs as the prompt, targets as
 # the completion)
 TASKS = ('classification', 'regression', 'prompt_completion', 'text_to_text')

@@ -18,6 +18,7 @@ MODEL_INPUTS = ('encoder_inputs', 'decoder_inputs')
 POSITIONS = ('t5_bias', 'sinusoidal', 'rope', 'none')
 BLOCKS = ('sequential',)  # a parallel block has no place for cross-attention
 SLIDING_WINDOW = False
+CONTEXT_CHUNKS = 0  # cross-attention over a split sequence is not built
 TASKS = ('text_to_text',)  # data.task.kind values it fine-tunes on (T5: every task as text)
 PROMPT_JOINT = '\n=> '  # an answer, not a continuation
 PENALTIES_COUNT_PROMPT = False  # the prompt is the encoder's input, not the text written

@@ -20,10 +20,26 @@ Glossary: B batch, L local queries, S local keys, H heads, G kv heads, Q = H // 
 dim, n devices on the ring.
 """
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 
 from zoo.kernels import reference
+
+_unrolled = []
+
+
+@contextlib.contextmanager
+def unrolled():
+  """Trace the ring's hops unrolled: the compiler's cost analysis counts a scan's body
+  once, so plan mode's FLOP count (zoo/plan/compiled.py) compiles them unrolled. Training
+  keeps the scan: unrolled, the compiler holds several blocks' logits at once."""
+  _unrolled.append(True)
+  try:
+    yield
+  finally:
+    _unrolled.pop()
 
 
 def context_size():
@@ -87,8 +103,7 @@ def ring_attention(q_BLHK, k_BSGK, v_BSGK, q_slots_BL, kv_slots_BS, q_segments_B
   stats = (B, G, H // G, L)
   start = (jnp.full(stats, reference.MASKED, jnp.float32), jnp.zeros(stats, jnp.float32),
            jnp.zeros((*stats, K), jnp.float32), k_BSGK, v_BSGK, kv_slots_BS, kv_segments_BS)
-  # unrolled: each hop's transfer can overlap the previous block's compute, and the
-  # compiler's cost analysis counts every block (it counts a scan's body once)
-  (_, sum_BGQL, out_BGQLK, *_), _ = jax.lax.scan(step, start, None, length=n, unroll=True)
+  (_, sum_BGQL, out_BGQLK, *_), _ = jax.lax.scan(step, start, None, length=n,
+                                                  unroll=bool(_unrolled))
   out_BGQLK = out_BGQLK / sum_BGQL[..., None]
   return out_BGQLK.transpose(0, 3, 1, 2, 4).reshape(B, L, H, K).astype(q_BLHK.dtype)

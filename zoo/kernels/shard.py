@@ -2,8 +2,9 @@
 ring attention, its chunk of the sequence).
 
 Under shard_map the batch is split over the batch mesh axes (data, fsdp, expert), the
-heads over `tensor` and, with `sequence`, the queries' and keys' lengths over `context`. With fewer kv heads than tensor shards the keys and values stay
-replicated and each shard picks the one kv head its query heads share.
+heads over `tensor` and, with `sequence`, the queries' and keys' lengths over `context`.
+With fewer kv heads than tensor shards the keys and values stay replicated and each shard
+picks the one kv head its query heads share.
 """
 
 import jax

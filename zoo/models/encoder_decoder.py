@@ -41,7 +41,7 @@ class _Stack(nn.Module):
       cross_mask = mask_lib.Mask(segment_ids_BL, encoder_segment_ids_BS)
     x_BLD = nn.Dropout(m.dropout_rate)(x_BLD, deterministic=not train)
     num_layers = m.num_decoder_layers if self.decoder else m.num_encoder_layers
-    x_BLD, _ = transformer.stack(m, train, num_layers, 'layers')(
+    x_BLD, _ = transformer.stack(m, train, num_layers, 'layers', self)(
         x_BLD, mask, positions_BL, bias, encoded_BSD, cross_mask)
     if m.norm_position == 'pre':
       x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',

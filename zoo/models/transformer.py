@@ -10,12 +10,14 @@ import jax
 import jax.numpy as jnp
 
 from zoo import kernels
+from zoo.kernels import bias as bias_lib
 from zoo.kernels import mask as mask_lib
 from zoo.kernels import ring
 from zoo.models import attention
 from zoo.models import dims
 from zoo.models import layers
 from zoo.models import moe as moe_lib
+from zoo.models import pipeline
 
 REMAT_POLICIES = {
     'full': None,  # save nothing, recompute the whole block
@@ -99,9 +101,12 @@ class MoEGroup(nn.Module):
     return x_BLD, None
 
 
-def stack(m, train, num_layers, name):
+def stack(m, train, num_layers, name, owner):
   """`num_layers` Blocks, scanned (one compiled body) or unrolled, with the remat policy.
-  With experts, the scanned unit is a MoEGroup of moe.every layers.
+  With experts, the scanned unit is a MoEGroup of moe.every layers. On a mesh with a
+  `stage` axis (mesh.stage > 1) a scanned stack runs as a pipeline (zoo/models/pipeline.py)
+  on the same stacked parameters, read from `owner` (the module the stack is built in);
+  initialising and decoding run the scan.
 
   -> fn(x, mask, positions, bias=None, encoded=None, cross_mask=None) -> (x, None).
   """
@@ -116,7 +121,17 @@ def stack(m, train, num_layers, name):
                       in_axes=(nn.broadcast,) * 5, length=length, unroll=m.scan_unroll,
                       metadata_params={nn.PARTITION_NAME: 'layers'})
     module = scanned(m, train, name=name)
-    return lambda x_BLD, *args: module(x_BLD, *args, *(None,) * (5 - len(args)))
+
+    def run_scanned(x_BLD, *args):
+      args = (*args, *(None,) * (5 - len(args)))
+      stages = pipeline.num_stages()
+      if stages == 1 or owner.is_initializing() or args[0].kv_cache:
+        return module(x_BLD, *args)
+      rng = owner.make_rng('dropout') if train and m.dropout_rate else None
+      params = nn.meta.unbox(owner.variables['params'][name])
+      return _pipelined(unit(m, train), params, x_BLD, args, stages,
+                        m.pipeline_microbatches or stages, rng), None
+    return run_scanned
 
   blocks = [unit(m, train, name=f'{name}_{i}') for i in range(length)]
 
@@ -125,6 +140,20 @@ def stack(m, train, num_layers, name):
       x_BLD, _ = block(x_BLD, *args)
     return x_BLD, None
   return run
+
+
+def _pipelined(block, params, x_BLD, args, stages, microbatches, rng):
+  """The scanned stack's layers on the pipeline: each layer `block` applied with its slice
+  of the stacked parameters; a position bias goes per row in its dense form."""
+  mask, positions_BL, bias, encoded_BSD, cross_mask = args
+  if isinstance(bias, bias_lib.PositionBias):
+    bias = bias.dense()
+
+  def layer(params_one, x_bLD, rows, key):
+    rngs = None if key is None else {'dropout': key}
+    return block.apply({'params': params_one}, x_bLD, *rows, rngs=rngs)[0]
+  return pipeline.run(layer, params, x_BLD, (mask, positions_BL, bias, encoded_BSD, cross_mask),
+                      stages, microbatches, rng)
 
 
 def default_positions(batch, inputs_key='inputs', positions_key='positions',
@@ -195,7 +224,7 @@ class Encoder(nn.Module):
     x_BLD = Embeddings(m, name='embeddings')(embed(ids_BL), positions_BL, token_type_ids_BL,
                                              train)
     mask = mask_lib.Mask(segment_ids_BL, segment_ids_BL)
-    x_BLD, _ = stack(m, train, m.num_layers, 'layers')(x_BLD, mask, positions_BL)
+    x_BLD, _ = stack(m, train, m.num_layers, 'layers', self)(x_BLD, mask, positions_BL)
     if m.norm_position == 'pre':
       x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',
                           **dtypes(m))(x_BLD)
@@ -268,7 +297,7 @@ class Decoder(nn.Module):
     if m.position == 'alibi':
       bias = kernels.prepare_bias(m.attention.kernel, attention.alibi_bias(
           positions_BL, kv_positions_BS, m.num_heads), jnp.dtype(m.dtype), kv_cache)
-    x_BLD, _ = stack(m, train, m.num_layers, 'layers')(x_BLD, mask, positions_BL, bias)
+    x_BLD, _ = stack(m, train, m.num_layers, 'layers', self)(x_BLD, mask, positions_BL, bias)
     if balanced:
       x_BLD = nn.with_logical_constraint(ring.unbalance(x_BLD, n),
                                          ('batch', 'length', 'activation_embed'))

@@ -13,6 +13,7 @@ import json
 import jax
 
 from zoo.train import runtime
+from zoo import families
 from zoo import sharding
 from zoo import storage
 from zoo.data import task as task_lib
@@ -25,7 +26,7 @@ from zoo.plan import topology
 
 def _compiled(config, result, devices, tpu_slice):
   sizes = sharding.mesh_shape(config.mesh, len(devices))
-  sharding.check_divisible(config, sizes)
+  sharding.check_divisible(config, sizes, families.get(config.model))
   out = compiled_lib.compile_step(config, devices)
   result.update(compiled=True, mesh=sizes, compile_seconds=out['compile_seconds'],
                 compiled_flops_per_step=out['flops_per_step_per_device'] * len(devices),
@@ -36,6 +37,8 @@ def _compiled(config, result, devices, tpu_slice):
     result['estimated_step_seconds'] = max(out['flops_per_step_per_device'] / chip.peak_flops,
                                            out['hbm_bytes_per_step_per_device'] /
                                            chip.hbm_bandwidth)
+    if 'pipeline' in result:  # the cost compiles unroll the layers, so run no pipeline
+      result['estimated_step_seconds'] /= 1 - result['pipeline']['bubble']
     result['fits'] = out['per_device_bytes']['total'] <= chip.hbm_bytes
     result['run']['estimated_seconds'] = result['estimated_step_seconds'] * config.train.steps
 

@@ -40,7 +40,7 @@ def _shard_factor(shape, logical_axes, rules, sizes, not_divisible, name):
   factor = 1
   for dim, axes in zip(shape, mesh_axes):
     axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
-    split = math.prod(sizes[a] for a in axes)
+    split = math.prod(sizes.get(a, 1) for a in axes)  # an axis not given: 1
     if dim % split:
       not_divisible.append(f'{name}: dim {dim} over {"x".join(axes)}={split}')
     else:
@@ -77,6 +77,25 @@ def ring_communication(m, context_shards):
   forward = kv * (n - 1)
   return {'context_shards': n, 'bytes_per_token_per_layer_forward': int(forward),
           'bytes_per_token_per_layer_train': int(3 * forward)}
+
+
+def pipeline_plan(config, sizes):
+  """The fill-drain pipeline on sizes['stage'] stages (zoo/models/pipeline.py): its bubble
+  and the activations each device hands across a stage boundary per training step (one
+  microbatch's [b, L, D] forward and its gradient back, every iteration, per stack)."""
+  m, t = config.model, config.train
+  stages = sizes['stage']
+  microbatches = m.pipeline_microbatches or stages
+  iterations = microbatches + stages - 1
+  shards = sizes['data'] * sizes['fsdp'] * sizes.get('expert', 1)
+  rows = t.batch_size / t.microbatches / microbatches / shards
+  stacks = len(families.get(m).LAYER_FIELDS)
+  handed = rows * config.data.seq_len * m.d_model / sizes['tensor'] * np.dtype(m.dtype).itemsize
+  return {'stages': stages, 'microbatches': microbatches,
+          'bubble': (stages - 1) / iterations,
+          'layers_per_stage': families.total_layers(m) // stages,
+          'boundary_bytes_per_step_per_device': int(2 * stacks * iterations * t.microbatches *
+                                                    handed)}
 
 
 def state_bytes(boxed, rules, sizes, optim_config):
@@ -160,6 +179,8 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
     result['moe'] = moe_communication(m, sizes.get('expert', 1))
   if sizes.get('context', 1) > 1:
     result['context'] = ring_communication(m, sizes['context'])
+  if sizes.get('stage', 1) > 1:
+    result['pipeline'] = pipeline_plan(config, sizes)
   cached_layers = families.get(m).kv_cache_layers(m)
   if cached_layers:
     result['kv_cache_bytes_per_token'] = (2 * cached_layers * kv_heads * head_dim *
@@ -190,6 +211,12 @@ def report(result):
     lines.append(f"sequence split over {ring['context_shards']} context shards (ring "
                  f"attention): {ring['bytes_per_token_per_layer_train']:,} bytes/token/layer "
                  'round the ring per training step')
+  if 'pipeline' in result:
+    pipe = result['pipeline']
+    lines.append(f"pipeline: {pipe['stages']} stages of {pipe['layers_per_stage']} layers, "
+                 f"{pipe['microbatches']} microbatches (fill-drain): bubble "
+                 f"{pipe['bubble']:.1%}; {_size(pipe['boundary_bytes_per_step_per_device'])} "
+                 'per device across stage boundaries per step')
   if 'kv_cache_bytes_per_token' in result:
     lines.append(f"KV cache: {result['kv_cache_bytes_per_token']:,} bytes/token")
   if result.get('compiled'):
@@ -202,9 +229,10 @@ def report(result):
                  f"(temporaries {gib(result['per_device_bytes']['temporaries'])}), compiled in "
                  f"{result['compile_seconds']:.0f}s")
   if 'estimated_step_seconds' in result:
+    bubble = '; over 1 - the pipeline bubble' if 'pipeline' in result else ''
     lines.append(f"estimated step time on {result['topology']['name']}: "
                  f"{result['estimated_step_seconds']:.3f}s (roofline: compiled FLOPs at peak, "
-                 f"HBM bytes at bandwidth); fits in "
+                 f"HBM bytes at bandwidth{bubble}); fits in "
                  f"{result['topology']['hbm_bytes_per_chip'] / 2**30:.0f} GiB HBM: "
                  f"{'yes' if result['fits'] else 'NO'}")
   states = result['optimizer_state_bytes_per_device']

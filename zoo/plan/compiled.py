@@ -4,7 +4,9 @@ simulated CPU devices (--plan_compile) or a TPU slice described by libtpu (--pla
 What comes back is the compiler's: per-device memory (memory_analysis) and per-device FLOPs
 and HBM bytes (cost_analysis). cost_analysis counts the body of the layer scan once, so the
 FLOPs and bytes are corrected by compiling the same step with 1 and 2 unrolled layers (per
-stack): cost(L layers) = cost(1) + (L - 1) x (cost(2) - cost(1)).
+stack): cost(L layers) = cost(1) + (L - 1) x (cost(2) - cost(1)); ring attention's hops
+(mesh.context) are unrolled in those compiles for the same reason. Unrolled layers run no
+pipeline (mesh.stage): the plan adds the bubble to the step time itself.
 """
 
 import time
@@ -16,6 +18,7 @@ import numpy as np
 from zoo import families
 from zoo import kernels
 from zoo import sharding
+from zoo.kernels import ring
 from zoo.train import runtime
 
 
@@ -48,7 +51,8 @@ def _unrolled_cost(config, mesh):
       variant.model.scan_layers = False
       for field, n in zip(fields, layers):
         variant.model[field] = n
-    return _cost(lower(variant, mesh).compile())
+    with ring.unrolled():  # every hop's block counted
+      return _cost(lower(variant, mesh).compile())
 
   base = cost([1] * len(fields))
   total = base.copy()

@@ -1,11 +1,14 @@
 """--plan_sweep: every factorization of a slice's chips into data x fsdp x tensor (x expert
-for MoE, x context where ring attention is built for the shape), each with an analytic per-device memory and step-time estimate, sorted by time;
+for MoE, x context where ring attention is built for the shape, x stage where the layer
+stacks pipeline; not context and stage together), each with an analytic per-device memory
+and step-time estimate, sorted by time;
 --plan_sweep_compile=N compiles the N fastest that fit for the slice (`confirm`) and shows
 the compiler's bytes beside the estimate.
 
 The estimate (a ranking aid; compile the chosen mesh with --plan_topology to confirm):
 - compute: training FLOPs per step (zoo/plan/analytic.py convention, plus what the remat
-  policy recomputes: zoo/counting.py remat_flops_per_token) / (chips x peak bf16 FLOP/s);
+  policy recomputes: zoo/counting.py remat_flops_per_token) / (chips x peak bf16 FLOP/s),
+  over (1 - the pipeline bubble) with stages;
 - communication over ICI at the chip's bandwidth, not overlapped with compute:
   fsdp: parameters all-gathered for forward and backward and gradients reduce-scattered,
   3 x P x (f-1)/f bytes (per tensor shard); data (and context, which holds whole
@@ -13,11 +16,14 @@ The estimate (a ranking aid; compile the chosen mesh with --plan_topology to con
   tensor: 4 all-reduces of the [B, L, D] activations per layer (2 forward, 2 backward),
   each 2 x bytes x (t-1)/t; expert: the MoE dispatch/combine traffic of
   analytic.moe_communication per MoE layer; context: ring attention's key/value traffic
-  (analytic.ring_communication);
-- memory: params, AdamW moments and gradients as the rules shard them, plus activations:
-  with remat, one saved [B, L, D] residual per layer (split over tensor) and one layer's
-  working set; without, about 10 D + 2 F/t values per token per layer, + 2 H L/t float32
-  scores where the attention is not a flash kernel on TPU (splash, flash_bias); plus the
+  (analytic.ring_communication); stage: each fill-drain iteration hands one microbatch's
+  activations to the next stage and their gradient back (analytic.pipeline_plan); fsdp,
+  data and tensor traffic are of the stage's own layers;
+- memory: params, AdamW moments and gradients as the rules shard them (the layers over
+  stage), plus activations: with remat, one saved [B, L, D] residual per layer of the
+  stage (split over tensor) and one layer's working set; without, about 10 D + 2 F/t
+  values per token per layer, + 2 H L/(t c) float32 scores (one ring block's with
+  context c) where the attention is not a flash kernel on TPU (splash, flash_bias); plus the
   float32 logits and their gradient, of one chunk of the sequence with the chunked loss;
   the update's float32 temporaries (one per parameter); with fsdp, one layer's parameters
   and the vocabulary tables gathered whole in the compute dtype. Calibrated against the
@@ -51,7 +57,7 @@ def factorizations(n, axes):
 
 def _invalid(config, sizes):
   try:
-    sharding.check_divisible(config, sizes)
+    sharding.check_divisible(config, sizes, families.get(config.model))
   except ConfigError as e:
     return str(e).split(';')[0]
   return None
@@ -73,17 +79,21 @@ def estimate(config, sizes, chip, plan_result, boxed):
   m, t = config.model, config.train
   chips = math.prod(sizes.values())
   data, fsdp, tensor = sizes['data'], sizes['fsdp'], sizes['tensor']
-  context = sizes.get('context', 1)
+  context, stages = sizes.get('context', 1), sizes.get('stage', 1)
   tokens = t.batch_size * config.data.seq_len
   tokens_per_device = tokens / (data * fsdp * context)
   compute_bytes = np.dtype(m.dtype).itemsize
-  params = plan_result['params_total']
-  layers = families.total_layers(m)
+  params = plan_result['params_total'] / stages  # a stage's layers (tables counted in too)
+  layers = families.total_layers(m) / stages
   remat = m.remat != 'none'
 
   flops = (plan_result['flops_per_token'] + plan_result['remat_flops_per_token']) * tokens
   seconds = flops / (chips * chip.peak_flops)
   comm = 0.0
+  if stages > 1:
+    pipe = analytic.pipeline_plan(config, sizes)
+    seconds /= 1 - pipe['bubble']
+    comm += pipe['boundary_bytes_per_step_per_device']
   if fsdp > 1:  # gathered forward and backward, reduce-scattered: once per microbatch
     comm += 3 * t.microbatches * params * compute_bytes / tensor * (fsdp - 1) / fsdp
   replicas = data * context
@@ -133,11 +143,15 @@ def sweep(config, tpu_slice):
     axes += ('expert',)
   if not config_lib.context_unsupported(config.model):
     axes += ('context',)
+  if config.model.scan_layers and not config.model.moe.num_experts:
+    axes += ('stage',)
   boxed = counting.abstract_params(config)
   base = analytic.plan(config, mesh_sizes={a: 1 for a in sharding.MESH_AXES}, boxed=boxed)
   rows = []
   for sizes in factorizations(tpu_slice.chips, axes):
     sizes = {a: sizes.get(a, 1) for a in sharding.MESH_AXES}
+    if sizes['context'] > 1 and sizes['stage'] > 1:
+      continue  # not built together (config.validate says so)
     reason = _invalid(config, sizes)
     row = {'mesh': sizes, 'invalid': reason}
     if not reason:

@@ -130,7 +130,7 @@ def placement(config):
   """The mesh (fails on a device-count or divisibility mismatch before any compile)."""
   mesh = sharding.make_mesh(config.mesh)
   sharding.check_batch(config.train.batch_size, mesh, _num_streams(config))
-  sharding.check_divisible(config, dict(mesh.shape))
+  sharding.check_divisible(config, dict(mesh.shape), families.get(config.model))
   return Placement(mesh, sharding.rules(config), attention_kernel(config))
 
 

@@ -1,0 +1,92 @@
+"""The pipeline (mesh.stage) on 8 simulated devices against one device: the three families'
+outputs and gradients, the stages really passing activations (collective permutes), the
+bubble, and the configs it refuses."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests import helpers
+from zoo import config as config_lib
+from zoo import families
+from zoo import sharding
+from zoo.models import pipeline
+
+B, L = 8, 16
+
+
+def _model(family):
+  c = config_lib.base()
+  c.model.update(family=family, vocab_size=64, d_model=32, num_layers=4, num_heads=4,
+                 num_kv_heads=2, mlp_dim=64, max_length=64, pipeline_microbatches=4)
+  if family == 'encoder_decoder':
+    c.model.update(num_encoder_layers=4, num_decoder_layers=4, position='t5_bias')
+  return c, families.build(c.model)
+
+
+def _batch(family):
+  ids = jnp.asarray(helpers.random_ids((B, L)))
+  segments = jnp.asarray([[1] * 9 + [2] * 7] * 4 + [[1] * 12 + [0] * 4] * 4, jnp.int32)
+  if family == 'encoder_decoder':
+    return {'encoder_inputs': ids, 'decoder_inputs': ids[:, ::-1],
+            'encoder_segment_ids': segments, 'decoder_segment_ids': segments}
+  return {'inputs': ids, 'segment_ids': segments}
+
+
+@pytest.mark.parametrize('family,mesh', [
+    ('decoder', dict(stage=4, fsdp=2)), ('decoder', dict(stage=2, data=2, tensor=2)),
+    ('encoder', dict(stage=2, data=2, tensor=2)),
+    ('encoder_decoder', dict(stage=2, data=2, tensor=2))])
+def test_a_pipelined_model_gives_the_one_device_outputs_and_gradients(family, mesh):
+  config, model = _model(family)
+  batch = _batch(family)
+  params = model.init(jax.random.PRNGKey(0), batch)
+  loss = lambda p: jnp.sum(jax.tree.leaves(model.apply(p, batch))[0] ** 2)
+  want, want_grads = model.apply(params, batch), jax.grad(loss)(params)
+  # the axes not given are 1
+  with jax.set_mesh(sharding.make_mesh(mesh)), nn.logical_axis_rules(sharding.rules(config)):
+    compiled = jax.jit(model.apply).lower(params, batch).compile().as_text()
+    assert 'collective-permute' in compiled  # activations handed from stage to stage
+    got, got_grads = jax.jit(model.apply)(params, batch), jax.jit(jax.grad(loss))(params)
+  for g, w in zip(jax.tree.leaves(got) + jax.tree.leaves(got_grads),
+                  jax.tree.leaves(want) + jax.tree.leaves(want_grads)):
+    np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5 * float(np.abs(w).max()))
+
+
+def test_the_bubble_is_the_idle_share_of_the_fill_and_drain():
+  assert pipeline.bubble(4, 4) == pytest.approx(3 / 7)
+  assert pipeline.bubble(4, 16) == pytest.approx(3 / 19)
+  assert pipeline.bubble(1, 8) == 0
+
+
+@pytest.mark.parametrize('overrides,message', [
+    ({'mesh.stage': 3}, 'model.num_layers=2 does not split into mesh.stage=3 stages'),
+    ({'mesh.stage': 2, 'model.pipeline_microbatches': 1},
+     'model.pipeline_microbatches=1 is fewer than mesh.stage=2'),
+    ({'mesh.stage': 2, 'model.pipeline_microbatches': 3},
+     'model.pipeline_microbatches=3 does not divide train.batch_size=4'),
+    ({'mesh.stage': 2, 'model.scan_layers': False},
+     'mesh.stage=2 pipelines the scanned layer stack; set model.scan_layers=True'),
+    ({'mesh.stage': 2, 'mesh.context': 2},
+     r'mesh.stage=2 with mesh.context=2 is not built \(ring attention inside the pipeline\)'),
+])
+def test_a_pipeline_the_config_cannot_run_names_the_field(overrides, message):
+  c = helpers.tiny_config()
+  for key, value in overrides.items():
+    config_lib.apply_override(c, f'{key}={value!r}')
+  with pytest.raises(config_lib.ConfigError, match=message):
+    config_lib.validate(c)
+
+
+def test_a_stage_axis_from_minus_one_is_checked_against_the_layers_and_the_rows():
+  config = helpers.tiny_config()
+  with pytest.raises(config_lib.ConfigError, match='model.num_layers=2 does not split into '
+                                                   'mesh stage=4 stages'):
+    sharding.check_divisible(config, dict(data=1, fsdp=1, tensor=1, expert=1, context=1,
+                                          stage=4), families.get(config.model))
+  with pytest.raises(config_lib.ConfigError, match=r'train.batch_size=4 does not split into 2 '
+                                                   r'pipeline microbatches'):
+    sharding.check_divisible(config, dict(data=4, fsdp=1, tensor=1, expert=1, context=1,
+                                          stage=2), families.get(config.model))
