@@ -147,27 +147,51 @@ def sweep(config, tpu_slice):
     axes += ('stage',)
   boxed = counting.abstract_params(config)
   base = analytic.plan(config, mesh_sizes={a: 1 for a in sharding.MESH_AXES}, boxed=boxed)
-  rows = []
+  rows, variants = [], {}
   for sizes in factorizations(tpu_slice.chips, axes):
     sizes = {a: sizes.get(a, 1) for a in sharding.MESH_AXES}
     if sizes['context'] > 1 and sizes['stage'] > 1:
       continue  # not built together (config.validate says so)
-    reason = _invalid(config, sizes)
-    row = {'mesh': sizes, 'invalid': reason}
-    if not reason:
-      seconds, per_device = estimate(config, sizes, tpu_slice.chip, base, boxed)
-      row.update(step_seconds=seconds, per_device_bytes=int(per_device),
-                 fits=per_device <= tpu_slice.chip.hbm_bytes)
-    rows.append(row)
+    for microbatches in _pipeline_microbatches(config, sizes['stage']):
+      if microbatches not in variants:
+        variants[microbatches] = _with_microbatches(config, microbatches)
+      meshed = variants[microbatches]
+      reason = _invalid(meshed, sizes)
+      row = {'mesh': sizes, 'pipeline_microbatches': microbatches, 'invalid': reason}
+      if not reason:
+        seconds, per_device = estimate(meshed, sizes, tpu_slice.chip, base, boxed)
+        row.update(step_seconds=seconds, per_device_bytes=int(per_device),
+                   fits=per_device <= tpu_slice.chip.hbm_bytes)
+      rows.append(row)
   rows.sort(key=lambda r: (r['invalid'] is not None, r.get('step_seconds', 0)))
   return rows
+
+
+def _pipeline_microbatches(config, stages):
+  """The pipeline microbatch counts the sweep tries for `stages`: the config's, or with
+  none set (0) one to eight per stage; (0,) without stages."""
+  if stages == 1:
+    return (0,)
+  if config.model.pipeline_microbatches:
+    return (config.model.pipeline_microbatches,)
+  return tuple(stages * k for k in (1, 2, 4, 8))
+
+
+def _with_microbatches(config, microbatches):
+  if microbatches == config.model.pipeline_microbatches:
+    return config
+  variant = config.copy_and_resolve_references()
+  with variant.unlocked():
+    variant.model.pipeline_microbatches = microbatches
+  return variant
 
 
 def confirm(config, rows, devices, chip):
   """Compiles the train step for each row's mesh on `devices` (the slice's) and adds the
   compiler's per-device bytes (`compiled_bytes`) and whether they fit (`compiled_fits`)."""
   for row in rows:
-    meshed = config.copy_and_resolve_references()
+    meshed = _with_microbatches(config, row['pipeline_microbatches'])
+    meshed = meshed.copy_and_resolve_references()
     with meshed.unlocked():
       meshed.mesh.update(row['mesh'])
     total = compiled.compile_step(meshed, devices, scan_corrected_cost=False)[
@@ -183,10 +207,11 @@ def table(rows, tpu_slice):
   lines = [f'sweep on {tpu_slice.name} ({tpu_slice.chips} chips, {hbm:.0f} GiB HBM each); '
            'analytic estimate' + ('; compiled GiB from the TPU compiler' if confirmed else
                                   ', compile the best with --plan_sweep_compile=N to confirm'),
-           ' '.join(f'{a:>7}' for a in sharding.MESH_AXES) + f' {"step s":>9} '
+           ' '.join(f'{a:>7}' for a in sharding.MESH_AXES) + f' {"micro":>6} {"step s":>9} '
            f'{"GiB/device":>11}  fits' + (f' {"compiled GiB":>12}' if confirmed else '')]
   for r in rows:
     mesh = ' '.join(f'{r["mesh"][a]:>7}' for a in sharding.MESH_AXES)
+    mesh += f' {r["pipeline_microbatches"] or "-":>6}'
     if r['invalid']:
       lines.append(f'{mesh}  skipped: {r["invalid"]}')
       continue
