@@ -241,3 +241,15 @@ def test_dropless_expert_parallelism_compiles_to_ragged_all_to_alls_for_a_tpu_sl
     hlo = compiled.lower(config, sharding.make_mesh(config.mesh, devices)).compile().as_text()
   # dispatch and return, forward and backward (the layer scan has one body)
   assert hlo.count('ragged-all-to-all(') == 4
+
+
+def test_a_pipelined_tpu_plan_compiles_and_prices_the_bubble():
+  # 4 chips: stage 2 x fsdp 2, 4 microbatches of 2 rows (1 per fsdp shard)
+  config = _smoke('mesh.data=1', 'mesh.fsdp=2', 'mesh.stage=2', 'model.pipeline_microbatches=4')
+  result = plan.run(config, topology_name='v5p-8')
+  assert result['pipeline']['bubble'] == pytest.approx(1 / 5)
+  assert result['compiled'] and result['compiled_flops_per_step'] is None and result['fits']
+  flops = ((result['flops_per_token'] + result['remat_flops_per_token']) *
+           result['run']['tokens_per_step'] / 4)
+  peak = topology.parse('v5p-8').chip.peak_flops
+  assert result['estimated_step_seconds'] == pytest.approx(flops / peak / 0.8)

@@ -27,18 +27,26 @@ from zoo.plan import topology
 def _compiled(config, result, devices, tpu_slice):
   sizes = sharding.mesh_shape(config.mesh, len(devices))
   sharding.check_divisible(config, sizes, families.get(config.model))
-  out = compiled_lib.compile_step(config, devices)
+  # with stages the cost compiles (layers unrolled) would run no pipeline: the step time
+  # takes the analytic FLOPs over 1 - the bubble, the memory is the compiler's
+  pipelined = 'pipeline' in result
+  out = compiled_lib.compile_step(config, devices, scan_corrected_cost=not pipelined)
   result.update(compiled=True, mesh=sizes, compile_seconds=out['compile_seconds'],
-                compiled_flops_per_step=out['flops_per_step_per_device'] * len(devices),
+                compiled_flops_per_step=None if pipelined else
+                out['flops_per_step_per_device'] * len(devices),
                 compiled_hbm_bytes_per_step_per_device=out['hbm_bytes_per_step_per_device'])
   result['per_device_bytes'].update(out['per_device_bytes'])
   if tpu_slice:
     chip = tpu_slice.chip
-    result['estimated_step_seconds'] = max(out['flops_per_step_per_device'] / chip.peak_flops,
-                                           out['hbm_bytes_per_step_per_device'] /
-                                           chip.hbm_bandwidth)
-    if 'pipeline' in result:  # the cost compiles unroll the layers, so run no pipeline
-      result['estimated_step_seconds'] /= 1 - result['pipeline']['bubble']
+    if pipelined:
+      flops = ((result['flops_per_token'] + result['remat_flops_per_token']) *
+               result['run']['tokens_per_step'] / len(devices))
+      result['estimated_step_seconds'] = (flops / chip.peak_flops /
+                                          (1 - result['pipeline']['bubble']))
+    else:
+      result['estimated_step_seconds'] = max(
+          out['flops_per_step_per_device'] / chip.peak_flops,
+          out['hbm_bytes_per_step_per_device'] / chip.hbm_bandwidth)
     result['fits'] = out['per_device_bytes']['total'] <= chip.hbm_bytes
     result['run']['estimated_seconds'] = result['estimated_step_seconds'] * config.train.steps
 

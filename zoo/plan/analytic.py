@@ -222,17 +222,20 @@ def report(result):
   if result.get('compiled'):
     analytic = ((result['flops_per_token'] + result['remat_flops_per_token']) *
                 result['run']['tokens_per_step'])
-    lines.append(f"compiled train step: {result['compiled_flops_per_step']:.4g} FLOPs/step "
-                 f"({result['compiled_flops_per_step'] / analytic:.3f} x the analytic count "
-                 "with remat), "
+    flops = ('FLOPs not counted by the compiler (a pipeline: the analytic count is used)'
+             if result['compiled_flops_per_step'] is None else
+             f"{result['compiled_flops_per_step']:.4g} FLOPs/step "
+             f"({result['compiled_flops_per_step'] / analytic:.3f} x the analytic count "
+             "with remat)")
+    lines.append(f"compiled train step: {flops}, "
                  f"{gib(result['per_device_bytes']['total'])} per device "
                  f"(temporaries {gib(result['per_device_bytes']['temporaries'])}), compiled in "
                  f"{result['compile_seconds']:.0f}s")
   if 'estimated_step_seconds' in result:
-    bubble = '; over 1 - the pipeline bubble' if 'pipeline' in result else ''
+    how = ('analytic FLOPs at peak over 1 - the pipeline bubble' if 'pipeline' in result
+           else 'compiled FLOPs at peak, HBM bytes at bandwidth')
     lines.append(f"estimated step time on {result['topology']['name']}: "
-                 f"{result['estimated_step_seconds']:.3f}s (roofline: compiled FLOPs at peak, "
-                 f"HBM bytes at bandwidth{bubble}); fits in "
+                 f"{result['estimated_step_seconds']:.3f}s (roofline: {how}); fits in "
                  f"{result['topology']['hbm_bytes_per_chip'] / 2**30:.0f} GiB HBM: "
                  f"{'yes' if result['fits'] else 'NO'}")
   states = result['optimizer_state_bytes_per_device']
