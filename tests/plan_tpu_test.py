@@ -62,6 +62,16 @@ def test_the_slices_can_split_fsdp_instead():
                        devices)
 
 
+def test_the_slices_can_split_the_pipeline_stages():
+  devices = topology.devices(topology.parse('2xv5p-16'))
+  config = _smoke('mesh.data=1', 'mesh.fsdp=8', 'mesh.stage=2', 'mesh.slices=2',
+                  'mesh.dcn_axis=stage')
+  slice_of = np.vectorize(lambda d: d.slice_index)(sharding.make_mesh(config.mesh,
+                                                                      devices).devices)
+  # stage 0 lives in slice 0 and stage 1 in slice 1: only stage boundaries cross DCN
+  np.testing.assert_array_equal(slice_of[0, :, 0, 0, 0, :], [[0, 1]] * 8)
+
+
 @pytest.mark.parametrize('name', ['v5x-8', 'v5p-12', 'v5e-512', 'tpu', '0xv5p-8'])
 def test_a_slice_that_does_not_exist_is_one_line_with_examples(name):
   with pytest.raises(config_lib.ConfigError, match=r'--plan_topology=.*use one like v4-8'):
