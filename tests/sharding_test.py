@@ -35,11 +35,11 @@ def _config(family, mesh=(8, 1, 1), extra=()):
                        *extra)
 
 
-def _one_device_run(workdir, name, *overrides):
+def _one_device_run(workdir, name):
   """configs/NAME.py:smoke trained in a process that sees one CPU device."""
   result = subprocess.run(
       [sys.executable, '-m', 'zoo.launch', f'--config={REPO}/configs/{name}.py:smoke',
-       f'--workdir={workdir}', *[f'--config.{o}' for o in (*STEPS, *overrides)]],
+       f'--workdir={workdir}', *[f'--config.{o}' for o in STEPS]],
       env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO,
                XLA_FLAGS='--xla_force_host_platform_device_count=1'),
       capture_output=True, text=True, timeout=300, check=False)
@@ -132,16 +132,8 @@ def test_a_two_stage_pipeline_gives_the_single_device_losses(family, one_device_
   assert _losses(tmp_path) == pytest.approx(one_device_losses[family], rel=2e-5, abs=2e-5)
 
 
-def test_a_four_stage_pipeline_gives_the_single_device_losses(tmp_path):
-  """stage 4 x fsdp 2 on a 4-layer decoder, 4 microbatches of 2 rows."""
-  _one_device_run(tmp_path / 'one', 'gpt_shakespeare', 'model.num_layers=4')
-  loop.train(_config('decoder', (1, 2, 1, 1, 4), ['model.num_layers=4']), str(tmp_path / 'p'))
-  assert _losses(tmp_path / 'p') == pytest.approx(_losses(tmp_path / 'one'), rel=2e-5,
-                                                  abs=2e-5)
-
-
 def test_a_pipeline_checkpoint_resumes_without_stages_with_the_same_losses(tmp_path):
-  constant = ['optim.schedule=constant', 'train.steps=8']
+  constant = ['optim.schedule=constant', 'train.steps=7']
   loop.train(_config('decoder', (8, 1, 1), constant), str(tmp_path / 'reference'))
   loop.train(_config('decoder', STAGE2, [*constant, 'train.steps=5']), str(tmp_path))
   loop.train(_config('decoder', (8, 1, 1), constant), str(tmp_path))
