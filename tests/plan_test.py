@@ -177,10 +177,21 @@ def test_the_pipeline_plan_by_hand():
   config.train.batch_size, config.model.pipeline_microbatches = 8, 4
   config.mesh.data, config.mesh.stage = 2, 2
   result = analytic.plan(config, 4)
-  assert result['pipeline'] == {'stages': 2, 'microbatches': 4, 'bubble': 0.2,
+  assert result['pipeline'] == {'stages': 2, 'microbatches': 4, 'repeats': 1, 'bubble': 0.2,
                                 'layers_per_stage': 1,
-                                'boundary_bytes_per_step_per_device': 2 * 5 * 2048}
+                                'boundary_bytes_per_step_per_device': 2 * 5 * 2048,
+                                'regroup_bytes_per_step_per_device': 0}
   assert 'bubble 20.0%' in analytic.report(result)
   # the stacked layers split over the stages: the layer parameters' bytes halve
   assert result['per_device_bytes']['params'] < analytic.plan(
       helpers.tiny_config(), 1)['per_device_bytes']['params']
+  # circular, 2 rounds of 4 layers (groups 0..3 lie on stages 0, 0, 1, 1 and run on 0, 1,
+  # 0, 1: half move): 9 iterations, bubble 1/9; half the parameters out, their gradients back
+  config.model.num_layers, config.model.pipeline_repeats = 4, 2
+  result = analytic.plan(config, 4)
+  params = result['per_device_bytes']['params']
+  assert result['pipeline']['bubble'] == pytest.approx(1 / 9)
+  assert result['pipeline']['boundary_bytes_per_step_per_device'] == 2 * 9 * 2048
+  assert result['pipeline']['regroup_bytes_per_step_per_device'] == int(2 * 0.5 * params)
+  assert 'circular, 2 rounds' in analytic.report(result)
+  assert analytic.regroup_share(4, 1) == 0 and analytic.regroup_share(4, 2) == 0.75

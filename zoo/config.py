@@ -136,6 +136,11 @@ def _model():
   # mesh.stage > 1: microbatches the batch flows through the stages in (fill-drain; the
   # bubble is (stages - 1) / (microbatches + stages - 1)); 0 = one per stage
   m.pipeline_microbatches = 0
+  # mesh.stage > 1: rounds each microbatch makes through the stages (circular schedule: stage
+  # s runs layer groups s, s + stages, ...; the bubble shrinks to (stages - 1) / (repeats x
+  # microbatches + stages - 1), the parameters move to their stages every step); 1 =
+  # fill-drain over contiguous stages
+  m.pipeline_repeats = 1
   m.attention = ml_collections.ConfigDict({
       'kernel': 'auto',  # 'auto' | 'xla' | 'splash' | 'flash_bias' | 'gpu' (zoo/kernels)
       'window': 0,  # causal sliding window (keys back, the query included); 0 = none
@@ -692,7 +697,13 @@ def _validate_stage(mesh, m, batch_size):
   if m.pipeline_microbatches < 0:
     raise ConfigError(f'model.pipeline_microbatches={m.pipeline_microbatches} must be >= 0 '
                       '(0 = one per stage)')
+  if m.pipeline_repeats < 1:
+    raise ConfigError(f'model.pipeline_repeats={m.pipeline_repeats} must be >= 1 (1 = '
+                      'fill-drain)')
   if stages == 1:
+    if m.pipeline_repeats != 1:
+      raise ConfigError(f'model.pipeline_repeats={m.pipeline_repeats} needs a pipeline; set '
+                        'mesh.stage > 1 or model.pipeline_repeats=1')
     return
   field = f'mesh.stage={stages}'
   if not m.scan_layers:
@@ -705,10 +716,12 @@ def _validate_stage(mesh, m, batch_size):
                       'inside the pipeline); use one of them')
   if stages < 1:
     return  # -1: checked with the mesh (sharding.check_divisible)
+  groups = stages * m.pipeline_repeats
   for name in families.get(m).LAYER_FIELDS:
-    if m[name] % stages:
-      raise ConfigError(f'model.{name}={m[name]} does not split into {field} stages; use a '
-                        f'stage count that divides it')
+    if m[name] % groups:
+      raise ConfigError(f'model.{name}={m[name]} does not split into {field} stages x '
+                        f'model.pipeline_repeats={m.pipeline_repeats} layer groups; use '
+                        'stages and repeats whose product divides it')
   microbatches = m.pipeline_microbatches or stages
   if microbatches < stages:
     raise ConfigError(f'model.pipeline_microbatches={microbatches} is fewer than {field}: '

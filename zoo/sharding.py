@@ -149,9 +149,10 @@ def _check_stages(config, layer_fields, stages, shards):
   and each microbatch's rows split over the batch axes."""
   m = config.model
   for field in layer_fields:
-    if m[field] % stages:
+    if m[field] % (stages * m.pipeline_repeats):
       raise ConfigError(f'model.{field}={m[field]} does not split into mesh stage={stages} '
-                        'stages; use a stage count that divides it')
+                        f'stages x model.pipeline_repeats={m.pipeline_repeats} layer groups; '
+                        'use stages and repeats whose product divides it')
   microbatches = m.pipeline_microbatches or stages
   if microbatches < stages:
     raise ConfigError(f'model.pipeline_microbatches={microbatches} is fewer than mesh '

@@ -1,6 +1,7 @@
 """The pipeline (mesh.stage) on 8 simulated devices against one device: a decoder on 4
-stages and T5 (both stacks) on 4 stages x data 2, outputs and gradients, the stages really
-passing activations (collective permutes); the bubble, and the configs it refuses."""
+stages (fill-drain) and T5 (both stacks) circular on 2 stages x 2 rounds x data 2 x
+tensor 2, outputs and gradients, the stages really passing activations (collective
+permutes); the bubble, and the configs it refuses."""
 
 import flax.linen as nn
 import jax
@@ -17,10 +18,11 @@ from zoo.models import pipeline
 B, L = 8, 16
 
 
-def _model(family):
+def _model(family, repeats=1):
   c = config_lib.base()
   c.model.update(family=family, vocab_size=64, d_model=32, num_layers=4, num_heads=4,
-                 num_kv_heads=2, mlp_dim=64, max_length=64, pipeline_microbatches=4)
+                 num_kv_heads=2, mlp_dim=64, max_length=64, pipeline_microbatches=4,
+                 pipeline_repeats=repeats)
   if family == 'encoder_decoder':
     c.model.update(num_encoder_layers=4, num_decoder_layers=4, position='t5_bias')
   return c, families.build(c.model)
@@ -36,19 +38,22 @@ def _batch(family):
 
 
 # (stage 2 x data 2 x tensor 2 for every family: the 5-step losses in tests/sharding_test.py)
-@pytest.mark.parametrize('family,mesh', [('decoder', dict(stage=4, fsdp=2)),
-                                         ('encoder_decoder', dict(stage=4, data=2))])
-def test_a_pipelined_model_gives_the_one_device_outputs_and_gradients(family, mesh):
-  config, model = _model(family)
+@pytest.mark.parametrize('family,mesh,repeats', [
+    ('decoder', dict(stage=4, fsdp=2), 1),
+    # 4 layer groups of 1: stage 0 runs layers 0 and 2, stage 1 layers 1 and 3; 4
+    # microbatches on 2 stages, so each waits in the buffer before its second round
+    ('encoder_decoder', dict(stage=2, data=2, tensor=2), 2)])
+def test_a_pipelined_model_gives_the_one_device_outputs_and_gradients(family, mesh, repeats):
+  config, model = _model(family, repeats)
   batch = _batch(family)
   params = model.init(jax.random.PRNGKey(0), batch)
   loss = lambda p: jnp.sum(jax.tree.leaves(model.apply(p, batch))[0] ** 2)
-  want, want_grads = model.apply(params, batch), jax.grad(loss)(params)
+  want, want_grads = jax.jit(model.apply)(params, batch), jax.jit(jax.grad(loss))(params)
   # the axes not given are 1
   with jax.set_mesh(sharding.make_mesh(mesh)), nn.logical_axis_rules(sharding.rules(config)):
-    compiled = jax.jit(model.apply).lower(params, batch).compile().as_text()
-    assert 'collective-permute' in compiled  # activations handed from stage to stage
-    got, got_grads = jax.jit(model.apply)(params, batch), jax.jit(jax.grad(loss))(params)
+    apply = jax.jit(model.apply).lower(params, batch).compile()
+    assert 'collective-permute' in apply.as_text()  # activations handed from stage to stage
+    got, got_grads = apply(params, batch), jax.jit(jax.grad(loss))(params)
   for g, w in zip(jax.tree.leaves(got) + jax.tree.leaves(got_grads),
                   jax.tree.leaves(want) + jax.tree.leaves(want_grads)):
     np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5 * float(np.abs(w).max()))
@@ -58,10 +63,17 @@ def test_the_bubble_is_the_idle_share_of_the_fill_and_drain():
   assert pipeline.bubble(4, 4) == pytest.approx(3 / 7)
   assert pipeline.bubble(4, 16) == pytest.approx(3 / 19)
   assert pipeline.bubble(1, 8) == 0
+  assert pipeline.bubble(4, 4, repeats=2) == pytest.approx(3 / 11)  # circular: fills once
 
 
 @pytest.mark.parametrize('overrides,message', [
-    ({'mesh.stage': 3}, 'model.num_layers=2 does not split into mesh.stage=3 stages'),
+    ({'mesh.stage': 3}, 'model.num_layers=2 does not split into mesh.stage=3 stages x '
+                        'model.pipeline_repeats=1 layer groups'),
+    ({'mesh.stage': 2, 'model.pipeline_repeats': 2},
+     'model.num_layers=2 does not split into mesh.stage=2 stages x model.pipeline_repeats=2'),
+    ({'model.pipeline_repeats': 2}, 'model.pipeline_repeats=2 needs a pipeline; set '
+                                    'mesh.stage > 1'),
+    ({'mesh.stage': 2, 'model.pipeline_repeats': 0}, 'model.pipeline_repeats=0 must be >= 1'),
     ({'mesh.stage': 2, 'model.pipeline_microbatches': 1},
      'model.pipeline_microbatches=1 is fewer than mesh.stage=2'),
     ({'mesh.stage': 2, 'model.pipeline_microbatches': 3},

@@ -1,21 +1,29 @@
-"""Pipeline parallelism over a `stage` mesh axis: a layer stack split into contiguous stages
-and the batch into microbatches that flow through them (GPipe's fill-drain schedule).
+"""Pipeline parallelism over a `stage` mesh axis: a layer stack split into stages and the
+batch into microbatches that flow through them, fill-drain (GPipe) or circular.
 
 The stack's parameters stay stacked [layers, ...] (the checkpoint is the same at any stage
-count) and split over `stage` along the layer axis (the rule `layers` -> `stage`), so stage
-s holds layers s*L/S .. (s+1)*L/S - 1. Each of the M + S - 1 iterations runs every stage's
-layers on the microbatch it holds (a vmap over the stage axis: each device computes only
-its own stage), then passes each stage's output to the next stage (a roll along the
-stage axis, one collective permute) while the first stage takes the next microbatch and
-the last stage's output is kept. Per-row inputs (masks, positions, a dense position bias,
-the encoder output) are taken for the microbatch each stage holds. A stage computes
-nothing useful while the pipe fills and drains: the bubble, (S - 1) / (M + S - 1) of the
-iterations.
+count) and split over `stage` along the layer axis (the rule `layers` -> `stage`). The
+layers form S x R groups of consecutive layers (R repeats, model.pipeline_repeats): group
+r S + s runs on stage s, so a microbatch goes round the stages R times. R = 1 is fill-drain:
+stage s holds layers s L/S .. (s+1) L/S - 1, where the stacked parameters already lie. With
+R > 1 (circular, as in Megatron's interleaved schedule) each stage holds R groups, so the
+step first moves the parameters to them (collectives over `stage`, and the gradients
+back in the backward pass); in exchange the pipe fills and drains once for R rounds.
+
+Each of the R M + S - 1 iterations runs every stage's group on the microbatch it holds (a
+vmap over the stage axis: each device computes only its own stage), then passes each
+stage's output to the next stage (a roll along the stage axis, one collective permute)
+while the first stage takes the next microbatch: a new one in the first round, else the one
+the last stage handed back a round earlier (kept in a buffer of M microbatches; M >= S, so
+it is back in time). Per-row inputs (masks, positions, a dense position bias, the encoder
+output) are taken for the microbatch each stage holds. A stage computes nothing useful
+while the pipe fills and drains: the bubble, (S - 1) / (R M + S - 1) of the iterations.
 
 Microbatch j holds rows j, j + M, j + 2M, ... (as gradient accumulation deals them), so
 every data shard keeps its rows in every microbatch.
 
-Glossary: S stages, M microbatches, b rows per microbatch, B batch.
+Glossary: S stages, R repeats, G layers per group, M microbatches, b rows per microbatch,
+B batch.
 """
 
 import flax.linen as nn
@@ -29,9 +37,9 @@ def num_stages():
   return 1 if mesh.empty else mesh.shape.get('stage', 1)
 
 
-def bubble(stages, microbatches):
-  """The fraction of fill-drain iterations a stage spends idle."""
-  return (stages - 1) / (microbatches + stages - 1)
+def bubble(stages, microbatches, repeats=1):
+  """The fraction of the iterations a stage spends idle while the pipe fills and drains."""
+  return (stages - 1) / (repeats * microbatches + stages - 1)
 
 
 def _deal(x_B, m):
@@ -49,15 +57,17 @@ def _stage_constraint(x_S):
   return nn.with_logical_constraint(x_S, axes)
 
 
-def run(layer_fn, params, x_BLD, rows, stages, microbatches, rng=None):
+def run(layer_fn, params, x_BLD, rows, stages, microbatches, rng=None, repeats=1):
   """The stack on the pipeline -> x [B, L, D] after every layer.
 
   layer_fn(layer params, x [b, L, D], rows of the microbatch, rng or None) -> x;
   params: the stacked [layers, ...] tree; rows: a tree of [B, ...] arrays (one row each).
   """
-  S, M = stages, microbatches
-  per_stage = jax.tree.leaves(params)[0].shape[0] // S
-  stage_params = jax.tree.map(lambda p: p.reshape(S, per_stage, *p.shape[1:]), params)
+  S, M, R = stages, microbatches, repeats
+  G = jax.tree.leaves(params)[0].shape[0] // (S * R)
+  # [layers] -> [S, R, G]: stage s, its round r: layers (r S + s) G .. (r S + s + 1) G - 1
+  stage_params = jax.tree.map(
+      lambda p: p.reshape(R, S, G, *p.shape[1:]).swapaxes(0, 1), params)
   x_MbLD = _deal(x_BLD, M)
   # the rows' arrays are dealt into microbatches; scalars (a mask's q_start) stay whole
   leaves, treedef = jax.tree.flatten(rows)
@@ -70,31 +80,40 @@ def run(layer_fn, params, x_BLD, rows, stages, microbatches, rng=None):
       whole[i] = value
     return treedef.unflatten(whole)
 
-  def stage_fn(params_s, x_bLD, values_b, stage, t):
+  def stage_fn(params_s, x_bLD, values_b, stage, r, t):
     rows_b = rows_of(values_b)
+    params_r = jax.tree.map(lambda p: p[r if R > 1 else 0], params_s)  # this round's group
 
     def layer(x, inputs):
       p, i = inputs
       key = None if rng is None else jax.random.fold_in(
-          jax.random.fold_in(rng, t), stage * per_stage + i)
+          jax.random.fold_in(rng, t), (r * S + stage) * G + i)
       return layer_fn(p, x, rows_b, key), None
-    return jax.lax.scan(layer, x_bLD, (params_s, jnp.arange(per_stage)))[0]
+    return jax.lax.scan(layer, x_bLD, (params_r, jnp.arange(G)))[0]
 
   def iteration(carry, t):
-    state_SbLD, out_MbLD = carry
-    state_SbLD = state_SbLD.at[0].set(x_MbLD[jnp.minimum(t, M - 1)])
-    micro_S = jnp.clip(t - jnp.arange(S), 0, M - 1)  # the microbatch each stage holds
+    state_SbLD, back_MbLD, out_MbLD = carry
+    k_S = jnp.clip(t - jnp.arange(S), 0, R * M - 1)  # each stage's round k // M, microbatch
+    micro_S, round_S = k_S % M, k_S // M              # k % M (clipped while idle)
+    feed = x_MbLD[micro_S[0]]
+    if R > 1:  # later rounds take what the last stage handed back
+      feed = jnp.where(round_S[0] > 0, back_MbLD[micro_S[0]], feed)
+    state_SbLD = state_SbLD.at[0].set(feed)
     rows_S = [_stage_constraint(r[micro_S]) for r in rows_M]
     # spmd_axis_name: the layers' sharding constraints keep the stage dim on `stage`
-    new_SbLD = _stage_constraint(jax.vmap(stage_fn, in_axes=(0, 0, 0, 0, None),
+    new_SbLD = _stage_constraint(jax.vmap(stage_fn, in_axes=(0, 0, 0, 0, 0, None),
                                           spmd_axis_name='stage')(
-        stage_params, state_SbLD, rows_S, jnp.arange(S), t))
-    done = t - (S - 1)  # the microbatch the last stage just finished (< 0 while filling)
-    out_MbLD = jnp.where(done >= 0, out_MbLD.at[jnp.maximum(done, 0)].set(new_SbLD[S - 1]),
-                         out_MbLD)
-    return (_stage_constraint(jnp.roll(new_SbLD, 1, axis=0)), out_MbLD), None
+        stage_params, state_SbLD, rows_S, jnp.arange(S), round_S, t))
+    done = t - (S - 1)  # the work item the last stage just finished (< 0 while filling)
+    i, last = micro_S[S - 1], new_SbLD[S - 1]
+    out_MbLD = jnp.where(done >= (R - 1) * M, out_MbLD.at[i].set(last), out_MbLD)
+    if R > 1:
+      back_MbLD = jnp.where((done >= 0) & (done < (R - 1) * M), back_MbLD.at[i].set(last),
+                            back_MbLD)
+    return (_stage_constraint(jnp.roll(new_SbLD, 1, axis=0)), back_MbLD, out_MbLD), None
 
   state = _stage_constraint(jnp.zeros((S, *x_MbLD.shape[1:]), x_BLD.dtype))
-  (_, out_MbLD), _ = jax.lax.scan(iteration, (state, jnp.zeros_like(x_MbLD)),
-                                  jnp.arange(M + S - 1))
+  back = jnp.zeros_like(x_MbLD) if R > 1 else jnp.zeros((), x_BLD.dtype)
+  (_, _, out_MbLD), _ = jax.lax.scan(iteration, (state, back, jnp.zeros_like(x_MbLD)),
+                                     jnp.arange(R * M + S - 1))
   return _undeal(out_MbLD)

@@ -130,7 +130,7 @@ def stack(m, train, num_layers, name, owner):
       rng = owner.make_rng('dropout') if train and m.dropout_rate else None
       params = nn.meta.unbox(owner.variables['params'][name])
       return _pipelined(unit(m, train), params, x_BLD, args, stages,
-                        m.pipeline_microbatches or stages, rng), None
+                        m.pipeline_microbatches or stages, m.pipeline_repeats, rng), None
     return run_scanned
 
   blocks = [unit(m, train, name=f'{name}_{i}') for i in range(length)]
@@ -142,7 +142,7 @@ def stack(m, train, num_layers, name, owner):
   return run
 
 
-def _pipelined(block, params, x_BLD, args, stages, microbatches, rng):
+def _pipelined(block, params, x_BLD, args, stages, microbatches, repeats, rng):
   """The scanned stack's layers on the pipeline: each layer `block` applied with its slice
   of the stacked parameters; a position bias goes per row in its dense form."""
   mask, positions_BL, bias, encoded_BSD, cross_mask = args
@@ -153,7 +153,7 @@ def _pipelined(block, params, x_BLD, args, stages, microbatches, rng):
     rngs = None if key is None else {'dropout': key}
     return block.apply({'params': params_one}, x_bLD, *rows, rngs=rngs)[0]
   return pipeline.run(layer, params, x_BLD, (mask, positions_BL, bias, encoded_BSD, cross_mask),
-                      stages, microbatches, rng)
+                      stages, microbatches, rng, repeats)
 
 
 def default_positions(batch, inputs_key='inputs', positions_key='positions',

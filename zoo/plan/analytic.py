@@ -79,23 +79,34 @@ def ring_communication(m, context_shards):
           'bytes_per_token_per_layer_train': int(3 * forward)}
 
 
-def pipeline_plan(config, sizes):
-  """The fill-drain pipeline on sizes['stage'] stages (zoo/models/pipeline.py): its bubble
-  and the activations each device hands across a stage boundary per training step (one
-  microbatch's [b, L, D] forward and its gradient back, every iteration, per stack)."""
+def regroup_share(stages, repeats):
+  """The share of the layer groups a circular pipeline moves to another stage each step:
+  group g lies on stage g // repeats (contiguous blocks) and runs on stage g % stages."""
+  groups = range(stages * repeats)
+  return sum(g // repeats != g % stages for g in groups) / len(groups)
+
+
+def pipeline_plan(config, sizes, param_bytes_per_device):
+  """The pipeline on sizes['stage'] stages (zoo/models/pipeline.py), fill-drain or circular
+  (model.pipeline_repeats rounds): its bubble, the activations each device hands across a
+  stage boundary per training step (one microbatch's [b, L, D] forward and its gradient
+  back, every iteration, per stack) and, circular, the parameters moved to the stages that
+  run them and their gradients back (at most param_bytes_per_device each way)."""
   m, t = config.model, config.train
-  stages = sizes['stage']
+  stages, repeats = sizes['stage'], m.pipeline_repeats
   microbatches = m.pipeline_microbatches or stages
-  iterations = microbatches + stages - 1
+  iterations = repeats * microbatches + stages - 1
   shards = sizes['data'] * sizes['fsdp'] * sizes.get('expert', 1)
   rows = t.batch_size / t.microbatches / microbatches / shards
   stacks = len(families.get(m).LAYER_FIELDS)
   handed = rows * config.data.seq_len * m.d_model / sizes['tensor'] * np.dtype(m.dtype).itemsize
-  return {'stages': stages, 'microbatches': microbatches,
+  return {'stages': stages, 'microbatches': microbatches, 'repeats': repeats,
           'bubble': (stages - 1) / iterations,
           'layers_per_stage': families.total_layers(m) // stages,
           'boundary_bytes_per_step_per_device': int(2 * stacks * iterations * t.microbatches *
-                                                    handed)}
+                                                    handed),
+          'regroup_bytes_per_step_per_device': int(
+              2 * regroup_share(stages, repeats) * param_bytes_per_device)}
 
 
 def state_bytes(boxed, rules, sizes, optim_config):
@@ -180,7 +191,7 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
   if sizes.get('context', 1) > 1:
     result['context'] = ring_communication(m, sizes['context'])
   if sizes.get('stage', 1) > 1:
-    result['pipeline'] = pipeline_plan(config, sizes)
+    result['pipeline'] = pipeline_plan(config, sizes, per_device['params'])
   cached_layers = families.get(m).kv_cache_layers(m)
   if cached_layers:
     result['kv_cache_bytes_per_token'] = (2 * cached_layers * kv_heads * head_dim *
@@ -213,8 +224,12 @@ def report(result):
                  'round the ring per training step')
   if 'pipeline' in result:
     pipe = result['pipeline']
+    schedule = ('fill-drain' if pipe['repeats'] == 1 else
+                f"circular, {pipe['repeats']} rounds; "
+                f"{_size(pipe['regroup_bytes_per_step_per_device'])} of parameters and "
+                'gradients moved between stages')
     lines.append(f"pipeline: {pipe['stages']} stages of {pipe['layers_per_stage']} layers, "
-                 f"{pipe['microbatches']} microbatches (fill-drain): bubble "
+                 f"{pipe['microbatches']} microbatches ({schedule}): bubble "
                  f"{pipe['bubble']:.1%}; {_size(pipe['boundary_bytes_per_step_per_device'])} "
                  'per device across stage boundaries per step')
   if 'kv_cache_bytes_per_token' in result:

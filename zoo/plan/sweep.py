@@ -16,8 +16,9 @@ The estimate (a ranking aid; compile the chosen mesh with --plan_topology to con
   tensor: 4 all-reduces of the [B, L, D] activations per layer (2 forward, 2 backward),
   each 2 x bytes x (t-1)/t; expert: the MoE dispatch/combine traffic of
   analytic.moe_communication per MoE layer; context: ring attention's key/value traffic
-  (analytic.ring_communication); stage: each fill-drain iteration hands one microbatch's
-  activations to the next stage and their gradient back (analytic.pipeline_plan); fsdp,
+  (analytic.ring_communication); stage: each pipeline iteration hands one microbatch's
+  activations to the next stage and their gradient back, and a circular schedule moves the
+  parameters to their stages and the gradients back (analytic.pipeline_plan); fsdp,
   data and tensor traffic are of the stage's own layers;
 - memory: params, AdamW moments and gradients as the rules shard them (the layers over
   stage), plus activations: with remat, one saved [B, L, D] residual per layer of the
@@ -89,11 +90,13 @@ def estimate(config, sizes, chip, plan_result, boxed):
 
   flops = (plan_result['flops_per_token'] + plan_result['remat_flops_per_token']) * tokens
   seconds = flops / (chips * chip.peak_flops)
+  held = analytic.state_bytes(boxed, sharding.rules(config), sizes, config.optim)[1]
   comm = 0.0
   if stages > 1:
-    pipe = analytic.pipeline_plan(config, sizes)
+    pipe = analytic.pipeline_plan(config, sizes, held['params'])
     seconds /= 1 - pipe['bubble']
-    comm += pipe['boundary_bytes_per_step_per_device']
+    comm += (pipe['boundary_bytes_per_step_per_device'] +
+             pipe['regroup_bytes_per_step_per_device'])
   if fsdp > 1:  # gathered forward and backward, reduce-scattered: once per microbatch
     comm += 3 * t.microbatches * params * compute_bytes / tensor * (fsdp - 1) / fsdp
   replicas = data * context
@@ -119,7 +122,6 @@ def estimate(config, sizes, chip, plan_result, boxed):
   # float32 logits and their gradient, for one chunk of the sequence with the chunked loss
   logit_share = (loss_lib.chunk_len(config, L) or L) / L
   logits = 2 * live_tokens * logit_share * m.vocab_size / tensor * 4
-  held = analytic.state_bytes(boxed, sharding.rules(config), sizes, config.optim)[1]
   state = held['total'] + held['params']  # + the update's temporaries, one per parameter
   gathered = 0.0
   if fsdp > 1:  # one layer's parameters and the vocabulary tables gathered whole to be used
@@ -152,12 +154,13 @@ def sweep(config, tpu_slice):
     sizes = {a: sizes.get(a, 1) for a in sharding.MESH_AXES}
     if sizes['context'] > 1 and sizes['stage'] > 1:
       continue  # not built together (config.validate says so)
-    for microbatches in _pipeline_microbatches(config, sizes['stage']):
-      if microbatches not in variants:
-        variants[microbatches] = _with_microbatches(config, microbatches)
-      meshed = variants[microbatches]
+    for schedule in _pipeline_schedules(config, sizes['stage']):
+      if schedule not in variants:
+        variants[schedule] = _with_schedule(config, *schedule)
+      meshed = variants[schedule]
       reason = _invalid(meshed, sizes)
-      row = {'mesh': sizes, 'pipeline_microbatches': microbatches, 'invalid': reason}
+      row = {'mesh': sizes, 'pipeline_microbatches': schedule[0],
+             'pipeline_repeats': schedule[1], 'invalid': reason}
       if not reason:
         seconds, per_device = estimate(meshed, sizes, tpu_slice.chip, base, boxed)
         row.update(step_seconds=seconds, per_device_bytes=int(per_device),
@@ -167,22 +170,27 @@ def sweep(config, tpu_slice):
   return rows
 
 
-def _pipeline_microbatches(config, stages):
-  """The pipeline microbatch counts the sweep tries for `stages`: the config's, or with
-  none set (0) one to eight per stage; (0,) without stages."""
+def _pipeline_schedules(config, stages):
+  """The (microbatches, repeats) the sweep tries for `stages`: the config's microbatch
+  count, or with none set (0) one to eight per stage; fill-drain and 2 and 4 rounds of the
+  circular schedule, or the config's rounds where it sets more than one (rows whose layers
+  do not split are skipped with the reason); ((0, 1),) without stages."""
+  m = config.model
   if stages == 1:
-    return (0,)
-  if config.model.pipeline_microbatches:
-    return (config.model.pipeline_microbatches,)
-  return tuple(stages * k for k in (1, 2, 4, 8))
+    return ((0, 1),)
+  counts = ((m.pipeline_microbatches,) if m.pipeline_microbatches else
+            tuple(stages * k for k in (1, 2, 4, 8)))
+  repeats = (m.pipeline_repeats,) if m.pipeline_repeats > 1 else (1, 2, 4)
+  return tuple((c, r) for r in repeats for c in counts)
 
 
-def _with_microbatches(config, microbatches):
-  if microbatches == config.model.pipeline_microbatches:
+def _with_schedule(config, microbatches, repeats):
+  m = config.model
+  if (microbatches, repeats) == (m.pipeline_microbatches, m.pipeline_repeats):
     return config
   variant = config.copy_and_resolve_references()
   with variant.unlocked():
-    variant.model.pipeline_microbatches = microbatches
+    variant.model.update(pipeline_microbatches=microbatches, pipeline_repeats=repeats)
   return variant
 
 
@@ -190,7 +198,7 @@ def confirm(config, rows, devices, chip):
   """Compiles the train step for each row's mesh on `devices` (the slice's) and adds the
   compiler's per-device bytes (`compiled_bytes`) and whether they fit (`compiled_fits`)."""
   for row in rows:
-    meshed = _with_microbatches(config, row['pipeline_microbatches'])
+    meshed = _with_schedule(config, row['pipeline_microbatches'], row['pipeline_repeats'])
     meshed = meshed.copy_and_resolve_references()
     with meshed.unlocked():
       meshed.mesh.update(row['mesh'])
@@ -207,11 +215,12 @@ def table(rows, tpu_slice):
   lines = [f'sweep on {tpu_slice.name} ({tpu_slice.chips} chips, {hbm:.0f} GiB HBM each); '
            'analytic estimate' + ('; compiled GiB from the TPU compiler' if confirmed else
                                   ', compile the best with --plan_sweep_compile=N to confirm'),
-           ' '.join(f'{a:>7}' for a in sharding.MESH_AXES) + f' {"micro":>6} {"step s":>9} '
-           f'{"GiB/device":>11}  fits' + (f' {"compiled GiB":>12}' if confirmed else '')]
+           ' '.join(f'{a:>7}' for a in sharding.MESH_AXES) + f' {"micro":>6} {"rounds":>6} '
+           f'{"step s":>9} {"GiB/device":>11}  fits' + (f' {"compiled GiB":>12}' if confirmed else '')]
   for r in rows:
     mesh = ' '.join(f'{r["mesh"][a]:>7}' for a in sharding.MESH_AXES)
-    mesh += f' {r["pipeline_microbatches"] or "-":>6}'
+    piped = r['pipeline_microbatches']
+    mesh += f' {piped or "-":>6} {r["pipeline_repeats"] if piped else "-":>6}'
     if r['invalid']:
       lines.append(f'{mesh}  skipped: {r["invalid"]}')
       continue
