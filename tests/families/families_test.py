@@ -84,7 +84,7 @@ def test_a_new_family_is_one_module_and_one_registry_line(monkeypatch):
   config.model.family = 'toy'
   config_lib.validate(config)
   model = families.build(config.model)
-  variables = model.init(jax.random.PRNGKey(0), families.example_batch(config.model, 2, 8))
+  variables = jax.jit(model.init)(jax.random.PRNGKey(0), families.example_batch(config.model, 2, 8))
   batch = {k: np.ones(shape, dtype) for k, (shape, dtype) in
            families.batch_spec(config, 2).items()}
   loss = families.loss_fn(model, config)(variables, batch)

@@ -60,7 +60,7 @@ def test_the_chunked_loss_equals_the_plain_loss_and_its_gradients(name):
   chunked = helpers.smoke(name, 'train.loss_chunk_len=8', *short)
   assert loss_lib.chunk_len(chunked, 24) == 8 and loss_lib.chunk_len(plain, 24) == 0
   batch = helpers.family_batch(plain, 4)
-  params = nn.unbox(families.build(plain.model).init(jax.random.PRNGKey(0), batch))['params']
+  params = nn.unbox(jax.jit(families.build(plain.model).init)(jax.random.PRNGKey(0), batch))['params']
   (want, want_grads), (got, got_grads) = (_loss_and_grads(c, params, batch)
                                           for c in (plain, chunked))
   np.testing.assert_allclose(got, want, rtol=1e-6)

@@ -70,7 +70,7 @@ def test_two_beams_find_the_sequence_greedy_misses():
 def test_the_beam_score_is_the_full_forward_log_probability_of_its_tokens():
   config = helpers.tiny_config(position='rope')
   model = families.build(config.model)
-  variables = {'params': model.init(jax.random.PRNGKey(0), families.example_batch(
+  variables = {'params': jax.jit(model.init)(jax.random.PRNGKey(0), families.example_batch(
       config.model, 1, 16))['params']}
   prompts = [[2, 10, 11, 12], [2, 20]]
   ids, segments = decoding.left_pad(prompts, PAD)

@@ -30,7 +30,7 @@ def _decoder(moe=None, window=0, **overrides):
   if moe:
     config.model.moe.update(moe)
   model = families.build(config.model)
-  params = model.init(jax.random.PRNGKey(0), families.example_batch(config.model, 1, 16))
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), families.example_batch(config.model, 1, 16))
   return model, {'params': params['params']}
 
 
@@ -107,7 +107,7 @@ def _t5():
   config.model.update(vocab_size=64, d_model=32, num_encoder_layers=2, num_decoder_layers=2,
                       num_heads=4, head_dim=8, mlp_dim=64, dtype='float32', dropout_rate=0.0)
   model = families.build(config.model)
-  variables = {'params': model.init(jax.random.PRNGKey(1), families.example_batch(
+  variables = {'params': jax.jit(model.init)(jax.random.PRNGKey(1), families.example_batch(
       config.model, 1, 8))['params']}
   return model, variables
 

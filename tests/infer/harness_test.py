@@ -41,7 +41,7 @@ class Characters(tokenizer_lib.Tokenizer):
 def lm():
   config = helpers.tiny_config(vocab_size=100, max_length=64)
   model = families.build(config.model)
-  variables = {'params': model.init(jax.random.PRNGKey(0), families.example_batch(
+  variables = {'params': jax.jit(model.init)(jax.random.PRNGKey(0), families.example_batch(
       config.model, 1, 16))['params']}
   return harness.ZooLM(model, variables, Characters(), max_length=32, batch_size=4)
 

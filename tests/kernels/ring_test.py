@@ -109,7 +109,7 @@ MODEL_BATCH = {
 def test_a_model_on_a_context_mesh_gives_the_one_device_outputs_and_gradients(family, window):
   """RoPE at each token's position, packed documents, GQA, a window; context 4 x data 2."""
   config, model = _model(family, window)
-  params = model.init(jax.random.PRNGKey(0), MODEL_BATCH)
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), MODEL_BATCH)
   loss = lambda p: jnp.sum(jax.tree.leaves(model.apply(p, MODEL_BATCH))[0] ** 2)
   want, want_grads = model.apply(params, MODEL_BATCH), jax.grad(loss)(params)
   mesh = sharding.make_mesh(dict(data=2, fsdp=1, tensor=1, expert=1, context=4))

@@ -78,7 +78,7 @@ def test_a_sharded_decoder_gives_the_reference_logits_and_gradients():
     with config.unlocked():
       config.model.attention.kernel = kernel
     model = families.build(config.model)
-    params = nn.unbox(model.init(jax.random.PRNGKey(0), batch)['params'])
+    params = nn.unbox(jax.jit(model.init)(jax.random.PRNGKey(0), batch)['params'])
 
     def loss(p, model=model):
       return jnp.sum(jnp.sin(model.apply({'params': p}, batch)) * real)

@@ -37,7 +37,7 @@ def t5(request):
   model = families.build(config.model)
   batch = {'encoder_inputs': jnp.zeros((1, 12), jnp.int32),
            'decoder_inputs': jnp.zeros((1, 8), jnp.int32)}
-  params = nn.unbox(model.init(jax.random.PRNGKey(0), batch))
+  params = nn.unbox(jax.jit(model.init)(jax.random.PRNGKey(0), batch))
   return model, params
 
 

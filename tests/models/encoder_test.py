@@ -20,7 +20,7 @@ def encoder():
   config.model.update(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=0,
                       mlp_dim=64, max_length=64, dtype='float32')
   model = families.build(config.model)
-  params = nn.unbox(model.init(jax.random.PRNGKey(0), {'inputs': jnp.zeros((1, 16), jnp.int32)}))
+  params = nn.unbox(jax.jit(model.init)(jax.random.PRNGKey(0), {'inputs': jnp.zeros((1, 16), jnp.int32)}))
   return jax.jit(lambda batch: model.apply(params, batch)), params
 
 

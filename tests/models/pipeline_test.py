@@ -46,7 +46,7 @@ def _batch(family):
 def test_a_pipelined_model_gives_the_one_device_outputs_and_gradients(family, mesh, repeats):
   config, model = _model(family, repeats)
   batch = _batch(family)
-  params = model.init(jax.random.PRNGKey(0), batch)
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), batch)
   loss = lambda p: jnp.sum(jax.tree.leaves(model.apply(p, batch))[0] ** 2)
   want, want_grads = jax.jit(model.apply)(params, batch), jax.jit(jax.grad(loss))(params)
   # the axes not given are 1

@@ -17,7 +17,7 @@ ATOL = 1e-5
 def decoder():
   config = helpers.tiny_config()
   model = families.build(config.model)
-  params = nn.unbox(model.init(jax.random.PRNGKey(0), {'inputs': jnp.zeros((1, 16), jnp.int32)}))
+  params = nn.unbox(jax.jit(model.init)(jax.random.PRNGKey(0), {'inputs': jnp.zeros((1, 16), jnp.int32)}))
   return jax.jit(lambda batch: model.apply(params, batch))
 
 
@@ -72,7 +72,7 @@ def test_variants_stay_causal(overrides):
       config.model[key] = value
   model = families.build(config.model)
   ids = helpers.random_ids(16, seed=5)
-  params = model.init(jax.random.PRNGKey(0), _batch(ids))
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), _batch(ids))
   changed = ids.copy()
   changed[-1] = (ids[-1] + 1) % 64
   a, b = model.apply(params, _batch(ids)), model.apply(params, _batch(changed))
@@ -86,7 +86,7 @@ def test_sliding_window_limits_how_far_back_a_token_sees():
   config.model.num_layers = 1
   model = families.build(config.model)
   ids = helpers.random_ids(16, seed=6)
-  params = model.init(jax.random.PRNGKey(0), _batch(ids))
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), _batch(ids))
   changed = ids.copy()
   changed[0] = (ids[0] + 1) % 64
   a, b = model.apply(params, _batch(ids)), model.apply(params, _batch(changed))
@@ -99,7 +99,7 @@ def test_scan_and_remat_give_the_same_loss_and_gradients_as_unrolled():
   for scan, remat in [(True, 'none'), (True, 'full'), (False, 'dots')]:
     config = helpers.tiny_config(scan_layers=scan, remat=remat)
     model = families.build(config.model)
-    params = nn.unbox(model.init(jax.random.PRNGKey(0), batch)['params'])
+    params = nn.unbox(jax.jit(model.init)(jax.random.PRNGKey(0), batch)['params'])
     if not scan:  # unrolled layers_i hold what the scanned stack holds at index i
       scanned = nn.unbox(families.build(helpers.tiny_config().model).init(
           jax.random.PRNGKey(0), batch)['params'])

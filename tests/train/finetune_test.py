@@ -178,7 +178,7 @@ def test_the_label_heads_loss_by_hand():
            'segment_ids': jnp.asarray(np.repeat([[1], [1], [1], [0]], 16, 1)),
            'positions': jnp.broadcast_to(jnp.arange(16), (4, 16)),
            'labels': jnp.asarray([0, 2, 1, 1])}
-  variables = model.init(jax.random.PRNGKey(1), batch)
+  variables = jax.jit(model.init)(jax.random.PRNGKey(1), batch)
   loss = families.loss_fn(model, config)(variables, batch)
   logits = np.asarray(model.apply(variables, batch)['label_logits'], np.float64)
   log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
@@ -190,7 +190,7 @@ def test_the_label_heads_loss_by_hand():
     config.data.task.kind, config.model.num_labels = 'regression', 1
   model = families.build(config.model)
   batch['labels'] = jnp.asarray([0.5, -1.0, 2.0, 0.0])
-  variables = model.init(jax.random.PRNGKey(1), batch)
+  variables = jax.jit(model.init)(jax.random.PRNGKey(1), batch)
   loss = families.loss_fn(model, config)(variables, batch)
   value = np.asarray(model.apply(variables, batch)['label_logits'][:, 0], np.float64)
   assert float(loss.total) == pytest.approx(np.mean((value[:3] - [0.5, -1.0, 2.0]) ** 2),

@@ -12,7 +12,7 @@ from zoo.train import optim
 
 def _boxed_params(config):
   model = families.build(config.model)
-  return model.init(jax.random.PRNGKey(0), {'inputs': jnp.zeros((1, 8), jnp.int32)})['params']
+  return jax.jit(model.init)(jax.random.PRNGKey(0), {'inputs': jnp.zeros((1, 8), jnp.int32)})['params']
 
 
 def _params(**overrides):

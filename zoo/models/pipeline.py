@@ -15,8 +15,9 @@ vmap over the stage axis: each device computes only its own stage), then passes 
 stage's output to the next stage (a roll along the stage axis, one collective permute)
 while the first stage takes the next microbatch: a new one in the first round, else the one
 the last stage handed back a round earlier (kept in a buffer of M microbatches; M >= S, so
-it is back in time). Per-row inputs (masks, positions, a dense position bias, the encoder
-output) are taken for the microbatch each stage holds. A stage computes nothing useful
+it is back in time). Per-row inputs (masks, positions, the encoder output) travel with
+their microbatch the same way, so no stage indexes rows by a per-stage index (a gather XLA's
+SPMD partitioner mis-partitions on TPU meshes once the stage's round is per-stage too). A stage computes nothing useful
 while the pipe fills and drains: the bubble, (S - 1) / (R M + S - 1) of the iterations.
 
 Microbatch j holds rows j, j + M, j + 2M, ... (as gradient accumulation deals them), so
@@ -82,7 +83,7 @@ def run(layer_fn, params, x_BLD, rows, stages, microbatches, rng=None, repeats=1
 
   def stage_fn(params_s, x_bLD, values_b, stage, r, t):
     rows_b = rows_of(values_b)
-    params_r = jax.tree.map(lambda p: p[r if R > 1 else 0], params_s)  # this round's group
+    params_r = jax.tree.map(lambda p: p[r], params_s)  # this round's group
 
     def layer(x, inputs):
       p, i = inputs
@@ -92,14 +93,15 @@ def run(layer_fn, params, x_BLD, rows, stages, microbatches, rng=None, repeats=1
     return jax.lax.scan(layer, x_bLD, (params_r, jnp.arange(G)))[0]
 
   def iteration(carry, t):
-    state_SbLD, back_MbLD, out_MbLD = carry
+    state_SbLD, rows_S, back_MbLD, out_MbLD = carry
     k_S = jnp.clip(t - jnp.arange(S), 0, R * M - 1)  # each stage's round k // M, microbatch
     micro_S, round_S = k_S % M, k_S // M              # k % M (clipped while idle)
-    feed = x_MbLD[micro_S[0]]
-    if R > 1:  # later rounds take what the last stage handed back
-      feed = jnp.where(round_S[0] > 0, back_MbLD[micro_S[0]], feed)
+    first = micro_S[0]  # what stage 0 takes: a new microbatch, or one back from a round
+    feed = x_MbLD[first]
+    if R > 1:
+      feed = jnp.where(round_S[0] > 0, back_MbLD[first], feed)
     state_SbLD = state_SbLD.at[0].set(feed)
-    rows_S = [_stage_constraint(r[micro_S]) for r in rows_M]
+    rows_S = [_stage_constraint(r_S.at[0].set(r_M[first])) for r_S, r_M in zip(rows_S, rows_M)]
     # spmd_axis_name: the layers' sharding constraints keep the stage dim on `stage`
     new_SbLD = _stage_constraint(jax.vmap(stage_fn, in_axes=(0, 0, 0, 0, 0, None),
                                           spmd_axis_name='stage')(
@@ -110,10 +112,14 @@ def run(layer_fn, params, x_BLD, rows, stages, microbatches, rng=None, repeats=1
     if R > 1:
       back_MbLD = jnp.where((done >= 0) & (done < (R - 1) * M), back_MbLD.at[i].set(last),
                             back_MbLD)
-    return (_stage_constraint(jnp.roll(new_SbLD, 1, axis=0)), back_MbLD, out_MbLD), None
+    # each stage's output and its microbatch's rows to the next stage (collective permutes)
+    roll = lambda a: _stage_constraint(jnp.roll(a, 1, axis=0))
+    return (roll(new_SbLD), [roll(r) for r in rows_S], back_MbLD, out_MbLD), None
 
   state = _stage_constraint(jnp.zeros((S, *x_MbLD.shape[1:]), x_BLD.dtype))
+  # while the pipe fills, idle stages see microbatch 0's rows (real masks, finite outputs)
+  rows = [_stage_constraint(jnp.broadcast_to(r[0], (S, *r.shape[1:]))) for r in rows_M]
   back = jnp.zeros_like(x_MbLD) if R > 1 else jnp.zeros((), x_BLD.dtype)
-  (_, _, out_MbLD), _ = jax.lax.scan(iteration, (state, back, jnp.zeros_like(x_MbLD)),
-                                     jnp.arange(R * M + S - 1))
+  (_, _, _, out_MbLD), _ = jax.lax.scan(
+      iteration, (state, rows, back, jnp.zeros_like(x_MbLD)), jnp.arange(R * M + S - 1))
   return _undeal(out_MbLD)

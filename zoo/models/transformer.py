@@ -144,14 +144,20 @@ def stack(m, train, num_layers, name, owner):
 
 def _pipelined(block, params, x_BLD, args, stages, microbatches, repeats, rng):
   """The scanned stack's layers on the pipeline: each layer `block` applied with its slice
-  of the stacked parameters; a position bias goes per row in its dense form."""
+  of the stacked parameters; a position bias travels as its positions (its table stays
+  whole) and is made dense for each microbatch."""
   mask, positions_BL, bias, encoded_BSD, cross_mask = args
-  if isinstance(bias, bias_lib.PositionBias):
-    bias = bias.dense()
+  table = bias if isinstance(bias, bias_lib.PositionBias) else None
+  if table is not None:
+    bias = (bias.q_positions, bias.kv_positions)
 
   def layer(params_one, x_bLD, rows, key):
+    mask, positions, bias, encoded, cross = rows
+    if table is not None:
+      bias = table.replace(q_positions=bias[0], kv_positions=bias[1]).dense()
     rngs = None if key is None else {'dropout': key}
-    return block.apply({'params': params_one}, x_bLD, *rows, rngs=rngs)[0]
+    return block.apply({'params': params_one}, x_bLD, mask, positions, bias, encoded, cross,
+                       rngs=rngs)[0]
   return pipeline.run(layer, params, x_BLD, (mask, positions_BL, bias, encoded_BSD, cross_mask),
                       stages, microbatches, rng, repeats)
 
