@@ -16,6 +16,7 @@ from zoo import families
 from zoo import sharding
 from zoo.train import loop
 from zoo.train import metrics as metrics_lib
+from zoo.train import runtime
 from zoo.train import state as state_lib
 
 FAMILIES = {'decoder': 'gpt_shakespeare', 'encoder': 'bert_base',
@@ -64,6 +65,12 @@ def test_a_context_axis_resolved_from_minus_one_must_split_the_causal_chunks():
   with pytest.raises(config_lib.ConfigError, match=r'data.seq_len=64 does not split over mesh '
                                                    r'2 x context \(chunks per device\)=12'):
     sharding.check_divisible(config, sizes, families.get(config.model))
+
+
+def test_the_kernel_in_the_header_follows_the_resolved_context_axis():
+  config = _config('decoder', (1, 1, 1), ['mesh.context=-1', 'mesh.data=1'])
+  assert runtime.attention_kernel(config, 1)[0] == 'xla'  # -1 on one device: no ring runs
+  assert runtime.attention_kernel(config, 4)[0] == 'ring'
 
 
 def test_parameter_shardings_follow_the_rules():

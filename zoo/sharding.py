@@ -67,6 +67,13 @@ def make_mesh(mesh_config, devices=None):
   return Mesh(grid, MESH_AXES)
 
 
+def axis_size(name):
+  """The size of mesh axis `name` in the mesh being traced under (1 outside one, or where
+  the mesh lacks it)."""
+  mesh = jax.sharding.get_abstract_mesh()
+  return 1 if mesh.empty else mesh.shape.get(name, 1)
+
+
 def rules(config):
   """The config's (logical axis, mesh axes) pairs, as flax wants them."""
   return tuple((logical, tuple(mesh) if isinstance(mesh, (list, tuple)) else mesh)

@@ -28,6 +28,7 @@ import contextlib
 import jax
 import jax.numpy as jnp
 
+from zoo import sharding
 from zoo.kernels import bias as bias_lib
 from zoo.kernels import flash_bias
 from zoo.kernels import gpu
@@ -144,7 +145,7 @@ def attention(query, key, value, mask=None, bias=None, scale=None, kernel='xla',
 def _rings(query, key, mask):
   """Ring attention runs: self-attention (not decoding) on a context mesh, the sequence
   splitting evenly over it."""
-  n = ring.context_size()
+  n = sharding.axis_size('context')
   return (n > 1 and isinstance(mask, mask_lib.Mask) and not mask.kv_cache and
           query.shape[1] == key.shape[1] and query.shape[1] % n == 0)
 

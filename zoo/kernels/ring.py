@@ -42,12 +42,6 @@ def unrolled():
     _unrolled.pop()
 
 
-def context_size():
-  """The size of the current mesh's `context` axis (1 outside one)."""
-  mesh = jax.sharding.get_abstract_mesh()
-  return 1 if mesh.empty else mesh.shape.get('context', 1)
-
-
 def balance(x_BL, n, axis=1):
   """The sequence axis reordered into 2n chunks [0, 2n-1, 1, 2n-2, ...]: split evenly over
   n devices, device i holds chunks i and 2n-1-i."""

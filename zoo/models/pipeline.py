@@ -32,12 +32,6 @@ import jax
 import jax.numpy as jnp
 
 
-def num_stages():
-  """The size of the current mesh's `stage` axis (1 outside one)."""
-  mesh = jax.sharding.get_abstract_mesh()
-  return 1 if mesh.empty else mesh.shape.get('stage', 1)
-
-
 def bubble(stages, microbatches, repeats=1):
   """The fraction of the iterations a stage spends idle while the pipe fills and drains."""
   return (stages - 1) / (repeats * microbatches + stages - 1)

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from zoo import kernels
+from zoo import sharding
 from zoo.kernels import bias as bias_lib
 from zoo.kernels import mask as mask_lib
 from zoo.kernels import ring
@@ -124,7 +125,7 @@ def stack(m, train, num_layers, name, owner):
 
     def run_scanned(x_BLD, *args):
       args = (*args, *(None,) * (5 - len(args)))
-      stages = pipeline.num_stages()
+      stages = sharding.axis_size('stage')
       if stages == 1 or owner.is_initializing() or args[0].kv_cache:
         return module(x_BLD, *args)
       rng = owner.make_rng('dropout') if train and m.dropout_rate else None
@@ -284,7 +285,7 @@ class Decoder(nn.Module):
     ids_BL = batch['inputs']
     segment_ids_BL, positions_BL = default_positions(batch)
     kv_cache = 'kv_segment_ids' in batch
-    n = 1 if kv_cache else ring.context_size()
+    n = 1 if kv_cache else sharding.axis_size('context')
     balanced = n > 1 and ids_BL.shape[1] % (2 * n) == 0
     slots_BL = None
     if balanced:

@@ -67,7 +67,7 @@ def run(config, json_path=None, compile_step=False, topology_name=None, sweep=Fa
   result = analytic.plan(config, tpu_slice.chips if tpu_slice else None)
   # the kernel the step would use on the planned platform
   result['attention_kernel'], why = runtime.attention_kernel(
-      config, on='tpu' if tpu_slice else jax.default_backend())
+      config, result['mesh'].get('context', 1), on='tpu' if tpu_slice else jax.default_backend())
   result["attention_kernel_why"] = (
       f"{why} (model.attention.kernel={config.model.attention.kernel!r})")
   if tpu_slice:

@@ -114,11 +114,12 @@ class Jitted:
       return self.jitted.lower(*args).compile()
 
 
-def attention_kernel(config, on=None):
-  """-> (kernel that runs on platform `on` (default: here), why), or a ConfigError."""
+def attention_kernel(config, context, on=None):
+  """-> (kernel that runs on platform `on` (default: here) with `context` devices on the
+  mesh's context axis (mesh.context resolved), why), or a ConfigError."""
   m = config.model
-  if config.mesh.context != 1:  # config.validate allows only what the ring runs
-    return 'ring', f'mesh.context={config.mesh.context}: ring attention, local blocks in XLA'
+  if context != 1:  # config.validate allows only what the ring runs
+    return 'ring', f'mesh context={context}: ring attention, local blocks in XLA'
   try:
     return kernels.resolve(m.attention.kernel, dims.has_position_bias(m), jnp.dtype(m.dtype),
                            (config.data.seq_len, config.data.seq_len), on=on)
@@ -131,7 +132,8 @@ def placement(config):
   mesh = sharding.make_mesh(config.mesh)
   sharding.check_batch(config.train.batch_size, mesh, _num_streams(config))
   sharding.check_divisible(config, dict(mesh.shape), families.get(config.model))
-  return Placement(mesh, sharding.rules(config), attention_kernel(config))
+  return Placement(mesh, sharding.rules(config),
+                   attention_kernel(config, mesh.shape.get('context', 1)))
 
 
 @dataclasses.dataclass(frozen=True)
