@@ -20,6 +20,11 @@ their microbatch the same way, so no stage indexes rows by a per-stage index (a 
 SPMD partitioner mis-partitions on TPU meshes once the stage's round is per-stage too). A stage computes nothing useful
 while the pipe fills and drains: the bubble, (S - 1) / (R M + S - 1) of the iterations.
 
+With a remat policy each layer is rematerialised here (not by the stack's nn.remat), its
+parameters picked inside the checkpoint, so the backward pass picks them again from the
+stage's parameters rather than keep the round's group for every iteration (with
+model.remat='none' a circular pipeline does keep them).
+
 Microbatch j holds rows j, j + M, j + 2M, ... (as gradient accumulation deals them), so
 every data shard keeps its rows in every microbatch.
 
@@ -52,11 +57,13 @@ def _stage_constraint(x_S):
   return nn.with_logical_constraint(x_S, axes)
 
 
-def run(layer_fn, params, x_BLD, rows, stages, microbatches, rng=None, repeats=1):
+def run(layer_fn, params, x_BLD, rows, stages, microbatches, rng=None, repeats=1,
+        checkpoint=None):
   """The stack on the pipeline -> x [B, L, D] after every layer.
 
   layer_fn(layer params, x [b, L, D], rows of the microbatch, rng or None) -> x;
-  params: the stacked [layers, ...] tree; rows: a tree of [B, ...] arrays (one row each).
+  params: the stacked [layers, ...] tree; rows: a tree of [B, ...] arrays (one row each);
+  checkpoint: a remat wrapper for each layer (the remat policy), or None.
   """
   S, M, R = stages, microbatches, repeats
   G = jax.tree.leaves(params)[0].shape[0] // (S * R)
@@ -75,16 +82,23 @@ def run(layer_fn, params, x_BLD, rows, stages, microbatches, rng=None, repeats=1
       whole[i] = value
     return treedef.unflatten(whole)
 
+  def one_layer(params_s, x_bLD, rows_b, r, i, key):
+    # the layer's parameters are taken inside the checkpoint: the backward pass takes them
+    # again from the stage's (loop-invariant) parameters instead of keeping each
+    # iteration's round's group
+    return layer_fn(jax.tree.map(lambda p: p[r if R > 1 else 0, i], params_s), x_bLD, rows_b,
+                    key)
+  if checkpoint is not None:
+    one_layer = checkpoint(one_layer)
+
   def stage_fn(params_s, x_bLD, values_b, stage, r, t):
     rows_b = rows_of(values_b)
-    params_r = jax.tree.map(lambda p: p[r], params_s)  # this round's group
 
-    def layer(x, inputs):
-      p, i = inputs
+    def layer(x, i):
       key = None if rng is None else jax.random.fold_in(
           jax.random.fold_in(rng, t), (r * S + stage) * G + i)
-      return layer_fn(p, x, rows_b, key), None
-    return jax.lax.scan(layer, x_bLD, (params_r, jnp.arange(G)))[0]
+      return one_layer(params_s, x, rows_b, r, i, key), None
+    return jax.lax.scan(layer, x_bLD, jnp.arange(G))[0]
 
   def iteration(carry, t):
     state_SbLD, rows_S, back_MbLD, out_MbLD = carry
@@ -102,10 +116,11 @@ def run(layer_fn, params, x_BLD, rows, stages, microbatches, rng=None, repeats=1
         stage_params, state_SbLD, rows_S, jnp.arange(S), round_S, t))
     done = t - (S - 1)  # the work item the last stage just finished (< 0 while filling)
     i, last = micro_S[S - 1], new_SbLD[S - 1]
-    out_MbLD = jnp.where(done >= (R - 1) * M, out_MbLD.at[i].set(last), out_MbLD)
+    # one slot written in place (a select of whole buffers would copy them every iteration)
+    keep = lambda buffer, cond: buffer.at[i].set(jnp.where(cond, last, buffer[i]))
+    out_MbLD = keep(out_MbLD, done >= (R - 1) * M)
     if R > 1:
-      back_MbLD = jnp.where((done >= 0) & (done < (R - 1) * M), back_MbLD.at[i].set(last),
-                            back_MbLD)
+      back_MbLD = keep(back_MbLD, (done >= 0) & (done < (R - 1) * M))
     # each stage's output and its microbatch's rows to the next stage (collective permutes)
     roll = lambda a: _stage_constraint(jnp.roll(a, 1, axis=0))
     return (roll(new_SbLD), [roll(r) for r in rows_S], back_MbLD, out_MbLD), None

@@ -3,6 +3,7 @@
 Glossary: B batch, L length, D d_model, V vocab.
 """
 
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -114,6 +115,7 @@ def stack(m, train, num_layers, name, owner):
   unit, length = Block, num_layers
   if m.moe.num_experts:
     unit, length = MoEGroup, num_layers // m.moe.every
+  plain = unit  # the pipeline remats each layer itself (it picks the layer's parameters)
   if m.remat != 'none':
     unit = nn.remat(unit, policy=REMAT_POLICIES[m.remat], prevent_cse=not m.scan_layers)
   if m.scan_layers:
@@ -130,8 +132,11 @@ def stack(m, train, num_layers, name, owner):
         return module(x_BLD, *args)
       rng = owner.make_rng('dropout') if train and m.dropout_rate else None
       params = nn.meta.unbox(owner.variables['params'][name])
-      return _pipelined(unit(m, train), params, x_BLD, args, stages,
-                        m.pipeline_microbatches or stages, m.pipeline_repeats, rng), None
+      checkpoint = None if m.remat == 'none' else functools.partial(
+          jax.checkpoint, policy=REMAT_POLICIES[m.remat], prevent_cse=False)
+      return _pipelined(plain(m, train), params, x_BLD, args, stages,
+                        m.pipeline_microbatches or stages, m.pipeline_repeats, rng,
+                        checkpoint), None
     return run_scanned
 
   blocks = [unit(m, train, name=f'{name}_{i}') for i in range(length)]
@@ -143,7 +148,7 @@ def stack(m, train, num_layers, name, owner):
   return run
 
 
-def _pipelined(block, params, x_BLD, args, stages, microbatches, repeats, rng):
+def _pipelined(block, params, x_BLD, args, stages, microbatches, repeats, rng, checkpoint):
   """The scanned stack's layers on the pipeline: each layer `block` applied with its slice
   of the stacked parameters; a position bias travels as its positions (its table stays
   whole) and is made dense for each microbatch."""
@@ -160,7 +165,7 @@ def _pipelined(block, params, x_BLD, args, stages, microbatches, repeats, rng):
     return block.apply({'params': params_one}, x_bLD, mask, positions, bias, encoded, cross,
                        rngs=rngs)[0]
   return pipeline.run(layer, params, x_BLD, (mask, positions_BL, bias, encoded_BSD, cross_mask),
-                      stages, microbatches, rng, repeats)
+                      stages, microbatches, rng, repeats, checkpoint)
 
 
 def default_positions(batch, inputs_key='inputs', positions_key='positions',
