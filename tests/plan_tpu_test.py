@@ -162,6 +162,38 @@ def test_the_sweep_ranks_every_factorization_and_says_why_it_skips_some():
   assert [r['pipeline_microbatches'] for r in staged if not r['invalid']] == [16, 8, 4, 2]
 
 
+def test_across_slices_the_dcn_axis_traffic_goes_at_the_dcn_bandwidth():
+  chip = topology.parse('2xv5p-16').chip
+  MESH = dict(data=4, fsdp=2, tensor=1, expert=1, context=1, stage=1)
+
+  def seconds(config, sizes, slices):
+    boxed = counting.abstract_params(config)
+    base = analytic.plan(config, mesh_sizes={a: 1 for a in sizes}, boxed=boxed)
+    return sweep.estimate(config, sizes, chip, base, boxed, slices)[0], base
+
+  # data 4 over 2 slices: the float32 gradients (2 x P x 4 / fsdp bytes each all-reduce
+  # moves per chip) are reduced over the 2 chips of a slice (half over ICI), then each
+  # chip's half is exchanged between the slices (a quarter over DCN); in one slice, 3/4 of
+  # them over ICI
+  config = _smoke('mesh.slices=2')
+  two, base = seconds(config, MESH, 2)
+  one, _ = seconds(config, MESH, 1)
+  reduced = 2 * base['params_total'] * 4 / 2
+  assert two - one == pytest.approx(reduced / 4 / chip.dcn_bandwidth +
+                                    (reduced / 2 - 3 * reduced / 4) / chip.ici_bandwidth)
+  # stage across slices: every stage boundary's activations wait for DCN
+  config = _smoke('mesh.slices=2', 'mesh.dcn_axis=stage', 'model.pipeline_microbatches=2')
+  staged = dict(MESH, data=2, stage=2)
+  two, base = seconds(config, staged, 2)
+  one, _ = seconds(config, staged, 1)
+  handed = analytic.pipeline_plan(config, staged, 0)['boundary_bytes_per_step_per_device']
+  assert two - one == pytest.approx(handed / chip.dcn_bandwidth - handed / chip.ici_bandwidth)
+  # the sweep skips the meshes whose dcn_axis the slices cannot split
+  rows = sweep.sweep(_smoke('mesh.slices=2', 'train.batch_size=16'), topology.parse('2xv5p-16'))
+  skipped = {tuple(r['mesh'].values()): r['invalid'] for r in rows if r['invalid']}
+  assert skipped[(1, 16, 1, 1, 1, 1)] == 'mesh.dcn_axis=data: data=1 does not split over 2 slices'
+
+
 def test_the_sweep_memory_counts_scores_only_without_a_flash_kernel_and_one_loss_chunk():
   tpu_slice = topology.parse('v5p-128')
   sizes = {'data': 1, 'fsdp': 64, 'tensor': 1, 'expert': 1}
@@ -235,7 +267,7 @@ def test_t5_trains_through_flash_bias_on_a_tpu_slice():
   devices = topology.devices(topology.parse('v5p-8'))
   config = helpers.smoke('t5_base', 'model.dtype=bfloat16', 'data.seq_len=256',
                          'data.target_seq_len=128', 'mesh.data=1', 'mesh.fsdp=4')
-  assert runtime.attention_kernel(config, on='tpu')[0] == 'flash_bias'
+  assert runtime.attention_kernel(config, 1, on='tpu')[0] == 'flash_bias'
   with jax.default_matmul_precision('default'):
     hlo = compiled.lower(config, sharding.make_mesh(config.mesh, devices)).compile().as_text()
   calls = re.findall(r'%([a-z_]+)[.0-9]* = .*custom_call_target="tpu_custom_call"', hlo)

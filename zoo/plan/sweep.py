@@ -9,7 +9,11 @@ The estimate (a ranking aid; compile the chosen mesh with --plan_topology to con
 - compute: training FLOPs per step (zoo/plan/analytic.py convention, plus what the remat
   policy recomputes: zoo/counting.py remat_flops_per_token) / (chips x peak bf16 FLOP/s),
   over (1 - the pipeline bubble) with stages;
-- communication over ICI at the chip's bandwidth, not overlapped with compute:
+- communication at the chip's ICI bandwidth, not overlapped with compute; across slices
+  (NxNAME) the traffic of mesh.dcn_axis that crosses them at its DCN bandwidth (collectives
+  done inside each slice first, then each chip's share exchanged between slices; stages
+  at a slice's edge hand their activations over DCN), meshes whose dcn_axis the slices do
+  not split skipped:
   fsdp: parameters all-gathered for forward and backward and gradients reduce-scattered,
   3 x P x (f-1)/f bytes (per tensor shard); data (and context, which holds whole
   parameters too): gradients all-reduced, 2 x P/(f t) x (r-1)/r over r = data x context;
@@ -56,7 +60,10 @@ def factorizations(n, axes):
           for rest in factorizations(n // d, axes[1:])]
 
 
-def _invalid(config, sizes):
+def _invalid(config, sizes, slices):
+  axis = config.mesh.dcn_axis
+  if sizes[axis] % slices:
+    return f'mesh.dcn_axis={axis}: {axis}={sizes[axis]} does not split over {slices} slices'
   try:
     sharding.check_divisible(config, sizes, families.get(config.model))
   except ConfigError as e:
@@ -75,8 +82,21 @@ def _flash_attention(config):
   return chosen in ('splash', 'flash_bias')
 
 
-def estimate(config, sizes, chip, plan_result, boxed):
-  """(seconds per step, per-device bytes) for one mesh."""
+def _hierarchical(nbytes, size, slices, reduce):
+  """(ICI, DCN) bytes per chip of a collective over an axis of `size` devices that spans
+  `slices` slices (size / slices in each): an all-reduce (reduce) of an nbytes buffer works
+  inside the slice and then exchanges each chip's 1/(size/slices) share across slices; an
+  all-gather of nbytes from shards of nbytes / size gathers the other slices' shards over
+  DCN first."""
+  inside = size // slices
+  ici = nbytes * (inside - 1) / inside
+  dcn = (nbytes / inside if reduce else nbytes / size * slices) * (slices - 1) / slices
+  return ici, dcn
+
+
+def estimate(config, sizes, chip, plan_result, boxed, slices=1):
+  """(seconds per step, per-device bytes) for one mesh; with slices > 1 the traffic of
+  mesh.dcn_axis that crosses slices goes at the chip's DCN bandwidth."""
   m, t = config.model, config.train
   chips = math.prod(sizes.values())
   data, fsdp, tensor = sizes['data'], sizes['fsdp'], sizes['tensor']
@@ -91,17 +111,26 @@ def estimate(config, sizes, chip, plan_result, boxed):
   flops = (plan_result['flops_per_token'] + plan_result['remat_flops_per_token']) * tokens
   seconds = flops / (chips * chip.peak_flops)
   held = analytic.state_bytes(boxed, sharding.rules(config), sizes, config.optim)[1]
-  comm = 0.0
+  dcn_axis = config.mesh.dcn_axis if slices > 1 else None
+  comm, dcn = 0.0, 0.0  # bytes per chip over ICI, over DCN
   if stages > 1:
     pipe = analytic.pipeline_plan(config, sizes, held['params'])
     seconds /= 1 - pipe['bubble']
-    comm += (pipe['boundary_bytes_per_step_per_device'] +
-             pipe['regroup_bytes_per_step_per_device'])
+    handed = (pipe['boundary_bytes_per_step_per_device'] +
+              pipe['regroup_bytes_per_step_per_device'])
+    if dcn_axis == 'stage':  # the stages at a slice's edge hand over DCN; the rest wait
+      dcn += handed
+    else:
+      comm += handed
   if fsdp > 1:  # gathered forward and backward, reduce-scattered: once per microbatch
-    comm += 3 * t.microbatches * params * compute_bytes / tensor * (fsdp - 1) / fsdp
+    gathered = 3 * t.microbatches * params * compute_bytes / tensor
+    ici, cross = _hierarchical(gathered, fsdp, slices if dcn_axis == 'fsdp' else 1, False)
+    comm, dcn = comm + ici, dcn + cross
   replicas = data * context
-  if replicas > 1:
-    comm += 2 * params * 4 / (fsdp * tensor) * (replicas - 1) / replicas
+  if replicas > 1:  # the slices split data, so data x context over slices
+    ici, cross = _hierarchical(2 * params * 4 / (fsdp * tensor), replicas,
+                               slices if dcn_axis == 'data' else 1, True)
+    comm, dcn = comm + ici, dcn + cross
   if tensor > 1:
     comm += layers * 4 * 2 * tokens_per_device * m.d_model * compute_bytes * (tensor - 1) / tensor
   if m.moe.num_experts and sizes['expert'] > 1:
@@ -110,7 +139,7 @@ def estimate(config, sizes, chip, plan_result, boxed):
   if context > 1:
     ring = analytic.ring_communication(m, context)
     comm += layers * tokens_per_device * ring['bytes_per_token_per_layer_train']
-  seconds += comm / chip.ici_bandwidth
+  seconds += comm / chip.ici_bandwidth + dcn / chip.dcn_bandwidth
 
   L = config.data.seq_len // context  # the keys one ring step's scores span
   # a flash kernel (splash, flash_bias) never holds the [H, L] float32 scores of a token
@@ -158,11 +187,12 @@ def sweep(config, tpu_slice):
       if schedule not in variants:
         variants[schedule] = _with_schedule(config, *schedule)
       meshed = variants[schedule]
-      reason = _invalid(meshed, sizes)
+      reason = _invalid(meshed, sizes, tpu_slice.slices)
       row = {'mesh': sizes, 'pipeline_microbatches': schedule[0],
              'pipeline_repeats': schedule[1], 'invalid': reason}
       if not reason:
-        seconds, per_device = estimate(meshed, sizes, tpu_slice.chip, base, boxed)
+        seconds, per_device = estimate(meshed, sizes, tpu_slice.chip, base, boxed,
+                                       tpu_slice.slices)
         row.update(step_seconds=seconds, per_device_bytes=int(per_device),
                    fits=per_device <= tpu_slice.chip.hbm_bytes)
       rows.append(row)

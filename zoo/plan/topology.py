@@ -2,8 +2,10 @@
 for ahead-of-time compiles through libtpu on a machine without TPUs.
 
 Names follow Cloud TPU: v4 and v5p count TensorCores (2 per chip), v5e and v6e count
-chips. Per-chip figures: bf16 peak FLOP/s, HBM bytes and bandwidth, and ICI bandwidth
-(all links together), from the Cloud TPU system-architecture pages.
+chips. Per-chip figures: bf16 peak FLOP/s, HBM bytes and bandwidth, ICI bandwidth (all
+links together) and DCN bandwidth (between slices), from the Cloud TPU system-architecture
+pages (DCN: v5p's 50 Gbps per chip; v5e and v6e a host's NICs over its 8 chips, 2 x 100 and
+4 x 200 Gbps; v4's is not given there and is taken as v5p's).
 """
 
 import contextlib
@@ -24,12 +26,13 @@ class Chip:
   hbm_bytes: float
   hbm_bandwidth: float  # bytes/s
   ici_bandwidth: float  # bytes/s, per chip
+  dcn_bandwidth: float  # bytes/s, per chip
 
 CHIPS = {
-    'v4': Chip('v4', 2, 3, 275e12, 32 * 2**30, 1228e9, 300e9),
-    'v5p': Chip('v5p', 2, 3, 459e12, 95 * 2**30, 2765e9, 600e9),
-    'v5e': Chip('v5e', 1, 2, 197e12, 16 * 2**30, 819e9, 200e9),
-    'v6e': Chip('v6e', 1, 2, 918e12, 32 * 2**30, 1640e9, 448e9),
+    'v4': Chip('v4', 2, 3, 275e12, 32 * 2**30, 1228e9, 300e9, 50e9 / 8),
+    'v5p': Chip('v5p', 2, 3, 459e12, 95 * 2**30, 2765e9, 600e9, 50e9 / 8),
+    'v5e': Chip('v5e', 1, 2, 197e12, 16 * 2**30, 819e9, 200e9, 200e9 / 8 / 8),
+    'v6e': Chip('v6e', 1, 2, 918e12, 32 * 2**30, 1640e9, 448e9, 800e9 / 8 / 8),
 }
 _ALIASES = {'v5litepod': 'v5e', 'v5lite': 'v5e'}
 
