@@ -17,8 +17,9 @@ while the first stage takes the next microbatch: a new one in the first round, e
 the last stage handed back a round earlier (kept in a buffer of M microbatches; M >= S, so
 it is back in time). Per-row inputs (masks, positions, the encoder output) travel with
 their microbatch the same way, so no stage indexes rows by a per-stage index (a gather XLA's
-SPMD partitioner mis-partitions on TPU meshes once the stage's round is per-stage too). A stage computes nothing useful
-while the pipe fills and drains: the bubble, (S - 1) / (R M + S - 1) of the iterations.
+SPMD partitioner mis-partitions on TPU meshes once the stage's round is per-stage too). A
+stage computes nothing useful while the pipe fills and drains: the bubble,
+(S - 1) / (R M + S - 1) of the iterations.
 
 With a remat policy each layer is rematerialised here (not by the stack's nn.remat), its
 parameters picked inside the checkpoint, so the backward pass picks them again from the

@@ -92,8 +92,8 @@ def pipeline_plan(config, sizes, param_bytes_per_device):
   stage boundary per training step (one microbatch's [b, L, D] forward and its gradient
   back, every iteration, per stack; a later stack's microbatches carry the earlier stack's
   output too, as T5's decoder does the encoder's; the rows' ids and masks are not counted)
-  and, circular, the parameters moved to the stages that
-  run them and their gradients back (at most param_bytes_per_device each way)."""
+  and, circular, the parameters moved to the stages that run them and their gradients back
+  (at most param_bytes_per_device each way)."""
   m, t = config.model, config.train
   stages, repeats = sizes['stage'], m.pipeline_repeats
   microbatches = m.pipeline_microbatches or stages

@@ -246,7 +246,8 @@ def table(rows, tpu_slice):
            'analytic estimate' + ('; compiled GiB from the TPU compiler' if confirmed else
                                   ', compile the best with --plan_sweep_compile=N to confirm'),
            ' '.join(f'{a:>7}' for a in sharding.MESH_AXES) + f' {"micro":>6} {"rounds":>6} '
-           f'{"step s":>9} {"GiB/device":>11}  fits' + (f' {"compiled GiB":>12}' if confirmed else '')]
+           f'{"step s":>9} {"GiB/device":>11}  fits'
+           + (f' {"compiled GiB":>12}' if confirmed else '')]
   for r in rows:
     mesh = ' '.join(f'{r["mesh"][a]:>7}' for a in sharding.MESH_AXES)
     piped = r['pipeline_microbatches']
