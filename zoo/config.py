@@ -716,17 +716,7 @@ def _validate_stage(mesh, m, batch_size):
                       'inside the pipeline); use one of them')
   if stages < 1:
     return  # -1: checked with the mesh (sharding.check_divisible)
-  groups = stages * m.pipeline_repeats
-  for name in families.get(m).LAYER_FIELDS:
-    if m[name] % groups:
-      raise ConfigError(f'model.{name}={m[name]} does not split into {field} stages x '
-                        f'model.pipeline_repeats={m.pipeline_repeats} layer groups; use '
-                        'stages and repeats whose product divides it')
-  microbatches = m.pipeline_microbatches or stages
-  if microbatches < stages:
-    raise ConfigError(f'model.pipeline_microbatches={microbatches} is fewer than {field}: '
-                      'a stage would never be busy; use at least as many microbatches as '
-                      'stages (more shrink the bubble)')
+  microbatches = sharding.check_stage_split(m, families.get(m).LAYER_FIELDS, stages, field)
   if batch_size % microbatches:
     raise ConfigError(f'model.pipeline_microbatches={microbatches} does not divide '
                       f'train.batch_size={batch_size}; use a divisor of it')

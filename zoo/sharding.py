@@ -151,19 +151,27 @@ def check_divisible(config, sizes, family=None):
                       f'{batch // shards}); use a divisor of it or a larger batch')
 
 
+def check_stage_split(m, layer_fields, stages, label):
+  """-> the pipeline's microbatch count, once each stack splits into stages x repeats layer
+  groups and the microbatches fill every stage; `label` names the stage count in the
+  message (config.validate: 'mesh.stage=N'; a -1 resolved with the mesh: 'mesh stage=N')."""
+  for field in layer_fields:
+    if m[field] % (stages * m.pipeline_repeats):
+      raise ConfigError(f'model.{field}={m[field]} does not split into {label} stages x '
+                        f'model.pipeline_repeats={m.pipeline_repeats} layer groups; use '
+                        'stages and repeats whose product divides it')
+  microbatches = m.pipeline_microbatches or stages
+  if microbatches < stages:
+    raise ConfigError(f'model.pipeline_microbatches={microbatches} is fewer than {label}: '
+                      'a stage would never be busy; use at least as many microbatches as '
+                      'stages (more shrink the bubble)')
+  return microbatches
+
+
 def _check_stages(config, layer_fields, stages, shards):
   """The pipeline on `stages` stages: each stack splits, microbatches fill every stage,
   and each microbatch's rows split over the batch axes."""
-  m = config.model
-  for field in layer_fields:
-    if m[field] % (stages * m.pipeline_repeats):
-      raise ConfigError(f'model.{field}={m[field]} does not split into mesh stage={stages} '
-                        f'stages x model.pipeline_repeats={m.pipeline_repeats} layer groups; '
-                        'use stages and repeats whose product divides it')
-  microbatches = m.pipeline_microbatches or stages
-  if microbatches < stages:
-    raise ConfigError(f'model.pipeline_microbatches={microbatches} is fewer than mesh '
-                      f'stage={stages}; use at least as many microbatches as stages')
+  microbatches = check_stage_split(config.model, layer_fields, stages, f'mesh stage={stages}')
   rows = config.train.batch_size // config.train.microbatches
   if rows % (microbatches * shards):
     raise ConfigError(f'train.batch_size={config.train.batch_size} does not split into '
