@@ -129,9 +129,12 @@ def test_an_unknown_variant_is_a_config_error_naming_it(name):
     ({'mesh.context': 2, 'model.position': 'alibi'},
      "mesh.context=2: ring attention takes no position bias, and model.position='alibi' adds "
      "one; use 'rope' or 'learned'; or use mesh.context=1"),
-    ({'mesh.context': 2, 'model.attention.kernel': 'splash', 'data.seq_len': 128},
-     r'mesh.context=2: ring attention runs its local blocks in XLA (splash blocks are not built\)'
-     "; set model.attention.kernel='auto' or 'xla', not 'splash'"),
+    ({'mesh.context': 2, 'model.attention.kernel': 'splash', 'data.seq_len': 256},
+     "model.attention.kernel='splash' with mesh.context=2: each ring chunk (data.seq_len / 4 "
+     r"= 64 tokens\) must be a multiple of 128; lengthen data.seq_len or use 'auto' or 'xla'"),
+    ({'mesh.context': 2, 'model.attention.kernel': 'gpu', 'data.seq_len': 128},
+     "mesh.context=2: ring attention runs its local blocks in splash or XLA; set "
+     "model.attention.kernel='auto', 'splash' or 'xla', not 'gpu'; or use mesh.context=1"),
     ({'mesh.context': 2, 'model.moe.num_experts': 4},
      r'mesh.context=2: experts (model.moe.num_experts=4\) with a split sequence are not built'),
     ({'model.family': 'encoder_decoder', 'model.num_encoder_layers': 2,

@@ -17,6 +17,7 @@ from zoo import sharding
 from zoo import storage
 from zoo.errors import ConfigError  # the error of every layer, raised here the most
 from zoo.kernels import flash_bias
+from zoo.kernels import splash
 from zoo.models import dims
 from zoo.models import transformer
 
@@ -663,9 +664,9 @@ def context_unsupported(m):
   if m.position in ('t5_bias', 'alibi'):
     return (f"ring attention takes no position bias, and model.position={m.position!r} adds "
             "one; use 'rope' or 'learned'")
-  if m.attention.kernel not in ('auto', 'xla'):
-    return ("ring attention runs its local blocks in XLA (splash blocks are not built); set "
-            f"model.attention.kernel='auto' or 'xla', not {m.attention.kernel!r}")
+  if m.attention.kernel not in ('auto', 'xla', 'splash'):
+    return ("ring attention runs its local blocks in splash or XLA; set "
+            f"model.attention.kernel='auto', 'splash' or 'xla', not {m.attention.kernel!r}")
   if m.moe.num_experts:
     return (f'experts (model.moe.num_experts={m.moe.num_experts}) with a split sequence are '
             'not built: routing groups span the whole sequence')
@@ -688,6 +689,17 @@ def _validate_context(context, m, d):
                       (' (a causal model holds two chunks per device, one early and one '
                        'late)' if per_device == 2 else '') +
                       f'; use a multiple of {chunks}')
+  if context > 1 and m.attention.kernel == 'splash':
+    chunk = d.seq_len // chunks
+    if chunk % splash.LANES:
+      raise ConfigError(f"model.attention.kernel='splash' with mesh.context={context}: each "
+                        f'ring chunk (data.seq_len / {chunks} = {chunk} tokens) must be a '
+                        f"multiple of {splash.LANES}; lengthen data.seq_len or use 'auto' or "
+                        "'xla'")
+    try:
+      splash.block_sizes(chunk, chunk, m.attention.block_q, m.attention.block_kv)
+    except ValueError as e:
+      raise ConfigError(f'{e} (mesh.context={context}: {chunk}-token ring chunks)') from None
 
 
 def _validate_stage(mesh, m, batch_size):

@@ -67,6 +67,13 @@ def flops_per_token(config, num_active=None):
   return 6 * _matmul_params(config, num_active) + _attention_flops(config)
 
 
+def attention_flops_per_token(config):
+  """The attention's share of flops_per_token plus what the remat policy recomputes of it
+  (the batched matmuls a fused attention kernel runs)."""
+  recomputed = config.model.remat in ('full', 'dots_no_batch')
+  return _attention_flops(config) * (4 if recomputed else 3) // 3
+
+
 def remat_flops_per_token(config, num_active=None):
   """FLOPs per token the backward pass spends recomputing the forward, by model.remat
   (hardware FLOPs = flops_per_token + this): 'full' recomputes every block's forward, 2 x

@@ -14,8 +14,10 @@
   float32 on GPU). `resolve` says what ran and why.
 
 On a mesh with a `context` axis (mesh.context > 1) self-attention over a sequence that
-splits evenly runs ring attention (zoo/kernels/ring.py) instead, its local blocks in XLA;
-the config allows it with 'auto' or 'xla' only and no position bias.
+splits evenly runs ring attention instead, with no position bias: its local blocks in
+splash (zoo/kernels/ring_splash.py) where 'splash', or 'auto' on TPU, takes the chunk
+lengths, else in XLA (zoo/kernels/ring.py); 'flash_bias' and 'gpu' are refused there by
+the config.
 
 A position bias reaches the kernels as a bias.PositionBias (positions and parameters);
 `prepare_bias` turns it into the dense array once per stack where the kernel wants that.
@@ -35,6 +37,7 @@ from zoo.kernels import gpu
 from zoo.kernels import mask as mask_lib
 from zoo.kernels import reference
 from zoo.kernels import ring
+from zoo.kernels import ring_splash
 from zoo.kernels import shard
 from zoo.kernels import splash
 
@@ -118,7 +121,7 @@ def attention(query, key, value, mask=None, bias=None, scale=None, kernel='xla',
     if bias is not None:
       raise ValueError('ring attention (mesh.context > 1) takes no position bias; use '
                        'mesh.context=1 for t5_bias or alibi')
-    return _ring(query, key, value, mask, scale)
+    return _ring(query, key, value, mask, scale, kernel, block_sizes)
   if isinstance(mask, mask_lib.Mask) and mask.kv_cache:  # decoding: a few queries, the cache
     name = 'xla'
   else:
@@ -150,7 +153,31 @@ def _rings(query, key, mask):
           query.shape[1] == key.shape[1] and query.shape[1] % n == 0)
 
 
-def _ring(query, key, value, mask, scale):
+def ring_blocks(kernel, causal, local_length, on=None):
+  """The kernel ring attention's local blocks run in: 'splash' or 'xla' (`local_length` the
+  queries each device holds)."""
+  if not ring_splash.supports(local_length, causal):
+    if kernel == 'splash':
+      chunk = local_length // (2 if causal else 1)
+      raise ValueError(f"model.attention.kernel='splash' with mesh.context: each ring chunk "
+                       f"({chunk} tokens) must be a multiple of {splash.LANES}; lengthen "
+                       "data.seq_len or use 'auto' or 'xla'")
+    return 'xla'
+  return 'splash' if kernel == 'splash' or (kernel == 'auto' and (on or platform()) == 'tpu') \
+      else 'xla'
+
+
+def _ring(query, key, value, mask, scale, kernel, block_sizes):
+  local_length = query.shape[1] // sharding.axis_size('context')
+  balanced = mask.slots is not None  # splash's causal blocks assume ring.balance's layout
+  if (balanced or not mask.causal) and ring_blocks(kernel, mask.causal,
+                                                    local_length) == 'splash':
+    interpret = jax.default_backend() == 'cpu' and platform() == 'cpu'
+    local = lambda q, k, v, q_segments, kv_segments: ring_splash.ring_attention(
+        q, k, v, q_segments, kv_segments, axis='context', causal=mask.causal,
+        window=mask.window, scale=scale, blocks=block_sizes, interpret=interpret)
+    return shard.over_mesh(local, query, key, value,
+                           rows=(mask.q_segment_ids, mask.kv_segment_ids), sequence=True)
   slots = mask.slots
   if slots is None:
     slots = jnp.broadcast_to(jnp.arange(query.shape[1], dtype=jnp.int32), query.shape[:2])

@@ -245,13 +245,17 @@ def report(result):
              f"{result['compiled_flops_per_step']:.4g} FLOPs/step "
              f"({result['compiled_flops_per_step'] / analytic:.3f} x the analytic count "
              "with remat)")
+    if result.get('pallas_attention_flops_per_step'):
+      flops += (f" + {result['pallas_attention_flops_per_step']:.4g} FLOPs of Pallas "
+                'attention (analytic; the compiler does not count its kernels)')
     lines.append(f"compiled train step: {flops}, "
                  f"{gib(result['per_device_bytes']['total'])} per device "
                  f"(temporaries {gib(result['per_device_bytes']['temporaries'])}), compiled in "
                  f"{result['compile_seconds']:.0f}s")
   if 'estimated_step_seconds' in result:
     how = ('analytic FLOPs at peak over 1 - the pipeline bubble' if 'pipeline' in result
-           else 'compiled FLOPs at peak, HBM bytes at bandwidth')
+           else 'compiled FLOPs' + (' + the Pallas attention\'s' if result.get(
+               'pallas_attention_flops_per_step') else '') + ' at peak, HBM bytes at bandwidth')
     lines.append(f"estimated step time on {result['topology']['name']}: "
                  f"{result['estimated_step_seconds']:.3f}s (roofline: {how}); fits in "
                  f"{result['topology']['hbm_bytes_per_chip'] / 2**30:.0f} GiB HBM: "

@@ -71,9 +71,16 @@ def _invalid(config, sizes, slices):
   return None
 
 
-def _flash_attention(config):
-  """Whether the attention kernel that runs on TPU for this shape is a flash kernel."""
+def _flash_attention(config, context=1):
+  """Whether the attention kernel that runs on TPU for this shape (on `context` ring
+  devices) is a flash kernel."""
   m, L = config.model, config.data.seq_len
+  if context > 1:
+    causal = families.get(m).CONTEXT_CHUNKS == 2
+    try:
+      return kernels.ring_blocks(m.attention.kernel, causal, L // context, on='tpu') == 'splash'
+    except ValueError:  # 'splash' on chunks it cannot block: config.validate says so
+      return False
   try:
     chosen, _ = kernels.resolve(m.attention.kernel, m.position in ('t5_bias', 'alibi'),
                                 np.dtype(m.dtype), (L, L), on='tpu')
@@ -143,11 +150,15 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1):
 
   L = config.data.seq_len // context  # the keys one ring step's scores span
   # a flash kernel (splash, flash_bias) never holds the [H, L] float32 scores of a token
-  scores = 0 if _flash_attention(config) else 2 * m.num_heads / tensor * L * 4 / compute_bytes
+  scores = (0 if _flash_attention(config, context) else
+            2 * m.num_heads / tensor * L * 4 / compute_bytes)
   working = 10 * m.d_model + 2 * m.mlp_dim / tensor + scores
-  per_token = (layers * m.d_model / tensor + working if remat else layers * working)
   live_tokens = tokens_per_device / t.microbatches  # one microbatch's activations at a time
-  activations = live_tokens * per_token * compute_bytes
+  if stages > 1:
+    activations = _pipeline_activations(config, live_tokens, layers, working, tensor)
+  else:
+    per_token = (layers * m.d_model / tensor + working if remat else layers * working)
+    activations = live_tokens * per_token * compute_bytes
   # float32 logits and their gradient, for one chunk of the sequence with the chunked loss
   logit_share = (loss_lib.chunk_len(config, L) or L) / L
   logits = 2 * live_tokens * logit_share * m.vocab_size / tensor * 4
@@ -157,6 +168,22 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1):
     tables = _vocab_params(boxed)
     gathered = ((params - tables) / layers + tables) * compute_bytes / tensor
   return seconds, state + activations + logits + gathered
+
+
+def _pipeline_activations(config, tokens, layers, working, tensor):
+  """Bytes of a pipeline's activations (zoo/models/pipeline.py) for `tokens` per device:
+  every one of the R M + S - 1 iterations keeps its microbatch's input to each layer of
+  the group it ran (remat: the bubble's iterations too; d_model whole, as the pipeline's
+  state holds it), or the whole working set without remat; one microbatch's working set
+  at a time; and the [M, b, L, D] buffers (the stack's input and output, the circular
+  round's), d_model whole too."""
+  m = config.model
+  microbatches = m.pipeline_microbatches or config.mesh.stage
+  rounds = m.pipeline_repeats * microbatches
+  kept = tokens * (rounds + config.mesh.stage - 1) / rounds * layers
+  kept *= m.d_model if m.remat != 'none' else working
+  buffers = (2 + (m.pipeline_repeats > 1)) * tokens * m.d_model
+  return (kept + tokens / microbatches * working + buffers) * np.dtype(m.dtype).itemsize
 
 
 def _vocab_params(boxed):

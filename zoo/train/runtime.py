@@ -119,12 +119,28 @@ def attention_kernel(config, context, on=None):
   mesh's context axis (mesh.context resolved), why), or a ConfigError."""
   m = config.model
   if context != 1:  # config.validate allows only what the ring runs
-    return 'ring', f'mesh context={context}: ring attention, local blocks in XLA'
+    blocks = 'splash' if _ring_blocks(config, context, on) == 'splash' else 'XLA'
+    return 'ring', f'mesh context={context}: ring attention, local blocks in {blocks}'
   try:
     return kernels.resolve(m.attention.kernel, dims.has_position_bias(m), jnp.dtype(m.dtype),
                            (config.data.seq_len, config.data.seq_len), on=on)
   except ValueError as e:
     raise ConfigError(str(e)) from None
+
+
+def _ring_blocks(config, context, on):
+  causal = families.get(config.model).CONTEXT_CHUNKS == 2  # the decoder's balanced layout
+  return kernels.ring_blocks(config.model.attention.kernel, causal,
+                             config.data.seq_len // context, on=on)
+
+
+def pallas_attention(config, context, on=None):
+  """Whether the attention runs in Pallas kernels on platform `on` (splash, flash_bias, the
+  ring's splash blocks): custom calls whose FLOPs the compiler's cost analysis leaves out."""
+  kernel, _ = attention_kernel(config, context, on)
+  if kernel == 'ring':
+    return _ring_blocks(config, context, on) == 'splash'
+  return kernel in ('splash', 'flash_bias')
 
 
 def placement(config):
