@@ -226,7 +226,7 @@ def test_the_sweep_memory_of_a_pipeline_keeps_every_iterations_layer_inputs():
     base = analytic.plan(config, mesh_sizes={a: 1 for a in sizes}, boxed=boxed)
     return sweep.estimate(config, sizes, tpu_slice.chip, base, boxed)[1]
 
-  tokens, d_model, layers = 256 * 4096 / 16, 8192, 20  # per device; the stage's layers
+  tokens, d_model = 256 * 4096 / 16, 8192  # per device; the stage holds 20 layers
   # 16 x 2 rounds + 3 iterations keep 10 layers' inputs each, not 16 + 3 keeping 20; and a
   # third [M, b, L, D] buffer (the rounds'), d_model whole, bfloat16
   kept = lambda rounds, group: tokens / 16 * (rounds + 3) * group * d_model * 2

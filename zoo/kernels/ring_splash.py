@@ -33,7 +33,6 @@ per device (2 causal, 1 bidirectional), c = L / P, n devices on the ring.
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel
 
