@@ -71,6 +71,10 @@ def test_the_kernel_in_the_header_follows_the_resolved_context_axis():
   config = _config('decoder', (1, 1, 1), ['mesh.context=-1', 'mesh.data=1'])
   assert runtime.attention_kernel(config, 1)[0] == 'xla'  # -1 on one device: no ring runs
   assert runtime.attention_kernel(config, 4)[0] == 'ring'
+  config.model.attention.kernel = 'splash'  # 64 tokens in 8 chunks: too short to block
+  with pytest.raises(config_lib.ConfigError, match=r"kernel='splash' with mesh.context: each "
+                                                   r'ring chunk \(8 tokens\) must be a multiple'):
+    runtime.attention_kernel(config, 4)
 
 
 def test_parameter_shardings_follow_the_rules():

@@ -118,13 +118,13 @@ def attention_kernel(config, context, on=None):
   """-> (kernel that runs on platform `on` (default: here) with `context` devices on the
   mesh's context axis (mesh.context resolved), why), or a ConfigError."""
   m = config.model
-  if context != 1:  # config.validate allows only what the ring runs
-    blocks = 'splash' if _ring_blocks(config, context, on) == 'splash' else 'XLA'
-    return 'ring', f'mesh context={context}: ring attention, local blocks in {blocks}'
   try:
+    if context != 1:  # config.validate allows only what the ring runs
+      blocks = 'splash' if _ring_blocks(config, context, on) == 'splash' else 'XLA'
+      return 'ring', f'mesh context={context}: ring attention, local blocks in {blocks}'
     return kernels.resolve(m.attention.kernel, dims.has_position_bias(m), jnp.dtype(m.dtype),
                            (config.data.seq_len, config.data.seq_len), on=on)
-  except ValueError as e:
+  except ValueError as e:  # e.g. splash chunks of a mesh.context=-1 resolved here
     raise ConfigError(str(e)) from None
 
 
