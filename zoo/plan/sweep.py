@@ -154,36 +154,41 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1):
             2 * m.num_heads / tensor * L * 4 / compute_bytes)
   working = 10 * m.d_model + 2 * m.mlp_dim / tensor + scores
   live_tokens = tokens_per_device / t.microbatches  # one microbatch's activations at a time
-  if stages > 1:
+  if stages > 1:  # the logits are gone by the pipeline's backward pass, the peak
     activations = _pipeline_activations(config, live_tokens, layers, working, tensor)
   else:
     per_token = (layers * m.d_model / tensor + working if remat else layers * working)
-    activations = live_tokens * per_token * compute_bytes
-  # float32 logits and their gradient, for one chunk of the sequence with the chunked loss
-  logit_share = (loss_lib.chunk_len(config, L) or L) / L
-  logits = 2 * live_tokens * logit_share * m.vocab_size / tensor * 4
+    # float32 logits and their gradient, one chunk of the sequence with the chunked loss
+    logit_share = (loss_lib.chunk_len(config, L) or L) / L
+    activations = live_tokens * (per_token * compute_bytes +
+                                 2 * logit_share * m.vocab_size / tensor * 4)
   state = held['total'] + held['params']  # + the update's temporaries, one per parameter
   gathered = 0.0
   if fsdp > 1:  # one layer's parameters and the vocabulary tables gathered whole to be used
     tables = _vocab_params(boxed)
     gathered = ((params - tables) / layers + tables) * compute_bytes / tensor
-  return seconds, state + activations + logits + gathered
+  return seconds, state + activations + gathered
 
 
 def _pipeline_activations(config, tokens, layers, working, tensor):
   """Bytes of a pipeline's activations (zoo/models/pipeline.py) for `tokens` per device:
   every one of the R M + S - 1 iterations keeps its microbatch's input to each layer of
-  the group it ran (remat: the bubble's iterations too; d_model whole, as the pipeline's
-  state holds it), or the whole working set without remat; one microbatch's working set
-  at a time; and the [M, b, L, D] buffers (the stack's input and output, the circular
-  round's), d_model whole too."""
+  the group it ran (remat: the bubble's iterations too), or the whole working set without
+  remat; one microbatch's working set at a time; the [M, b, L, D] buffers (the stack's
+  input and output, the circular round's); and, outside the stack, about four float32
+  [tokens, D] arrays (the stack's input and output and their gradients, as the compiler
+  holds them: calibrated on llama3_70b and llama3_8b, docs/architecture.md). The logits
+  are not counted: their memory is free again before the pipeline's backward pass, where
+  the peak is (turning the loss's chunking off moves it by 0.08 GiB)."""
   m = config.model
   microbatches = m.pipeline_microbatches or config.mesh.stage
   rounds = m.pipeline_repeats * microbatches
   kept = tokens * (rounds + config.mesh.stage - 1) / rounds * layers
-  kept *= m.d_model if m.remat != 'none' else working
-  buffers = (2 + (m.pipeline_repeats > 1)) * tokens * m.d_model
-  return (kept + tokens / microbatches * working + buffers) * np.dtype(m.dtype).itemsize
+  kept *= m.d_model / tensor if m.remat != 'none' else working
+  buffers = (2 + (m.pipeline_repeats > 1)) * tokens * m.d_model / tensor
+  outside = tokens * 4 * m.d_model * 4 / np.dtype(m.dtype).itemsize
+  return (kept + tokens / microbatches * working + buffers + outside) * np.dtype(
+      m.dtype).itemsize
 
 
 def _vocab_params(boxed):
