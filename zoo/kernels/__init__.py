@@ -163,8 +163,8 @@ def ring_blocks(kernel, causal, local_length, on=None):
                        f"({chunk} tokens) must be a multiple of {splash.LANES}; lengthen "
                        "data.seq_len or use 'auto' or 'xla'")
     return 'xla'
-  return 'splash' if kernel == 'splash' or (kernel == 'auto' and (on or platform()) == 'tpu') \
-      else 'xla'
+  on_tpu = (on or platform()) == 'tpu'
+  return 'splash' if kernel == 'splash' or (kernel == 'auto' and on_tpu) else 'xla'
 
 
 def _ring(query, key, value, mask, scale, kernel, block_sizes):

@@ -48,8 +48,9 @@ def supports(length, causal):
 
 
 def _masks(c, causal, window):
-  """Static masks of a c x c block by chunk distance: [nothing-visible, d = 0, d = 1, ...];
-  the last class also serves every larger distance when there is no window."""
+  """Static masks of a c x c block by chunk distance d = 0, 1, ... (the empty class, d < 0
+  or beyond the window, is added by the ring); without a window the last mask (full)
+  serves every d > 0."""
   if not causal:
     return [splash.FullMask((c, c))]
   if not window:

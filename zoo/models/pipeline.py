@@ -90,7 +90,7 @@ def run(layer_fn, params, x_BLD, rows, stages, microbatches, rng=None, repeats=1
   # the rows' arrays are dealt into microbatches; scalars (a mask's q_start) stay whole
   leaves, treedef = jax.tree.flatten(rows)
   split = [i for i, leaf in enumerate(leaves) if jnp.ndim(leaf)]
-  rows_M = [_deal(leaves[i], M) for i in split]
+  rows_M = [_buffer_constraint(_deal(leaves[i], M)) for i in split]
 
   def rows_of(values):
     whole = list(leaves)
@@ -125,7 +125,8 @@ def run(layer_fn, params, x_BLD, rows, stages, microbatches, rng=None, repeats=1
     if R > 1:
       feed = _rows_constraint(jnp.where(round_S[0] > 0, back_MbLD[first], feed))
     state_SbLD = state_SbLD.at[0].set(feed)
-    rows_S = [_stage_constraint(r_S.at[0].set(r_M[first])) for r_S, r_M in zip(rows_S, rows_M)]
+    rows_S = [_stage_constraint(r_S.at[0].set(_rows_constraint(r_M[first])))
+              for r_S, r_M in zip(rows_S, rows_M)]
     # spmd_axis_name: the layers' sharding constraints keep the stage dim on `stage`
     new_SbLD = _stage_constraint(jax.vmap(stage_fn, in_axes=(0, 0, 0, 0, 0, None),
                                           spmd_axis_name='stage')(
