@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.kernels.ring_test import _reference  # the reference on the whole sequence
 from zoo import kernels
 from zoo.kernels import mask as mask_lib
-from zoo.kernels import reference
 from zoo.kernels import ring
 
 N = 2  # devices on the ring
@@ -25,11 +25,6 @@ def _inputs(kv_heads):
   segments = jnp.asarray([[1] * 100 + [2] * 300 + [3] * 112, [1] * 450 + [0] * 62], jnp.int32)
   weights = jax.random.normal(keys[3], (B, L, H, K)) * (segments > 0)[..., None, None]
   return q, k, v, segments, weights
-
-
-def _reference(q, k, v, segments, causal, window):
-  dense = mask_lib.Mask(segments, segments, causal=causal, window=window).dense()
-  return reference.dot_product_attention(q, k, v, mask=dense)
 
 
 def _splash_ring(q, k, v, segments, causal, window):
