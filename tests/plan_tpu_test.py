@@ -218,10 +218,11 @@ def test_the_sweep_memory_of_a_pipeline_keeps_every_iterations_layer_inputs():
   tpu_slice = topology.parse('v5p-512')
   sizes = {'data': 1, 'fsdp': 16, 'tensor': 4, 'expert': 1, 'context': 1, 'stage': 4}
 
-  def per_device(*overrides):
+  def per_device(*overrides, repeats=1):
+    # as the sweep calls it: the mesh comes in `sizes`, the config's mesh stays its default
     config = config_lib.load(helpers.config_file('llama3_70b', arg=None), [
-        'train.batch_size=256', 'model.remat=full', 'mesh.data=1', 'mesh.fsdp=16',
-        'mesh.tensor=4', 'mesh.stage=4', 'model.pipeline_microbatches=16', *overrides])
+        'train.batch_size=256', 'model.remat=full', *overrides])
+    config = sweep._with_schedule(config, 16, repeats)  # pylint: disable=protected-access
     boxed = counting.abstract_params(config)
     base = analytic.plan(config, mesh_sizes={a: 1 for a in sizes}, boxed=boxed)
     return sweep.estimate(config, sizes, tpu_slice.chip, base, boxed)[1]
@@ -230,13 +231,13 @@ def test_the_sweep_memory_of_a_pipeline_keeps_every_iterations_layer_inputs():
   # 16 x 2 rounds + 3 iterations keep 10 layers' inputs each, not 16 + 3 keeping 20; and a
   # third [M, b, L, D] buffer (the rounds'), a tensor shard of d_model, bfloat16
   kept = lambda rounds, group: tokens / 16 * (rounds + 3) * group * d_model * 2
-  assert per_device('model.pipeline_repeats=2') - per_device() == pytest.approx(
+  assert per_device(repeats=2) - per_device() == pytest.approx(
       kept(32, 10) - kept(16, 20) + tokens * d_model * 2)
   # no logits counted (the pipeline's backward pass is the peak): the loss chunk is moot
   assert per_device('train.loss_chunk_len=0') == per_device()
   # the compiler's 23.83 / 24.83 GiB per chip (README), within 15%
   assert per_device() / 2**30 == pytest.approx(23.83, rel=0.15)
-  assert per_device('model.pipeline_repeats=2') / 2**30 == pytest.approx(24.83, rel=0.15)
+  assert per_device(repeats=2) / 2**30 == pytest.approx(24.83, rel=0.15)
 
 
 def test_the_sweep_compiles_its_best_meshes_and_shows_the_compilers_bytes(capsys):

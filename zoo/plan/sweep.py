@@ -155,7 +155,8 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1):
   working = 10 * m.d_model + 2 * m.mlp_dim / tensor + scores
   live_tokens = tokens_per_device / t.microbatches  # one microbatch's activations at a time
   if stages > 1:  # the logits are gone by the pipeline's backward pass, the peak
-    activations = _pipeline_activations(config, live_tokens, layers, working, tensor)
+    activations = _pipeline_activations(config, stages, live_tokens, layers, working,
+                                        tensor)
   else:
     per_token = (layers * m.d_model / tensor + working if remat else layers * working)
     # float32 logits and their gradient, one chunk of the sequence with the chunked loss
@@ -170,8 +171,9 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1):
   return seconds, state + activations + gathered
 
 
-def _pipeline_activations(config, tokens, layers, working, tensor):
-  """Bytes of a pipeline's activations (zoo/models/pipeline.py) for `tokens` per device:
+def _pipeline_activations(config, stages, tokens, layers, working, tensor):
+  """Bytes of a pipeline's activations (zoo/models/pipeline.py) on `stages` stages (the
+  mesh's, not the config's: the sweep's rows) for `tokens` per device:
   every one of the R M + S - 1 iterations keeps its microbatch's input to each layer of
   the group it ran (remat: the bubble's iterations too), or the whole working set without
   remat; one microbatch's working set at a time; the [M, b, L, D] buffers (the stack's
@@ -181,9 +183,9 @@ def _pipeline_activations(config, tokens, layers, working, tensor):
   are not counted: their memory is free again before the pipeline's backward pass, where
   the peak is (turning the loss's chunking off moves it by 0.08 GiB)."""
   m = config.model
-  microbatches = m.pipeline_microbatches or config.mesh.stage
+  microbatches = m.pipeline_microbatches or stages
   rounds = m.pipeline_repeats * microbatches
-  kept = tokens * (rounds + config.mesh.stage - 1) / rounds * layers
+  kept = tokens * (rounds + stages - 1) / rounds * layers
   kept *= m.d_model / tensor if m.remat != 'none' else working
   buffers = (2 + (m.pipeline_repeats > 1)) * tokens * m.d_model / tensor
   outside = tokens * 4 * m.d_model * 4 / np.dtype(m.dtype).itemsize
