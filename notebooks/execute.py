@@ -35,11 +35,20 @@ def paths(names=()):
   return [found[n] for n in names] if names else list(found.values())
 
 
-def execute(path, env=None):
+def execute(path, env=None, parameters=None):
   """-> the notebook at `path` with every cell run in order, in a new kernel started in
   the repository root with environment `env` (default: this process's); raises nbclient's
-  CellExecutionError naming the cell that failed."""
+  CellExecutionError naming the cell that failed. `parameters` ({name: value}) are set in
+  a cell run right after the one tagged 'parameters' (papermill's convention), so a check
+  can run a notebook smaller than it is saved."""
   notebook = nbformat.read(path, as_version=4)
+  if parameters:
+    tagged = [i for i, cell in enumerate(notebook.cells)
+              if 'parameters' in cell.metadata.get('tags', ())]
+    if not tagged:
+      raise ValueError(f'{path} has no cell tagged parameters to set {sorted(parameters)} after')
+    notebook.cells.insert(tagged[0] + 1, nbformat.v4.new_code_cell(
+        '\n'.join(f'{name} = {value!r}' for name, value in parameters.items())))
   client = nbclient.NotebookClient(
       notebook, timeout=CELL_TIMEOUT_SECONDS, kernel_name='python3',
       resources={'metadata': {'path': ROOT}}, record_timing=False)

@@ -135,8 +135,10 @@ def test_an_unknown_variant_is_a_config_error_naming_it(name):
     ({'mesh.context': 2, 'model.attention.kernel': 'gpu', 'data.seq_len': 128},
      "mesh.context=2: ring attention runs its local blocks in splash or XLA; set "
      "model.attention.kernel='auto', 'splash' or 'xla', not 'gpu'; or use mesh.context=1"),
-    ({'mesh.context': 2, 'model.moe.num_experts': 4},
-     r'mesh.context=2: experts (model.moe.num_experts=4\) with a split sequence are not built'),
+    ({'mesh.context': 2, 'model.moe.num_experts': 4, 'model.moe.capacity_factor': 1.25},
+     'mesh.context=2: model.moe.capacity_factor=1.25 gives each expert slots per whole '
+     'sequence, which a split sequence does not hold; route dropless (model.moe.'
+     r'capacity_factor=0\); or use mesh.context=1'),
     ({'model.family': 'encoder_decoder', 'model.num_encoder_layers': 2,
       'model.num_decoder_layers': 2, 'data.objective': 'span_corruption',
       'model.position': 't5_bias', 'data.num_sentinels': 0, 'mesh.context': 2},

@@ -1,7 +1,8 @@
-"""Expert parallelism changes no numbers: experts split over the expert axis train like
-experts replicated over data (8 simulated devices, float32)."""
+"""Expert parallelism changes no numbers: experts split over the expert axis, and on a
+pipeline's stages, train like experts replicated over data (8 simulated devices, float32)."""
 
 
+import numpy as np
 import pytest
 
 from tests import helpers
@@ -13,18 +14,35 @@ STEPS = ['train.steps=5', 'train.eval_every=100', 'train.checkpoint_every=5',
          'optim.warmup_steps=1']
 
 
+def _moe_rows(overrides, workdir):
+  loop.train(config_lib.load(helpers.config_file('mixtral_8x7b'), [*STEPS, *overrides]),
+             str(workdir))
+  return [r for r in metrics_lib.read(str(workdir)) if 'loss' in r]
+
+
 @pytest.mark.parametrize('capacity_factor', [0.0, 2.0])  # dropless; capacity, generous
 def test_experts_sharded_over_the_expert_axis_give_the_data_parallel_losses(capacity_factor,
                                                                            tmp_path):
   losses = {}
   for data, expert in ((8, 1), (2, 4)):
-    config = config_lib.load(
-        helpers.config_file('mixtral_8x7b'),
-        [*STEPS, f'mesh.data={data}', f'mesh.expert={expert}',
-         f'model.moe.capacity_factor={capacity_factor}'])
-    workdir = tmp_path / f'expert{expert}'
-    loop.train(config, str(workdir))
-    rows = [r for r in metrics_lib.read(str(workdir)) if 'loss' in r]
+    rows = _moe_rows([f'mesh.data={data}', f'mesh.expert={expert}',
+                      f'model.moe.capacity_factor={capacity_factor}'], tmp_path / f'e{expert}')
     assert rows[0]['moe_dropped_fraction'] < 0.05 and len(rows[0]['moe_load']) == 2
     losses[expert] = [r['loss'] for r in rows]
   assert losses[4] == pytest.approx(losses[1], rel=2e-5, abs=2e-5)
+
+
+def test_experts_on_a_circular_pipeline_over_a_split_sequence_give_the_data_losses(tmp_path):
+  """stage 2 x context 2 x expert 2, two rounds of 2 microbatches, dropless: the routing
+  statistics are the whole batch's (each device routes its chunk of the sequence, the sums
+  add over the microbatches), the loss-free bias moves once a step."""
+  moe = ['model.num_layers=4', 'model.moe.bias_update_rate=0.05']
+  reference = _moe_rows([*moe, 'mesh.data=8'], tmp_path / 'data')
+  piped = _moe_rows([*moe, 'mesh.data=1', 'mesh.expert=2', 'mesh.context=2', 'mesh.stage=2',
+                     'model.pipeline_repeats=2', 'model.pipeline_microbatches=2'],
+                    tmp_path / 'stage')
+  assert metrics_lib.read(str(tmp_path / 'stage'))[0]['attention_kernel'] == 'ring'
+  for key in ('loss', 'moe_aux_loss', 'moe_dropped_fraction'):
+    assert [r[key] for r in piped] == pytest.approx([r[key] for r in reference], rel=2e-5,
+                                                    abs=2e-5), key
+  np.testing.assert_allclose(piped[-1]['moe_load'], reference[-1]['moe_load'], atol=1e-6)

@@ -1,5 +1,6 @@
 """Every notebook runs top to bottom in a Jupyter kernel, as `python -m notebooks.execute`
-runs it for a reader, and draws its figures; the saved files keep their outputs."""
+runs it for a reader (the MoE one with fewer train steps), and draws its figures; the saved
+files keep their outputs."""
 
 import os
 
@@ -10,6 +11,8 @@ from notebooks import execute
 from tests.helpers import REPO
 
 FIGURES = {'moe': 2, 'shapes': 2, 'sharding': 2, 'tour': 0, 'training': 2}  # images each draws
+SMALLER = {'moe': {'STEPS': 40}}  # run here with fewer steps than saved (the same cells)
+SMALLER_SAYS = {'moe': 'at step 40'}  # ... which its outputs show
 NOTEBOOKS = execute.paths()
 name_of = lambda path: os.path.basename(path)[:-len('.ipynb')]
 
@@ -27,8 +30,13 @@ def test_every_notebook_is_listed_with_its_figures():
 def test_the_notebook_runs_and_draws_its_figures(path):
   # the kernel sees one CPU device, as a reader's laptop does, not the suite's eight
   env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
-  notebook = execute.execute(path, env=env)
-  assert _figures(notebook) == FIGURES[name_of(path)]
+  name = name_of(path)
+  notebook = execute.execute(path, env=env, parameters=SMALLER.get(name))
+  assert _figures(notebook) == FIGURES[name]
+  if name in SMALLER_SAYS:
+    text = ''.join(o.get('text', '') for cell in notebook.cells if cell.cell_type == 'code'
+                   for o in cell.outputs)
+    assert SMALLER_SAYS[name] in text
 
 
 @pytest.mark.parametrize('path', NOTEBOOKS, ids=name_of)
@@ -45,6 +53,12 @@ def test_the_readme_links_every_notebook():
   with open(os.path.join(REPO, 'README.md'), encoding='utf-8') as f:
     readme = f.read()
   assert [p for p in NOTEBOOKS if f'notebooks/{os.path.basename(p)}' not in readme] == []
+
+
+def test_parameters_need_a_cell_tagged_for_them():
+  with pytest.raises(ValueError, match=r'tour.ipynb has no cell tagged parameters to set '
+                                       r"\['STEPS'\]"):
+    execute.execute(os.path.join(execute.DIRECTORY, 'tour.ipynb'), parameters={'STEPS': 1})
 
 
 def test_an_unknown_notebook_is_one_line_and_exit_2(capsys):

@@ -130,10 +130,10 @@ def test_the_sweep_ranks_every_factorization_and_says_why_it_skips_some():
   assert len(sweep.factorizations(8, ('data', 'fsdp', 'tensor'))) == 10
   config = _smoke('model.num_heads=2', 'model.num_kv_heads=2', 'train.batch_size=4')
   rows = plan.run(config, topology_name='v5p-16', sweep=True)['sweep']  # 8 chips
-  # data x fsdp x tensor x context x stage (not context and stage together): 30 meshes,
-  # the 10 with stages each tried with 1, 2, 4 and 8 microbatches per stage, fill-drain
-  # and 2 and 4 rounds (which 2 layers cannot split into: skipped)
-  assert len(rows) == 20 + 10 * 4 * 3
+  # data x fsdp x tensor x context x stage: 35 meshes, the 15 with stages each tried with
+  # 1, 2, 4 and 8 microbatches per stage, fill-drain and 2 and 4 rounds (which 2 layers
+  # cannot split into: skipped)
+  assert len(rows) == 20 + 15 * 4 * 3
   # (data, fsdp, tensor, expert, context, stage)
   skipped = {tuple(r['mesh'].values()): r['invalid'] for r in rows if r['invalid']}
   assert skipped[(1, 8, 1, 1, 1, 1)].startswith('train.batch_size=4 does not split')
@@ -301,17 +301,21 @@ def test_t5_trains_through_flash_bias_on_a_tpu_slice():
       'splash_mha_dkv_segmented_no_residuals']), calls
 
 
-def test_ring_attention_runs_splash_blocks_on_a_tpu_slice():
-  # context 4 on v5p-8, chunks of 1024 / 8 = 128 tokens: auto on TPU -> splash in the ring
+@pytest.mark.parametrize('context, stage', [(4, 1), (2, 2)], ids=['context4', 'context2_stage2'])
+def test_ring_attention_runs_splash_blocks_on_a_tpu_slice(context, stage):
+  # v5p-8 (4 chips), chunks of 128 tokens: auto on TPU -> splash in the ring, inside the
+  # pipeline's stages too
   devices = topology.devices(topology.parse('v5p-8'))
+  length = 2 * context * 128
   config = config_lib.load(helpers.config_file('llama3_8b'), [
       'model.d_model=256', 'model.num_heads=2', 'model.num_kv_heads=1', 'model.head_dim=128',
       'model.mlp_dim=512', 'model.num_layers=2', 'model.vocab_size=1024', 'model.dtype=bfloat16',
-      'model.max_length=1024', 'data.seq_len=1024', 'train.batch_size=2', 'mesh.data=1',
-      'mesh.context=4', 'model.remat=full'])
-  assert runtime.attention_kernel(config, 4, on='tpu')[1].endswith('local blocks in splash')
-  assert runtime.pallas_attention(config, 4, on='tpu')  # the plan adds their FLOPs
-  assert not runtime.pallas_attention(config, 4, on='cpu')
+      f'model.max_length={length}', f'data.seq_len={length}', 'train.batch_size=2',
+      'mesh.data=1', f'mesh.context={context}', f'mesh.stage={stage}', 'model.remat=full'])
+  assert runtime.attention_kernel(config, context, on='tpu')[1].endswith(
+      'local blocks in splash')
+  assert runtime.pallas_attention(config, context, on='tpu')  # the plan adds their FLOPs
+  assert not runtime.pallas_attention(config, context, on='cpu')
   with jax.default_matmul_precision('default'):
     hlo = compiled.lower(config, sharding.make_mesh(config.mesh, devices)).compile().as_text()
   calls = re.findall(r'%([a-z_]+)[.0-9]* = .*custom_call_target="tpu_custom_call"', hlo)
@@ -330,6 +334,18 @@ def test_dropless_expert_parallelism_compiles_to_ragged_all_to_alls_for_a_tpu_sl
     hlo = compiled.lower(config, sharding.make_mesh(config.mesh, devices)).compile().as_text()
   # dispatch and return, forward and backward (the layer scan has one body)
   assert hlo.count('ragged-all-to-all(') == 4
+
+
+def test_experts_on_pipeline_stages_compile_for_a_tpu_slice():
+  # 4 chips: stage 2 x expert 2, dropless; each stage's MoE layers exchange their pairs
+  # over the expert axis inside the pipeline's iterations
+  devices = topology.devices(topology.parse('v5p-8'))
+  config = config_lib.load(helpers.config_file('mixtral_8x7b'), [
+      'mesh.data=1', 'mesh.expert=2', 'mesh.stage=2', 'model.moe.capacity_factor=0.0',
+      'model.dtype=bfloat16'])
+  with jax.default_matmul_precision('default'):
+    hlo = compiled.lower(config, sharding.make_mesh(config.mesh, devices)).compile().as_text()
+  assert hlo.count('ragged-all-to-all(') == 4 and 'collective-permute' in hlo
 
 
 def test_a_pipelined_tpu_plan_compiles_and_prices_the_bubble():

@@ -24,8 +24,10 @@ FAMILIES = {'decoder': 'gpt_shakespeare', 'encoder': 'bert_base',
 STEPS = ['train.steps=5', 'train.eval_every=100', 'train.checkpoint_every=5',
          'optim.warmup_steps=1']
 MESHES = {'data8': (8, 1, 1), 'data2_fsdp2_tensor2': (2, 2, 2), 'fsdp4_tensor2': (1, 4, 2)}
-# (data, fsdp, tensor, context): the sequence split, ring attention in every layer
-CONTEXT_MESHES = {'context2_fsdp2_tensor2': (1, 2, 2, 2), 'context4_data2': (2, 1, 1, 4)}
+# (data, fsdp, tensor, context, stage): the sequence split, ring attention in every layer
+# (on a pipeline's stages too)
+CONTEXT_MESHES = {'context2_fsdp2_tensor2': (1, 2, 2, 2, 1), 'context4_data2': (2, 1, 1, 4, 1),
+                  'context2_stage2_data2': (2, 1, 1, 2, 2)}
 STAGE2 = (2, 1, 2, 1, 2)  # (data, fsdp, tensor, context, stage): a 2-stage pipeline
 
 
@@ -127,9 +129,9 @@ def test_a_context_mesh_gives_the_decoder_its_single_device_losses(mesh, one_dev
   """RoPE, GQA and packed documents with the sequence split: ring attention, balanced."""
   loop.train(_config('decoder', CONTEXT_MESHES[mesh]), str(tmp_path))
   header = metrics_lib.read(str(tmp_path))[0]
-  data, fsdp, tensor, context = CONTEXT_MESHES[mesh]
+  data, fsdp, tensor, context, stage = CONTEXT_MESHES[mesh]
   assert header['mesh'] == dict(data=data, fsdp=fsdp, tensor=tensor, expert=1, context=context,
-                                stage=1)
+                                stage=stage)
   assert header['attention_kernel'] == 'ring'
   assert _losses(tmp_path) == pytest.approx(one_device_losses['decoder'], rel=2e-5, abs=2e-5)
 
@@ -141,6 +143,17 @@ def test_a_two_stage_pipeline_gives_the_single_device_losses(family, one_device_
   loop.train(_config(family, STAGE2), str(tmp_path))
   assert metrics_lib.read(str(tmp_path))[0]['mesh']['stage'] == 2
   assert _losses(tmp_path) == pytest.approx(one_device_losses[family], rel=2e-5, abs=2e-5)
+
+
+def test_four_stages_over_fsdp_give_the_data_parallel_losses(tmp_path):
+  """stage 4 x fsdp 2, one layer per stage, 4 microbatches, against data 8 (which gives the
+  one-device losses above) at the same 4 layers."""
+  deeper = ['model.num_layers=4']
+  loop.train(_config('decoder', (8, 1, 1), deeper), str(tmp_path / 'data'))
+  loop.train(_config('decoder', (1, 2, 1, 1, 4), deeper), str(tmp_path / 'stage'))
+  assert metrics_lib.read(str(tmp_path / 'stage'))[0]['mesh']['stage'] == 4
+  assert _losses(tmp_path / 'stage') == pytest.approx(_losses(tmp_path / 'data'), rel=2e-5,
+                                                      abs=2e-5)
 
 
 def test_a_pipeline_checkpoint_resumes_without_stages_with_the_same_losses(tmp_path):

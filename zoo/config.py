@@ -667,9 +667,10 @@ def context_unsupported(m):
   if m.attention.kernel not in ('auto', 'xla', 'splash'):
     return ("ring attention runs its local blocks in splash or XLA; set "
             f"model.attention.kernel='auto', 'splash' or 'xla', not {m.attention.kernel!r}")
-  if m.moe.num_experts:
-    return (f'experts (model.moe.num_experts={m.moe.num_experts}) with a split sequence are '
-            'not built: routing groups span the whole sequence')
+  if m.moe.num_experts and m.moe.capacity_factor:
+    return (f'model.moe.capacity_factor={m.moe.capacity_factor} gives each expert slots per '
+            'whole sequence, which a split sequence does not hold; route dropless '
+            '(model.moe.capacity_factor=0)')
   return None
 
 
@@ -720,12 +721,6 @@ def _validate_stage(mesh, m, batch_size):
   field = f'mesh.stage={stages}'
   if not m.scan_layers:
     raise ConfigError(f'{field} pipelines the scanned layer stack; set model.scan_layers=True')
-  if m.moe.num_experts:
-    raise ConfigError(f'{field} with experts (model.moe.num_experts={m.moe.num_experts}) is '
-                      'not built; use mesh.stage=1')
-  if mesh.context != 1:
-    raise ConfigError(f'{field} with mesh.context={mesh.context} is not built (ring attention '
-                      'inside the pipeline); use one of them')
   if stages < 1:
     return  # -1: checked with the mesh (sharding.check_divisible)
   microbatches = sharding.check_stage_split(m, families.get(m).LAYER_FIELDS, stages, field)

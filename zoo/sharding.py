@@ -155,11 +155,14 @@ def check_stage_split(m, layer_fields, stages, label):
   """-> the pipeline's microbatch count, once each stack splits into stages x repeats layer
   groups and the microbatches fill every stage; `label` names the stage count in the
   message (config.validate: 'mesh.stage=N'; a -1 resolved with the mesh: 'mesh stage=N')."""
+  every = m.moe.every if m.moe.num_experts else 1  # a MoE stack scans groups of `every`
   for field in layer_fields:
-    if m[field] % (stages * m.pipeline_repeats):
+    if m[field] % (stages * m.pipeline_repeats * every):
+      groups, times = ((f' of whole model.moe.every={every} layer groups', f' x {every}')
+                       if every > 1 else ('', ''))
       raise ConfigError(f'model.{field}={m[field]} does not split into {label} stages x '
-                        f'model.pipeline_repeats={m.pipeline_repeats} layer groups; use '
-                        'stages and repeats whose product divides it')
+                        f'model.pipeline_repeats={m.pipeline_repeats} layer groups{groups}; '
+                        f'use stages and repeats whose product{times} divides it')
   microbatches = m.pipeline_microbatches or stages
   if microbatches < stages:
     raise ConfigError(f'model.pipeline_microbatches={microbatches} is fewer than {label}: '

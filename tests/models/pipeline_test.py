@@ -82,8 +82,10 @@ def test_the_bubble_is_the_idle_share_of_the_fill_and_drain():
      'model.pipeline_microbatches=3 does not divide train.batch_size=4'),
     ({'mesh.stage': 2, 'model.scan_layers': False},
      'mesh.stage=2 pipelines the scanned layer stack; set model.scan_layers=True'),
-    ({'mesh.stage': 2, 'mesh.context': 2},
-     r'mesh.stage=2 with mesh.context=2 is not built \(ring attention inside the pipeline\)'),
+    ({'mesh.stage': 2, 'model.moe.num_experts': 4, 'model.moe.every': 2},
+     'model.num_layers=2 does not split into mesh.stage=2 stages x model.pipeline_repeats=1 '
+     'layer groups of whole model.moe.every=2 layer groups; use stages and repeats whose '
+     'product x 2 divides it'),
 ])
 def test_a_pipeline_the_config_cannot_run_names_the_field(overrides, message):
   c = helpers.tiny_config()

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from zoo import models
 from zoo.models import head as head_lib
+from zoo.models import moe as moe_lib
 
 AUTO_CHUNK_MIN_VOCAB = 32768  # train.loss_chunk_len=-1 chunks from this vocabulary size up
 AUTO_CHUNK_LEN = 512  # ... in chunks of at most this many positions
@@ -44,13 +45,16 @@ def cross_entropy(logits_BLV, targets_BL, weights_BL, z_loss=0.0):
 
 
 def moe_stats(collection):
-  """The 'moe' collection sown by every MoE layer -> means over layers, per-layer load."""
+  """The 'moe' collection sown by every MoE layer (its sums, models.moe.SUMS) -> means over
+  layers of their statistics, per-layer load."""
   found = {}
   for path, leaf in jax.tree_util.tree_flatten_with_path(collection)[0]:
     name = next(k.key for k in reversed(path) if hasattr(k, 'key'))
     found.setdefault(name, []).append(leaf)
-  per_layer = {k: jnp.concatenate([v.reshape(-1, *v.shape[v.ndim - (k == 'load'):])
-                                   for v in found[k]]) for k in found}
+  per_expert = ('pairs_per_expert', 'probs')
+  sums = {k: jnp.concatenate([v.reshape(-1, *v.shape[v.ndim - (k in per_expert):])
+                              for v in found[k]]) for k in found}
+  per_layer = moe_lib.statistics(sums)
   return {'moe_aux_loss': jnp.mean(per_layer['balance_loss']),
           'moe_z_loss': jnp.mean(per_layer['z_loss']),
           'moe_dropped_fraction': jnp.mean(per_layer['dropped_fraction']),

@@ -10,9 +10,10 @@
   go to their experts' shards and back with two ragged all-to-alls (zoo/collectives.py), so
   each pair's activations cross the network once each way, however many shards there are.
 
-Both run under `shard_map` over the batch axes (data, fsdp, expert) with the expert weights
-split over `expert`, so the communication is what is written here, not the partitioner's
-choice. Routing is per token and capacity per sequence, so results do not depend on the mesh.
+Both run under `shard_map` over the batch axes (data, fsdp, expert), and over `context`
+where the sequence is split (dropless only: each device routes its chunk's tokens), with
+the expert weights split over `expert`, so the communication is what is written here, not
+the partitioner's choice. Routing is per token and capacity per sequence, so results do not depend on the mesh.
 
 Gates: top-k probabilities renormalised to sum to 1 (Mixtral); with top_k = 1 the raw
 probability (Switch), so the router still gets a gradient.
@@ -38,7 +39,28 @@ from zoo import collectives
 from zoo import sharding
 from zoo.models import layers
 
-STATS = ('balance_loss', 'z_loss', 'dropped_fraction', 'load')
+SUMS = ('pairs_per_expert', 'probs', 'z', 'dropped', 'tokens')  # what each layer sows
+
+
+def statistics(sums):
+  """One layer's sums over the batch (SUMS, each with any leading dims) -> balance_loss,
+  z_loss, dropped_fraction (of (token, choice) pairs) and load (per expert, the share of
+  tokens that chose it; A/E when balanced). Sums add over microbatches, so a pipeline's
+  statistics are those of the whole batch."""
+  tokens = sums['tokens']
+  pairs = jnp.sum(sums['pairs_per_expert'], axis=-1)  # tokens x A
+  share_E = sums['pairs_per_expert'] / pairs[..., None]  # f_i, sums to 1
+  E = share_E.shape[-1]
+  return {'balance_loss': E * jnp.sum(share_E * sums['probs'], axis=-1) / tokens,
+          'z_loss': sums['z'] / tokens,
+          'dropped_fraction': sums['dropped'] / pairs,
+          'load': share_E * (pairs / tokens)[..., None]}
+
+
+def moved_bias(bias_E, load_E, top_k, rate):
+  """Auxiliary-loss-free balancing's step: up for experts below the balanced load A/E,
+  down for those above."""
+  return bias_E + rate * jnp.sign(top_k / bias_E.shape[-1] - load_E)
 
 
 def route(logits_TE, top_k, bias_E=None):
@@ -68,12 +90,36 @@ def slot_positions(experts_LA, num_experts):
   return jnp.sum(before * one_hot, axis=-1).reshape(order_AL.shape).T
 
 
+_map_ragged_dot = jax.custom_batching.sequential_vmap(jax.lax.ragged_dot)
+_map_ragged_dot_vjp = jax.custom_batching.sequential_vmap(
+    lambda x, w, sizes, dy: jax.vjp(lambda x, w: jax.lax.ragged_dot(x, w, sizes), x, w)[1](dy))
+
+
+@jax.custom_vjp
+def _ragged_dot(x_MD, w_EDF, group_sizes_E):
+  """jax.lax.ragged_dot, batched (a pipeline's vmap over its stages) as a loop over the
+  batch, forward and backward: TPU's ragged dot takes no batch dimension (each device's
+  slice of the stage batch is one stage, so the loop runs once)."""
+  return _map_ragged_dot(x_MD, w_EDF, group_sizes_E)
+
+
+def _ragged_dot_fwd(x_MD, w_EDF, group_sizes_E):
+  return _map_ragged_dot(x_MD, w_EDF, group_sizes_E), (x_MD, w_EDF, group_sizes_E)
+
+
+def _ragged_dot_bwd(residuals, dy_MF):
+  return (*_map_ragged_dot_vjp(*residuals, dy_MF), None)
+
+
+_ragged_dot.defvjp(_ragged_dot_fwd, _ragged_dot_bwd)
+
+
 def _expert_mlp(x_MD, w, activation, group_sizes=None):
   """Experts on their tokens: x [E, M, D] (batched) or sorted x [M, D] with group sizes."""
   if group_sizes is None:
     matmul = lambda x, kernel: jnp.einsum('end,edf->enf', x, kernel.astype(x.dtype))
   else:
-    matmul = lambda x, kernel: jax.lax.ragged_dot(x, kernel.astype(x.dtype), group_sizes)
+    matmul = lambda x, kernel: _ragged_dot(x, kernel.astype(x.dtype), group_sizes)
   act = layers.ACTIVATION_FNS[activation]
   h = act(matmul(x_MD, w['wi_0']))
   if activation in layers.GATED:
@@ -168,7 +214,8 @@ def _expert_parallel_mlp(x_MD, experts_M, w, cfg, num_shards):
 
 
 def _moe_shard(x_BLD, router_DE, bias_E, w, cfg, num_shards, batch_axes):
-  """One shard's tokens (and its experts' weights) -> (y, statistics over the global batch)."""
+  """One shard's tokens (and its experts' weights) -> (y, SUMS over the global batch);
+  batch_axes: the mesh axes the tokens are split over (rows, and the sequence's chunks)."""
   B, L, _ = x_BLD.shape
   E, A = cfg['num_experts'], cfg['top_k']
   logits_BLE = jnp.einsum('bld,de->ble', x_BLD.astype(jnp.float32), router_DE)
@@ -182,23 +229,19 @@ def _moe_shard(x_BLD, router_DE, bias_E, w, cfg, num_shards, batch_axes):
           'dropped': dropped.astype(jnp.float32), 'tokens': jnp.float32(B * L)}
   if batch_axes:
     sums = jax.lax.psum(sums, batch_axes)
-  share_E = sums['pairs_per_expert'] / (sums['tokens'] * A)  # f_i, sums to 1
-  stats = {'balance_loss': E * jnp.sum(share_E * sums['probs'] / sums['tokens']),
-           'z_loss': sums['z'] / sums['tokens'],
-           'dropped_fraction': sums['dropped'] / (sums['tokens'] * A),
-           'load': share_E * A}  # share of tokens that chose each expert (balanced: A/E)
-  return y_BLD, stats
+  return y_BLD, sums
 
 
 class MoE(nn.Module):
-  """Drop-in for the MLP: routed experts (+ optional shared experts). Sows its statistics
-  into the 'moe' collection: balance_loss, z_loss, dropped_fraction (of (token, choice)
-  pairs) and load (per expert, the share of tokens that chose it; A/E when balanced).
+  """Drop-in for the MLP: routed experts (+ optional shared experts). Sows the sums its
+  statistics are made of (SUMS, over the global batch; `statistics` finishes them) into
+  the 'moe' collection.
 
   With moe.bias_update_rate > 0 it keeps a selection bias per expert in the 'moe_bias'
   collection (not a parameter: no gradient, no optimizer). Where that collection is mutable
-  (training) the bias moves by the rate after routing, up for experts below the balanced
-  load and down for those above, so it steers the next step's choices."""
+  (training) the bias moves by the rate after routing (`moved_bias`), so it steers the next
+  step's choices; a pipeline moves it once per step from the whole batch's load instead
+  (zoo/models/transformer.py)."""
   config: Any  # frozen model config
   out_init_scale: float = 1.0
 
@@ -229,22 +272,28 @@ class MoE(nn.Module):
     x_BLD = x_BLD.astype(dtype)
     mesh = jax.sharding.get_abstract_mesh()
     batch_axes = () if mesh.empty else tuple(a for a in sharding.BATCH_AXES if a in mesh.shape)
+    # mesh.context: each device routes its chunk of the sequence (routing is per token)
+    length_axis = 'context' if not mesh.empty and mesh.shape.get('context', 1) > 1 else None
     if mesh.empty or mesh.size == 1 or x_BLD.shape[0] % math.prod(
-        mesh.shape[a] for a in batch_axes):  # no mesh, or init's one-row example batch
-      y_BLD, stats = _moe_shard(x_BLD, router_DE, bias_E, w, cfg, 1, ())
+        mesh.shape[a] for a in batch_axes) or (
+            length_axis and x_BLD.shape[1] % mesh.shape[length_axis]):
+      # no mesh, or init's one-row example batch
+      y_BLD, sums = _moe_shard(x_BLD, router_DE, bias_E, w, cfg, 1, ())
     else:
       num_shards = mesh.shape.get('expert', 1)
       expert_spec = P('expert') if num_shards > 1 else P()
+      token_spec = P(batch_axes, length_axis)
       fn = jax.shard_map(
-          functools.partial(_moe_shard, cfg=cfg, num_shards=num_shards, batch_axes=batch_axes),
-          mesh=mesh, in_specs=(P(batch_axes), P(), P(), {k: expert_spec for k in w}),
-          out_specs=(P(batch_axes), P()), check_vma=False)
-      y_BLD, stats = fn(x_BLD, router_DE, bias_E, w)
-    for name in STATS:
-      self.sow('moe', name, stats[name])
+          functools.partial(_moe_shard, cfg=cfg, num_shards=num_shards,
+                            batch_axes=batch_axes + ((length_axis,) if length_axis else ())),
+          mesh=mesh, in_specs=(token_spec, P(), P(), {k: expert_spec for k in w}),
+          out_specs=(token_spec, P()), check_vma=False)
+      y_BLD, sums = fn(x_BLD, router_DE, bias_E, w)
+    for name in SUMS:
+      self.sow('moe', name, sums[name])
     if bias is not None and self.is_mutable_collection('moe_bias') and (
         not self.is_initializing()):
-      bias.value = bias_E + rate * jnp.sign(moe.top_k / E - stats['load'])
+      bias.value = moved_bias(bias_E, statistics(sums)['load'], moe.top_k, rate)
 
     if moe.num_shared_experts:
       y_BLD = y_BLD + layers.MLP(

@@ -26,6 +26,11 @@ parameters picked inside the checkpoint, so the backward pass picks them again f
 stage's parameters rather than keep the round's group for every iteration (with
 model.remat='none' a circular pipeline does keep them).
 
+A layer may also return sums that add over microbatches (a MoE layer's routing statistics):
+each stage adds its layers' sums into its round's slot while it works on a microbatch, so
+the stack returns, per layer, the whole batch's sums (the balance loss over the whole
+batch, as without stages).
+
 Microbatch j holds rows j, j + M, j + 2M, ... (as gradient accumulation deals them), so
 every data shard keeps its rows in every microbatch. The [M, b, L, D] buffers and each
 microbatch picked from them are pinned to that layout: left to itself XLA's partitioner
@@ -56,28 +61,35 @@ def _undeal(x_M):
   return x_M.swapaxes(0, 1).reshape(-1, *x_M.shape[2:])
 
 
+def _rows_axes(ndim):
+  """A [b, L, ...] microbatch array's axes: rows over the batch axes, the sequence over
+  `context` (every per-row array the stacks pass holds a sequence in dim 1)."""
+  return (('batch', 'length') + (None,) * ndim)[:ndim]
+
+
 def _stage_constraint(x_S):
-  """Dim 0 over `stage`, dim 1 (rows) over the batch axes, the rest as they fall."""
-  axes = ('stage', 'batch') + (None,) * (x_S.ndim - 2)
-  return nn.with_logical_constraint(x_S, axes)
+  """Dim 0 over `stage`, then rows and sequence (_rows_axes), the rest as they fall."""
+  return nn.with_logical_constraint(x_S, ('stage',) + _rows_axes(x_S.ndim - 1))
 
 
 def _buffer_constraint(x_M):
-  """A [M, b, ...] microbatch buffer: rows over the batch axes, like the batch it deals
-  (left to itself, XLA replicated the scan's buffers: every device held every row)."""
-  return nn.with_logical_constraint(x_M, (None, 'batch') + (None,) * (x_M.ndim - 2))
+  """A [M, b, ...] microbatch buffer: laid out like the batch it deals (left to itself,
+  XLA replicated the scan's buffers: every device held every row)."""
+  return nn.with_logical_constraint(x_M, (None,) + _rows_axes(x_M.ndim - 1))
 
 
 def _rows_constraint(x_b):
   """One microbatch [b, ...] picked from a buffer: its rows stay where they lie."""
-  return nn.with_logical_constraint(x_b, ('batch',) + (None,) * (x_b.ndim - 1))
+  return nn.with_logical_constraint(x_b, _rows_axes(x_b.ndim))
 
 
 def run(layer_fn, params, x_BLD, rows, stages, microbatches, rng=None, repeats=1,
         checkpoint=None):
-  """The stack on the pipeline -> x [B, L, D] after every layer.
+  """The stack on the pipeline -> (x [B, L, D] after every layer, sums [layers, ...]).
 
-  layer_fn(layer params, x [b, L, D], rows of the microbatch, rng or None) -> x;
+  layer_fn(layer params, x [b, L, D], rows of the microbatch, rng or None) -> (x, sums):
+  sums a tree of arrays that add over microbatches (a MoE layer's statistics; {} for
+  none), returned per layer added over the batch's microbatches;
   params: the stacked [layers, ...] tree; rows: a tree of [B, ...] arrays (one row each);
   checkpoint: a remat wrapper for each layer (the remat policy), or None.
   """
@@ -113,11 +125,11 @@ def run(layer_fn, params, x_BLD, rows, stages, microbatches, rng=None, repeats=1
     def layer(x, i):
       key = None if rng is None else jax.random.fold_in(
           jax.random.fold_in(rng, t), (r * S + stage) * G + i)
-      return one_layer(params_s, x, rows_b, r, i, key), None
-    return jax.lax.scan(layer, x_bLD, jnp.arange(G))[0]
+      return one_layer(params_s, x, rows_b, r, i, key)
+    return jax.lax.scan(layer, x_bLD, jnp.arange(G))  # (x, sums [G, ...])
 
   def iteration(carry, t):
-    state_SbLD, rows_S, back_MbLD, out_MbLD = carry
+    state_SbLD, rows_S, back_MbLD, out_MbLD, sums_SRG = carry
     k_S = jnp.clip(t - jnp.arange(S), 0, R * M - 1)  # each stage's round k // M, microbatch
     micro_S, round_S = k_S % M, k_S // M              # k % M (clipped while idle)
     first = micro_S[0]  # what stage 0 takes: a new microbatch, or one back from a round
@@ -128,9 +140,17 @@ def run(layer_fn, params, x_BLD, rows, stages, microbatches, rng=None, repeats=1
     rows_S = [_stage_constraint(r_S.at[0].set(_rows_constraint(r_M[first])))
               for r_S, r_M in zip(rows_S, rows_M)]
     # spmd_axis_name: the layers' sharding constraints keep the stage dim on `stage`
-    new_SbLD = _stage_constraint(jax.vmap(stage_fn, in_axes=(0, 0, 0, 0, 0, None),
-                                          spmd_axis_name='stage')(
-        stage_params, state_SbLD, rows_S, jnp.arange(S), round_S, t))
+    new_SbLD, sums_SG = jax.vmap(stage_fn, in_axes=(0, 0, 0, 0, 0, None),
+                                 spmd_axis_name='stage')(
+        stage_params, state_SbLD, rows_S, jnp.arange(S), round_S, t)
+    new_SbLD = _stage_constraint(new_SbLD)
+    # a stage's sums count while it works on a microbatch (not while the pipe fills or
+    # drains), into its round's slot
+    working_S = (t - jnp.arange(S) >= 0) & (t - jnp.arange(S) < R * M)
+    into_SR = (jax.nn.one_hot(round_S, R) * working_S[:, None]).astype(jnp.float32)
+    sums_SRG = jax.tree.map(
+        lambda acc, new: acc + jnp.einsum('sr,sg...->srg...', into_SR, new.astype(acc.dtype)),
+        sums_SRG, sums_SG)
     done = t - (S - 1)  # the work item the last stage just finished (< 0 while filling)
     i, last = micro_S[S - 1], new_SbLD[S - 1]
     # one slot written in place (a select of whole buffers would copy them every iteration)
@@ -141,13 +161,21 @@ def run(layer_fn, params, x_BLD, rows, stages, microbatches, rng=None, repeats=1
       back_MbLD = _buffer_constraint(keep(back_MbLD, (done >= 0) & (done < (R - 1) * M)))
     # each stage's output and its microbatch's rows to the next stage (collective permutes)
     roll = lambda a: _stage_constraint(jnp.roll(a, 1, axis=0))
-    return (roll(new_SbLD), [roll(r) for r in rows_S], back_MbLD, out_MbLD), None
+    return (roll(new_SbLD), [roll(r) for r in rows_S], back_MbLD, out_MbLD, sums_SRG), None
 
   state = _stage_constraint(jnp.zeros((S, *x_MbLD.shape[1:]), x_BLD.dtype))
   # while the pipe fills, idle stages see microbatch 0's rows (real masks, finite outputs)
   rows = [_stage_constraint(jnp.broadcast_to(r[0], (S, *r.shape[1:]))) for r in rows_M]
   empty = _buffer_constraint(jnp.zeros_like(x_MbLD))
   back = empty if R > 1 else jnp.zeros((), x_BLD.dtype)
-  (_, _, _, out_MbLD), _ = jax.lax.scan(
-      iteration, (state, rows, back, empty), jnp.arange(R * M + S - 1))
-  return _undeal(out_MbLD)
+  # the sums' shapes: one layer on one microbatch, traced (not run) for them
+  one_sums = jax.eval_shape(
+      lambda: layer_fn(jax.tree.map(lambda p: p[0], params), x_MbLD[0],
+                       rows_of([r[0] for r in rows_M]), None)[1])
+  sums = jax.tree.map(lambda a: _stage_constraint(jnp.zeros((S, R, G, *a.shape), jnp.float32)),
+                      one_sums)
+  (_, _, _, out_MbLD, sums_SRG), _ = jax.lax.scan(
+      iteration, (state, rows, back, empty, sums), jnp.arange(R * M + S - 1))
+  # [S, R, G] -> layer (r S + s) G + i
+  sums = jax.tree.map(lambda a: a.swapaxes(0, 1).reshape(-1, *a.shape[3:]), sums_SRG)
+  return _undeal(out_MbLD), sums

@@ -131,12 +131,16 @@ def stack(m, train, num_layers, name, owner):
       if stages == 1 or owner.is_initializing() or args[0].kv_cache:
         return module(x_BLD, *args)
       rng = owner.make_rng('dropout') if train and m.dropout_rate else None
-      params = nn.meta.unbox(owner.variables['params'][name])
+      variables = {k: nn.meta.unbox(owner.variables[k][name])
+                   for k in ('params', 'moe_bias') if k in owner.variables}
       checkpoint = None if m.remat == 'none' else functools.partial(
           jax.checkpoint, policy=REMAT_POLICIES[m.remat], prevent_cse=False)
-      return _pipelined(plain(m, train), params, x_BLD, args, stages,
-                        m.pipeline_microbatches or stages, m.pipeline_repeats, rng,
-                        checkpoint), None
+      x_BLD, sums = _pipelined(plain(m, train), variables, x_BLD, args, stages,
+                               m.pipeline_microbatches or stages, m.pipeline_repeats, rng,
+                               checkpoint)
+      if sums:
+        _sow_moe(owner, name, m.moe, variables.get('moe_bias'), sums)
+      return x_BLD, None
     return run_scanned
 
   blocks = [unit(m, train, name=f'{name}_{i}') for i in range(length)]
@@ -148,24 +152,45 @@ def stack(m, train, num_layers, name, owner):
   return run
 
 
-def _pipelined(block, params, x_BLD, args, stages, microbatches, repeats, rng, checkpoint):
+def _pipelined(block, variables, x_BLD, args, stages, microbatches, repeats, rng,
+               checkpoint):
   """The scanned stack's layers on the pipeline: each layer `block` applied with its slice
-  of the stacked parameters; a position bias travels as its positions (its table stays
-  whole) and is made dense for each microbatch."""
+  of the stacked variables (parameters, MoE biases read) -> (x, its MoE layers' sums
+  [layers, ...] over the whole batch, {} without experts); a position bias travels as its
+  positions (its table stays whole) and is made dense for each microbatch."""
   mask, positions_BL, bias, encoded_BSD, cross_mask = args
   table = bias if isinstance(bias, bias_lib.PositionBias) else None
   if table is not None:
     bias = (bias.q_positions, bias.kv_positions)
 
-  def layer(params_one, x_bLD, rows, key):
+  def layer(variables_one, x_bLD, rows, key):
     mask, positions, bias, encoded, cross = rows
     if table is not None:
       bias = table.replace(q_positions=bias[0], kv_positions=bias[1]).dense()
     rngs = None if key is None else {'dropout': key}
-    return block.apply({'params': params_one}, x_bLD, mask, positions, bias, encoded, cross,
-                       rngs=rngs)[0]
-  return pipeline.run(layer, params, x_BLD, (mask, positions_BL, bias, encoded_BSD, cross_mask),
-                      stages, microbatches, rng, repeats, checkpoint)
+    (x_bLD, _), sown = block.apply(variables_one, x_bLD, mask, positions, bias, encoded,
+                                   cross, rngs=rngs, mutable=['moe'])
+    return x_bLD, sown.get('moe', {})
+  return pipeline.run(layer, variables, x_BLD,
+                      (mask, positions_BL, bias, encoded_BSD, cross_mask), stages,
+                      microbatches, rng, repeats, checkpoint)
+
+
+def _sow_moe(owner, name, moe_config, biases, sums):
+  """A pipelined stack's MoE sums into `owner`'s 'moe' collection (as `name`_pipeline), and,
+  where the biases move (training), each layer's bias moved once from the whole batch's
+  load."""
+  owner.sow('moe', f'{name}_pipeline', sums)
+  if biases is None or not owner.is_mutable_collection('moe_bias'):
+    return
+
+  def moved(bias_tree, sums_tree):
+    if 'bias' in bias_tree:  # a MoE module: its bias beside its sums
+      load = moe_lib.statistics({k: v[0] for k, v in sums_tree.items()})['load']
+      return {'bias': moe_lib.moved_bias(bias_tree['bias'], load, moe_config.top_k,
+                                         moe_config.bias_update_rate)}
+    return {k: moved(v, sums_tree[k]) for k, v in bias_tree.items()}
+  owner.put_variable('moe_bias', name, moved(biases, sums))
 
 
 def default_positions(batch, inputs_key='inputs', positions_key='positions',

@@ -89,8 +89,8 @@ def regroup_share(stages, repeats):
 def pipeline_plan(config, sizes, param_bytes_per_device):
   """The pipeline on sizes['stage'] stages (zoo/models/pipeline.py), fill-drain or circular
   (model.pipeline_repeats rounds): its bubble, the activations each device hands across a
-  stage boundary per training step (one microbatch's [b, L, D] forward and its gradient
-  back, every iteration, per stack; a later stack's microbatches carry the earlier stack's
+  stage boundary per training step (one microbatch's [b, L, D], its sequence split over
+  `context`, forward and its gradient back, every iteration, per stack; a later stack's microbatches carry the earlier stack's
   output too, as T5's decoder does the encoder's; the rows' ids and masks are not counted)
   and, circular, the parameters moved to the stages that run them and their gradients back
   (at most param_bytes_per_device each way)."""
@@ -102,7 +102,8 @@ def pipeline_plan(config, sizes, param_bytes_per_device):
   rows = t.batch_size / t.microbatches / microbatches / shards
   stacks = len(families.get(m).LAYER_FIELDS)
   handed_per_iteration = 2 * stacks - 1  # each stack's activations + what later ones carry
-  handed = rows * config.data.seq_len * m.d_model / sizes['tensor'] * np.dtype(m.dtype).itemsize
+  length = config.data.seq_len / sizes.get('context', 1)  # a device's chunk of the sequence
+  handed = rows * length * m.d_model / sizes['tensor'] * np.dtype(m.dtype).itemsize
   return {'stages': stages, 'microbatches': microbatches, 'repeats': repeats,
           'bubble': (stages - 1) / iterations,
           'layers_per_stage': families.total_layers(m) // stages,

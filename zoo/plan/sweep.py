@@ -1,6 +1,6 @@
 """--plan_sweep: every factorization of a slice's chips into data x fsdp x tensor (x expert
 for MoE, x context where ring attention is built for the shape, x stage where the layer
-stacks pipeline; not context and stage together), each with an analytic per-device memory
+stacks pipeline), each with an analytic per-device memory
 and step-time estimate, sorted by time;
 --plan_sweep_compile=N compiles the N fastest that fit for the slice (`confirm`) and shows
 the compiler's bytes beside the estimate.
@@ -208,15 +208,13 @@ def sweep(config, tpu_slice):
     axes += ('expert',)
   if not config_lib.context_unsupported(config.model):
     axes += ('context',)
-  if config.model.scan_layers and not config.model.moe.num_experts:
+  if config.model.scan_layers:
     axes += ('stage',)
   boxed = counting.abstract_params(config)
   base = analytic.plan(config, mesh_sizes={a: 1 for a in sharding.MESH_AXES}, boxed=boxed)
   rows, variants = [], {}
   for sizes in factorizations(tpu_slice.chips, axes):
     sizes = {a: sizes.get(a, 1) for a in sharding.MESH_AXES}
-    if sizes['context'] > 1 and sizes['stage'] > 1:
-      continue  # not built together (config.validate says so)
     for schedule in _pipeline_schedules(config, sizes['stage']):
       if schedule not in variants:
         variants[schedule] = _with_schedule(config, *schedule)

@@ -3,9 +3,9 @@ TensorBoard), and the alarms read off each logged row."""
 
 import json
 import os
+import sys
 
 import numpy as np
-from tensorboardX import SummaryWriter
 
 from zoo import storage
 
@@ -50,7 +50,7 @@ class Writer:
     self.mirror = storage.Mirror(workdir)
     self.mirror.pull(METRICS)
     self.jsonl = open(os.path.join(self.mirror.local, METRICS), 'a', encoding='utf-8')
-    self.tensorboard = SummaryWriter(self.mirror.local)
+    self.tensorboard = _summary_writer()(self.mirror.local)
 
   def write(self, row):
     if not self.enabled:
@@ -69,6 +69,21 @@ class Writer:
       self.jsonl.close()
       self.tensorboard.close()
       self.mirror.close()
+
+
+def _summary_writer():
+  """tensorboardX's SummaryWriter, imported without torch: tensorboardX imports torch
+  wherever it is installed (1.4 s of every start here) to accept its tensors; the zoo
+  writes floats. A torch already imported is left as it is."""
+  blocked = 'torch' not in sys.modules
+  if blocked:
+    sys.modules['torch'] = None  # `import torch` raises ImportError: tensorboardX goes on
+  try:
+    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+  finally:
+    if blocked:
+      del sys.modules['torch']
+  return SummaryWriter
 
 
 def _plain(value):
