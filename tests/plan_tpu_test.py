@@ -218,26 +218,35 @@ def test_the_sweep_memory_of_a_pipeline_keeps_every_iterations_layer_inputs():
   tpu_slice = topology.parse('v5p-512')
   sizes = {'data': 1, 'fsdp': 16, 'tensor': 4, 'expert': 1, 'context': 1, 'stage': 4}
 
-  def per_device(*overrides, repeats=1):
+  def per_device(*overrides, repeats=1, mesh=sizes, microbatches=16):
     # as the sweep calls it: the mesh comes in `sizes`, the config's mesh stays its default
     config = config_lib.load(helpers.config_file('llama3_70b', arg=None), [
         'train.batch_size=256', 'model.remat=full', *overrides])
-    config = sweep._with_schedule(config, 16, repeats)  # pylint: disable=protected-access
+    config = sweep._with_schedule(config, microbatches, repeats)  # pylint: disable=protected-access
     boxed = counting.abstract_params(config)
-    base = analytic.plan(config, mesh_sizes={a: 1 for a in sizes}, boxed=boxed)
-    return sweep.estimate(config, sizes, tpu_slice.chip, base, boxed)[1]
+    base = analytic.plan(config, mesh_sizes={a: 1 for a in mesh}, boxed=boxed)
+    return sweep.estimate(config, mesh, tpu_slice.chip, base, boxed)[1]
 
   tokens, d_model = 256 * 4096 / 16, 8192 / 4  # per device; the stage holds 20 layers
   # 16 x 2 rounds + 3 iterations keep 10 layers' inputs each, not 16 + 3 keeping 20; and a
-  # third [M, b, L, D] buffer (the rounds'), a tensor shard of d_model, bfloat16
+  # third [M, b, L, D] buffer (the rounds'), a tensor shard of d_model, bfloat16; and the
+  # 3/4 of the stage's float32 layer parameters moved to the stages that run them, and
+  # their gradients (80 layers of 4 attention and 3 swiglu matrices over stage x fsdp x
+  # tensor, two norms over stage x fsdp)
   kept = lambda rounds, group: tokens / 16 * (rounds + 3) * group * d_model * 2
+  matrices, norms = 2 * 8192 * 8192 + 2 * 8192 * 8 * 128 + 3 * 8192 * 28672, 2 * 8192
+  regrouped = 2 * 0.75 * 80 * 4 * (matrices / (4 * 16 * 4) + norms / (4 * 16))
   assert per_device(repeats=2) - per_device() == pytest.approx(
-      kept(32, 10) - kept(16, 20) + tokens * d_model * 2)
+      kept(32, 10) - kept(16, 20) + tokens * d_model * 2 + regrouped)
   # no logits counted (the pipeline's backward pass is the peak): the loss chunk is moot
   assert per_device('train.loss_chunk_len=0') == per_device()
   # the compiler's 23.83 / 24.83 GiB per chip (README), within 15%
   assert per_device() / 2**30 == pytest.approx(23.83, rel=0.15)
   assert per_device(repeats=2) / 2**30 == pytest.approx(24.83, rel=0.15)
+  # the sweep's top mesh: context 4 x stage 4 x fsdp 8 x tensor 2, 32 microbatches, 4 rounds
+  top = dict(sizes, fsdp=8, tensor=2, context=4)
+  assert per_device(repeats=4, mesh=top, microbatches=32) / 2**30 == pytest.approx(43.49,
+                                                                                 rel=0.15)
 
 
 def test_the_sweep_compiles_its_best_meshes_and_shows_the_compilers_bytes(capsys):

@@ -90,10 +90,12 @@ def pipeline_plan(config, sizes, param_bytes_per_device):
   """The pipeline on sizes['stage'] stages (zoo/models/pipeline.py), fill-drain or circular
   (model.pipeline_repeats rounds): its bubble, the activations each device hands across a
   stage boundary per training step (one microbatch's [b, L, D], its sequence split over
-  `context`, forward and its gradient back, every iteration, per stack; a later stack's microbatches carry the earlier stack's
-  output too, as T5's decoder does the encoder's; the rows' ids and masks are not counted)
-  and, circular, the parameters moved to the stages that run them and their gradients back
-  (at most param_bytes_per_device each way)."""
+  `context`, forward and its gradient back, every iteration, per stack; a later stack's
+  microbatches carry the earlier stack's output too, as T5's decoder does the encoder's;
+  the rows' ids and masks are not counted)
+  and, circular, the stacked parameters moved to the stages that run them and their
+  gradients back (analytic.regroup_share of param_bytes_per_device, the stacked
+  parameters' bytes per device, each way)."""
   m, t = config.model, config.train
   stages, repeats = sizes['stage'], m.pipeline_repeats
   microbatches = m.pipeline_microbatches or stages
@@ -143,6 +145,19 @@ def state_bytes(boxed, rules, sizes, optim_config):
   }
   per_device['total'] = sum(per_device.values())
   return total, per_device, not_divisible, {k: int(v) for k, v in by_optimizer.items()}
+
+
+def stacked_param_bytes(boxed, rules, sizes):
+  """Per-device bytes of the parameters stacked on the layer axis (what a pipeline's
+  stages hold; the embedding tables are not)."""
+  specs = jax.tree.leaves(nn.get_partition_spec(boxed),
+                          is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+  held = 0.0
+  for leaf, spec in zip(jax.tree.leaves(nn.unbox(boxed)), specs):
+    if len(spec) > 0 and spec[0] == 'layers':
+      held += (int(np.prod(leaf.shape)) * np.dtype(leaf.dtype).itemsize /
+               _shard_factor(leaf.shape, tuple(spec), rules, sizes, [], ''))
+  return int(held)
 
 
 def run_plan(config, sizes, per_device):
@@ -195,7 +210,8 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
   if sizes.get('context', 1) > 1:
     result['context'] = ring_communication(m, sizes['context'])
   if sizes.get('stage', 1) > 1:
-    result['pipeline'] = pipeline_plan(config, sizes, per_device['params'])
+    result['pipeline'] = pipeline_plan(config, sizes, stacked_param_bytes(
+        boxed, sharding.rules(config), sizes))
   cached_layers = families.get(m).kv_cache_layers(m)
   if cached_layers:
     result['kv_cache_bytes_per_token'] = (2 * cached_layers * kv_heads * head_dim *

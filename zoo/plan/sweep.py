@@ -31,8 +31,10 @@ The estimate (a ranking aid; compile the chosen mesh with --plan_topology to con
   context c) where the attention is not a flash kernel on TPU (splash, flash_bias); plus the
   float32 logits and their gradient, of one chunk of the sequence with the chunked loss;
   the update's float32 temporaries (one per parameter); with fsdp, one layer's parameters
-  and the vocabulary tables gathered whole in the compute dtype. Calibrated against the
-  compiler on llama3_8b (benchmarks/sweep_memory.py; docs/architecture.md has the table).
+  and the vocabulary tables gathered whole in the compute dtype; a circular pipeline's
+  copy of the parameters moved to the stages that run them, and its gradients
+  (analytic.pipeline_plan's regroup bytes). Calibrated against the compiler on llama3_8b
+  and llama3_70b (benchmarks/sweep_memory.py; docs/architecture.md has the tables).
 """
 
 import math
@@ -120,11 +122,13 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1):
   held = analytic.state_bytes(boxed, sharding.rules(config), sizes, config.optim)[1]
   dcn_axis = config.mesh.dcn_axis if slices > 1 else None
   comm, dcn = 0.0, 0.0  # bytes per chip over ICI, over DCN
+  regrouped = 0.0  # circular: the parameters moved to their stages and their gradients
   if stages > 1:
-    pipe = analytic.pipeline_plan(config, sizes, held['params'])
+    pipe = analytic.pipeline_plan(config, sizes, analytic.stacked_param_bytes(
+        boxed, sharding.rules(config), sizes))
     seconds /= 1 - pipe['bubble']
-    handed = (pipe['boundary_bytes_per_step_per_device'] +
-              pipe['regroup_bytes_per_step_per_device'])
+    regrouped = pipe['regroup_bytes_per_step_per_device']
+    handed = pipe['boundary_bytes_per_step_per_device'] + regrouped
     if dcn_axis == 'stage':  # the stages at a slice's edge hand over DCN; the rest wait
       dcn += handed
     else:
@@ -168,7 +172,7 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1):
   if fsdp > 1:  # one layer's parameters and the vocabulary tables gathered whole to be used
     tables = _vocab_params(boxed)
     gathered = ((params - tables) / layers + tables) * compute_bytes / tensor
-  return seconds, state + activations + gathered
+  return seconds, state + activations + gathered + regrouped
 
 
 def _pipeline_activations(config, stages, tokens, layers, working, tensor):
