@@ -249,6 +249,31 @@ def test_the_sweep_memory_of_a_pipeline_keeps_every_iterations_layer_inputs():
                                                                                  rel=0.15)
 
 
+def test_the_sweep_memory_of_experts_counts_their_buffers_on_the_devices_rows():
+  # mixtral_8x7b, batch 256 x 4096, remat full on v5p-128: a device holds the rows of data
+  # x fsdp x expert; a dropless MoE layer's receive buffer has room for X x k rows per token,
+  # each D in, D out and 3 F-wide swiglu intermediates, twice (forward and its gradients)
+  config = config_lib.load(helpers.config_file('mixtral_8x7b', arg=None), [
+      'train.batch_size=256', 'model.remat=full'])
+  assert sweep._mlp_working(config.model, 8, 1) == 2 * 2 * 8 * (2 * 4096 + 3 * 14336)  # pylint: disable=protected-access
+  capacity = config.model.copy_and_resolve_references()
+  capacity.moe.capacity_factor = 1.25  # k x cf slots per token, whatever the shards
+  assert sweep._mlp_working(capacity, 8, 2) == 2 * 2 * 1.25 * (2 * 4096 + 3 * 14336 / 2)  # pylint: disable=protected-access
+  chip = topology.parse('v5p-128').chip
+
+  def per_device(sizes, microbatches):
+    scheduled = sweep._with_schedule(config, microbatches, 1)  # pylint: disable=protected-access
+    boxed = counting.abstract_params(scheduled)
+    base = analytic.plan(scheduled, mesh_sizes={a: 1 for a in sizes}, boxed=boxed)
+    return sweep.estimate(scheduled, sizes, chip, base, boxed)[1] / 2**30
+
+  plain = dict(data=1, fsdp=8, tensor=1, expert=8, context=1, stage=1)
+  staged = dict(plain, fsdp=2, stage=4)
+  # the compiler's bytes per chip (README), within 15%
+  assert per_device(plain, 0) == pytest.approx(75.28, rel=0.15)
+  assert per_device(staged, 8) == pytest.approx(65.77, rel=0.15)
+
+
 def test_the_sweep_compiles_its_best_meshes_and_shows_the_compilers_bytes(capsys):
   config = _smoke('model.num_heads=2', 'model.num_kv_heads=2', 'train.batch_size=4')
   with jax.default_matmul_precision('default'):

@@ -27,7 +27,9 @@ The estimate (a ranking aid; compile the chosen mesh with --plan_topology to con
 - memory: params, AdamW moments and gradients as the rules shard them (the layers over
   stage), plus activations: with remat, one saved [B, L, D] residual per layer of the
   stage (split over tensor) and one layer's working set; without, about 10 D + 2 F/t
-  values per token per layer, + 2 H L/(t c) float32 scores (one ring block's with
+  values per token per layer (a MoE layer's dispatch buffers and expert intermediates in
+  place of 2 F/t: _mlp_working; a device's tokens are the batch's over data x fsdp x expert
+  x context), + 2 H L/(t c) float32 scores (one ring block's with
   context c) where the attention is not a flash kernel on TPU (splash, flash_bias); plus the
   float32 logits and their gradient, of one chunk of the sequence with the chunked loss;
   the update's float32 temporaries (one per parameter); with fsdp, one layer's parameters
@@ -50,6 +52,7 @@ from zoo import kernels
 from zoo import sharding
 from zoo.errors import ConfigError
 from zoo.families import loss as loss_lib
+from zoo.models import layers as layers_lib
 from zoo.plan import analytic
 from zoo.plan import compiled
 
@@ -111,7 +114,7 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1):
   data, fsdp, tensor = sizes['data'], sizes['fsdp'], sizes['tensor']
   context, stages = sizes.get('context', 1), sizes.get('stage', 1)
   tokens = t.batch_size * config.data.seq_len
-  tokens_per_device = tokens / (data * fsdp * context)
+  tokens_per_device = tokens / (data * fsdp * sizes.get('expert', 1) * context)  # batch axes
   compute_bytes = np.dtype(m.dtype).itemsize
   params = plan_result['params_total'] / stages  # a stage's layers (tables counted in too)
   layers = families.total_layers(m) / stages
@@ -156,7 +159,7 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1):
   # a flash kernel (splash, flash_bias) never holds the [H, L] float32 scores of a token
   scores = (0 if _flash_attention(config, context) else
             2 * m.num_heads / tensor * L * 4 / compute_bytes)
-  working = 10 * m.d_model + 2 * m.mlp_dim / tensor + scores
+  working = 10 * m.d_model + _mlp_working(m, sizes.get('expert', 1), tensor) + scores
   live_tokens = tokens_per_device / t.microbatches  # one microbatch's activations at a time
   if stages > 1:  # the logits are gone by the pipeline's backward pass, the peak
     activations = _pipeline_activations(config, stages, live_tokens, layers, working,
@@ -195,6 +198,20 @@ def _pipeline_activations(config, stages, tokens, layers, working, tensor):
   outside = tokens * 4 * m.d_model * 4 / np.dtype(m.dtype).itemsize
   return (kept + tokens / microbatches * working + buffers + outside) * np.dtype(
       m.dtype).itemsize
+
+
+def _mlp_working(m, expert_shards, tensor):
+  """Values per token the busiest feed-forward holds while its layer runs (forward or the
+  rematerialised backward): a dense MLP's 2 F/t; a MoE layer's buffers, twice (the
+  recomputed forward and its gradients): dropless, the expert-parallel receive buffer
+  holds X x k rows per token (room for every shard's pairs: zoo/models/moe.py), capacity
+  k x cf slots; each row D in, D out and the experts' F-wide intermediates (3 gated)."""
+  moe = m.moe
+  if not moe.num_experts:
+    return 2 * m.mlp_dim / tensor
+  rows = moe.top_k * (moe.capacity_factor or expert_shards)
+  hidden = (3 if m.activation in layers_lib.GATED else 2) * (moe.expert_mlp_dim or m.mlp_dim)
+  return 2 * rows * (2 * m.d_model + hidden / tensor)
 
 
 def _vocab_params(boxed):
