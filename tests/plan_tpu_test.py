@@ -255,10 +255,11 @@ def test_the_sweep_memory_of_experts_counts_their_buffers_on_the_devices_rows():
   # each D in, D out and 3 F-wide swiglu intermediates, twice (forward and its gradients)
   config = config_lib.load(helpers.config_file('mixtral_8x7b', arg=None), [
       'train.batch_size=256', 'model.remat=full'])
-  assert sweep._mlp_working(config.model, 8, 1) == 2 * 2 * 8 * (2 * 4096 + 3 * 14336)  # pylint: disable=protected-access
+  working = sweep._mlp_working  # pylint: disable=protected-access
+  assert working(config.model, 8, 1) == 2 * 2 * 8 * (2 * 4096 + 3 * 14336)
   capacity = config.model.copy_and_resolve_references()
   capacity.moe.capacity_factor = 1.25  # k x cf slots per token, whatever the shards
-  assert sweep._mlp_working(capacity, 8, 2) == 2 * 2 * 1.25 * (2 * 4096 + 3 * 14336 / 2)  # pylint: disable=protected-access
+  assert working(capacity, 8, 2) == 2 * 2 * 1.25 * (2 * 4096 + 3 * 14336 / 2)
   chip = topology.parse('v5p-128').chip
 
   def per_device(sizes, microbatches):

@@ -13,7 +13,8 @@
 Both run under `shard_map` over the batch axes (data, fsdp, expert), and over `context`
 where the sequence is split (dropless only: each device routes its chunk's tokens), with
 the expert weights split over `expert`, so the communication is what is written here, not
-the partitioner's choice. Routing is per token and capacity per sequence, so results do not depend on the mesh.
+the partitioner's choice. Routing is per token and capacity per sequence, so results do not
+depend on the mesh.
 
 Gates: top-k probabilities renormalised to sum to 1 (Mixtral); with top_k = 1 the raw
 probability (Switch), so the router still gets a gradient.

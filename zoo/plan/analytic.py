@@ -92,10 +92,9 @@ def pipeline_plan(config, sizes, param_bytes_per_device):
   stage boundary per training step (one microbatch's [b, L, D], its sequence split over
   `context`, forward and its gradient back, every iteration, per stack; a later stack's
   microbatches carry the earlier stack's output too, as T5's decoder does the encoder's;
-  the rows' ids and masks are not counted)
-  and, circular, the stacked parameters moved to the stages that run them and their
-  gradients back (analytic.regroup_share of param_bytes_per_device, the stacked
-  parameters' bytes per device, each way)."""
+  the rows' ids and masks are not counted) and, circular, the stacked parameters moved to
+  the stages that run them and their gradients back (regroup_share of
+  param_bytes_per_device, the stacked parameters' bytes per device, each way)."""
   m, t = config.model, config.train
   stages, repeats = sizes['stage'], m.pipeline_repeats
   microbatches = m.pipeline_microbatches or stages

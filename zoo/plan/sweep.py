@@ -1,7 +1,7 @@
 """--plan_sweep: every factorization of a slice's chips into data x fsdp x tensor (x expert
 for MoE, x context where ring attention is built for the shape, x stage where the layer
-stacks pipeline), each with an analytic per-device memory
-and step-time estimate, sorted by time;
+stacks pipeline), each with an analytic per-device memory and step-time estimate, sorted
+by time;
 --plan_sweep_compile=N compiles the N fastest that fit for the slice (`confirm`) and shows
 the compiler's bytes beside the estimate.
 
@@ -35,8 +35,9 @@ The estimate (a ranking aid; compile the chosen mesh with --plan_topology to con
   the update's float32 temporaries (one per parameter); with fsdp, one layer's parameters
   and the vocabulary tables gathered whole in the compute dtype; a circular pipeline's
   copy of the parameters moved to the stages that run them, and its gradients
-  (analytic.pipeline_plan's regroup bytes). Calibrated against the compiler on llama3_8b
-  and llama3_70b (benchmarks/sweep_memory.py; docs/architecture.md has the tables).
+  (analytic.pipeline_plan's regroup bytes). Calibrated against the compiler on llama3_8b,
+  llama3_70b and mixtral_8x7b (benchmarks/sweep_memory.py; docs/architecture.md has the
+  tables).
 """
 
 import math
