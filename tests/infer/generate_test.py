@@ -313,3 +313,34 @@ def test_cached_decoding_on_a_data_fsdp_tensor_mesh_gives_the_unsharded_logits()
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
     wrong = jax.jit(lambda v: decode(v))(jax.device_put(variables, placed))
   assert not np.allclose(wrong, want, atol=2e-5, rtol=2e-5)
+
+
+def _unrolled(model):
+  """The same model with its layer scan unrolled whole (the CPU setting)."""
+  m = ml_collections.ConfigDict(model.config.as_configdict())
+  m.scan_unroll = max(m[f] for f in families.get(m).LAYER_FIELDS)
+  return families.build(m)
+
+
+@pytest.mark.parametrize('kind,beams', [('rope', 1), ('moe', 1), ('rope', 2), ('t5', 1)])
+def test_a_whole_unrolled_scan_decodes_unscanned_to_the_scanned_tokens(kind, beams):
+  if kind == 't5':
+    model, variables = _t5()
+    ids, segments = T5_INPUTS, (T5_INPUTS > 0).astype(np.int32)
+  else:
+    moe = dict(num_experts=4, top_k=2) if kind == 'moe' else None
+    model, variables = _decoder(position='rope', moe=moe)
+    ids, segments = decoding.left_pad(PROMPTS, pad_id=0)
+  unrolled = _unrolled(model)
+  assert generate.decoding_model(model)[0] is model  # scan_unroll 1: decodes scanned
+  unscanned, layout = generate.decoding_model(unrolled)
+  assert not unscanned.config.scan_layers
+  # the variables laid out per layer are what the unscanned model initialises
+  shapes = lambda tree: jax.tree.map(lambda a: a.shape, tree)
+  init = jax.eval_shape(unscanned.init, jax.random.PRNGKey(0),
+                        families.example_batch(unscanned.config, 1, 8))
+  assert shapes(layout(variables)['params']) == shapes(init['params'])
+  run = lambda m: np.asarray(jax.jit(generate.make(m, 5, {'temperature': 0.0}, -1, 0,
+                                                   num_beams=beams))(
+      variables, ids, segments, jax.random.PRNGKey(0)))
+  np.testing.assert_array_equal(run(unrolled), run(model))

@@ -18,9 +18,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 
 from zoo import families
 from zoo.infer import beam
+from zoo.models import transformer
 
 
 def filter_logits(logits_BV, temperature, top_k=0, top_p=1.0, min_p=0.0):
@@ -104,8 +106,8 @@ def _decode_loop(step_fn, logits_BV, cache, counts_BV, rng, max_new_tokens, samp
 
 
 def reorder_cache(cache, rows):
-  """The KV cache of the given batch rows (the batch axis sits before [S, G, K]; the layer
-  scan stacks layers in front). The cross-attention's input keys and values stay: the
+  """The KV cache of the given batch rows (the batch axis sits before the three of keys
+  [G, K, S] and values [G, S, K]; the layer scan stacks layers in front). The cross-attention's input keys and values stay: the
   beams of a row share its encoder input."""
   def pick(path, leaf):
     if path[-1].key in ('cached_key', 'cached_value'):
@@ -123,6 +125,24 @@ def decode_rules(rules):
   return tuple(rule for rule in rules if rule[0] != 'activation_embed')
 
 
+def decoding_model(model):
+  """-> (the model to decode with, fn(variables) -> its variables). A layer scan unrolled
+  whole (model.scan_unroll at least every stack's length: the CPU setting) decodes with the
+  layers unscanned, each with its own parameters and cache, sliced out once before the
+  token loop: inside it XLA:CPU copies every layer's slice of the stacked parameters and
+  caches on every token (half of a token's time at the bench shape). Otherwise (TPU/GPU:
+  compile time flat in depth) the scan decodes as it trains."""
+  m = model.config
+  family = families.get(m)
+  groups = m.moe.every if m.moe.num_experts else 1
+  if not m.scan_layers or m.scan_unroll < max(m[f] // groups for f in family.LAYER_FIELDS):
+    return model, lambda variables: variables
+  unscanned = ml_collections.ConfigDict(m.as_configdict())
+  unscanned.scan_layers = False
+  return families.build(unscanned), lambda variables: {
+      k: transformer.unstack_layers(v) for k, v in variables.items()}
+
+
 def make(model, max_new_tokens, sampling, eos_id, pad_id, num_beams=1, length_alpha=0.0,
          penalties=None):
   """-> fn(variables, ids, segment ids, rng) -> new tokens [B, N], to jit (one trace: the
@@ -131,6 +151,7 @@ def make(model, max_new_tokens, sampling, eos_id, pad_id, num_beams=1, length_al
   'frequency': 0.0}), None or at their neutral values for none. num_beams > 1: beam search
   (sampling unused, penalties applied to every beam)."""
   family = families.get(model.config)
+  model, layout = decoding_model(model)
   start = functools.partial(family.start_generation, model, max_new_tokens=max_new_tokens)
   penalties = dict(penalties or {})
   if penalties.get('repetition', 1.0) == 1.0 and not penalties.get('frequency', 0.0):
@@ -144,6 +165,7 @@ def make(model, max_new_tokens, sampling, eos_id, pad_id, num_beams=1, length_al
     return prompt_counts(jnp.asarray(ids), jnp.asarray(segments), model.config.vocab_size)
 
   def fn(variables, ids, segments, rng):
+    variables = layout(variables)
     if num_beams == 1:
       logits_BV, cache, step = start(variables, ids, segments)
       seen_BV = counts(ids, segments) if penalties else None

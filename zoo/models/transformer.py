@@ -152,6 +152,23 @@ def stack(m, train, num_layers, name, owner):
   return run
 
 
+def unstack_layers(tree):
+  """Variables of a scanned model -> the same model's with scan_layers=False: each stack
+  (a `layers` subtree, leaves [layers, ...]) becomes `layers_0`, `layers_1`, ..., each
+  holding its layer's slices."""
+  if not isinstance(tree, dict):
+    return tree
+  out = {}
+  for key, value in tree.items():
+    if key == 'layers':
+      length = jax.tree.leaves(value)[0].shape[0]
+      out.update({f'layers_{i}': jax.tree.map(lambda a, i=i: a[i], value)
+                  for i in range(length)})
+    else:
+      out[key] = unstack_layers(value)
+  return out
+
+
 def _pipelined(block, variables, x_BLD, args, stages, microbatches, repeats, rng,
                checkpoint):
   """The scanned stack's layers on the pipeline: each layer `block` applied with its slice
