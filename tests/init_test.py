@@ -1,12 +1,17 @@
-"""Starting the zoo on a machine without a TPU: libtpu (the test extra) stays quiet."""
+"""Starting the zoo on a machine without a TPU: libtpu (the test extra) stays quiet; on CPUs
+large random arrays hash without a loop, to the same bits."""
 
 import os
 import subprocess
 import sys
 
+import jax
+import numpy as np
 import pytest
 from jax._src import hardware_utils
 from jax._src import xla_bridge
+from jax._src.random import threefry2x32
+from jax.interpreters import mlir
 
 import zoo
 from tests import helpers
@@ -39,3 +44,21 @@ def test_the_tpu_backend_is_skipped_only_where_no_chip_is_attached(monkeypatch, 
     assert kept.fail_quietly and kept.priority == registration.priority
     with pytest.raises(RuntimeError, match='no TPU chip'):
       kept.factory()
+
+
+def test_large_random_arrays_hash_without_a_loop_on_cpus_to_the_same_bits():
+  key = jax.random.PRNGKey(3)
+  big, small = (512, 256), (64,)  # 131072 words: unrolled; 64: jax's loop
+  bits = lambda shape: jax.jit(lambda k: jax.random.bits(k, shape))
+  assert 'while' not in bits(big).lower(key).as_text()
+  assert 'while' in bits(small).lower(key).as_text()
+  got = np.asarray(bits(big)(key))
+  try:  # jax's own CPU lowering: the loop, at every size
+    mlir.register_lowering(threefry2x32.threefry2x32_p,
+                           threefry2x32._threefry2x32_cpu_lowering_rule, platform='cpu')
+    looped = bits(big)
+    assert 'while' in looped.lower(key).as_text()
+    want = np.asarray(looped(key))
+  finally:
+    zoo._unrolled_threefry_on_cpu()  # pylint: disable=protected-access
+  np.testing.assert_array_equal(got, want)
