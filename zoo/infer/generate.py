@@ -106,9 +106,10 @@ def _decode_loop(step_fn, logits_BV, cache, counts_BV, rng, max_new_tokens, samp
 
 
 def reorder_cache(cache, rows):
-  """The KV cache of the given batch rows (the batch axis sits before the three of keys
-  [G, K, S] and values [G, S, K]; the layer scan stacks layers in front). The cross-attention's input keys and values stay: the
-  beams of a row share its encoder input."""
+  """The KV cache of the given batch rows (the batch axis sits before the last three:
+  keys [G, K, S], values [G, S, K]; the layer scan stacks layers in front). The
+  cross-attention's input keys and values stay: the beams of a row share its encoder
+  input."""
   def pick(path, leaf):
     if path[-1].key in ('cached_key', 'cached_value'):
       return jnp.take(leaf, rows, axis=leaf.ndim - 4)
