@@ -135,8 +135,8 @@ def decoding_model(model):
   compile time flat in depth) the scan decodes as it trains."""
   m = model.config
   family = families.get(m)
-  groups = m.moe.every if m.moe.num_experts else 1
-  if not m.scan_layers or m.scan_unroll < max(m[f] // groups for f in family.LAYER_FIELDS):
+  per_unit = m.moe.every if m.moe.num_experts else 1  # layers per scanned unit
+  if not m.scan_layers or m.scan_unroll < max(m[f] // per_unit for f in family.LAYER_FIELDS):
     return model, lambda variables: variables
   unscanned = ml_collections.ConfigDict(m.as_configdict())
   unscanned.scan_layers = False
