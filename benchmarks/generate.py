@@ -5,10 +5,12 @@
 
 Random-init weights of the config (speed does not depend on them), greedy decoding, no EOS.
 "cached": zoo.infer.generate (prefill, then one token per step against the cache, one
-jitted while_loop). "recompute": a jitted forward pass over the fixed-length buffer
-(prompt + new tokens) per new token, the argmax of the last real position appended. Prints
-new tokens per second (median of the repeats, after one compile run) and checks the two
-produce the same tokens.
+jitted while_loop), which decodes a whole-unrolled layer scan unscanned
+(generate.decoding_model); "scanned": the same weights and cache decoded through the layer
+scan (the config at model.scan_unroll=1, as on TPU/GPU). "recompute": a jitted forward
+pass over the fixed-length buffer (prompt + new tokens) per new token, the argmax of the
+last real position appended. Prints new tokens per second (median of the repeats, after
+one compile run) and checks the three produce the same tokens.
 """
 
 import argparse
@@ -49,6 +51,11 @@ def main():
       config.model, 1, P + N))['params']}
   cached = jax.jit(generate.make(model, N, {'temperature': 0.0}, eos_id=-1,
                                  pad_id=0))
+  rolled = config.model.copy_and_resolve_references()
+  with rolled.unlocked():
+    rolled.scan_unroll = 1
+  scanned = jax.jit(generate.make(families.build(rolled), N, {'temperature': 0.0}, eos_id=-1,
+                                  pad_id=0))
 
   @jax.jit
   def recompute(ids_BP):
@@ -64,16 +71,19 @@ def main():
   print(f'{args.config}: {sum(x.size for x in jax.tree.leaves(variables)):,} parameters, '
         f'prompt {P}, {N} new tokens, greedy, {jax.devices()[0].device_kind} '
         f'x{jax.device_count()}')
-  print(f'{"batch":>5} {"cached tok/s":>13} {"recompute tok/s":>16} {"speed-up":>9}')
+  print(f'{"batch":>5} {"cached tok/s":>13} {"scanned tok/s":>14} {"recompute tok/s":>16} '
+        f'{"speed-up":>9}')
   for B in (int(b) for b in args.batch_sizes.split(',')):
     ids = np.random.default_rng(B).integers(4, config.model.vocab_size, (B, P)).astype(np.int32)
     segments = np.ones_like(ids)
     t_cached, got = _time(lambda: cached(variables, ids, segments, jax.random.PRNGKey(0)),
                           args.repeats)
+    t_scanned, via_scan = _time(lambda: scanned(variables, ids, segments,
+                                                jax.random.PRNGKey(0)), args.repeats)
     t_full, want = _time(lambda: recompute(ids), args.repeats)
-    same = np.array_equal(np.asarray(got), np.asarray(want))
-    print(f'{B:>5} {B * N / t_cached:>13,.0f} {B * N / t_full:>16,.0f} '
-          f'{t_full / t_cached:>8.1f}x  same tokens: {same}')
+    same = all(np.array_equal(np.asarray(x), np.asarray(want)) for x in (got, via_scan))
+    print(f'{B:>5} {B * N / t_cached:>13,.0f} {B * N / t_scanned:>14,.0f} '
+          f'{B * N / t_full:>16,.0f} {t_full / t_cached:>8.1f}x  same tokens: {same}')
 
 
 if __name__ == '__main__':
