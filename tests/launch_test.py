@@ -88,6 +88,17 @@ def test_bad_input_is_one_line_naming_the_field(tmp_path, overrides, devices, me
   assert not (tmp_path / 'run' / 'metrics.jsonl').exists()
 
 
+@pytest.mark.parametrize('argument,message', [
+    ('train.steps=5', "unexpected argument 'train.steps=5': an override is written "
+                      '--config.train.steps=5'),
+    ('gpt', "unexpected argument 'gpt': flags are written --name=value")])
+def test_an_argument_absl_would_drop_is_one_line(tmp_path, argument, message):
+  result = subprocess.run([*_command(tmp_path / 'run'), argument], env=_env(),
+                          capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 2 and result.stderr == f'error: {message}\n', result.stderr
+  assert not (tmp_path / 'run').exists()
+
+
 @pytest.fixture(scope='module')
 def reference(tmp_path_factory):
   """An uninterrupted 120-step run every resume test compares against."""

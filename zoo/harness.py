@@ -15,12 +15,11 @@ import importlib.util
 import json
 import sys
 
-from absl import app
 from absl import flags
 
 from zoo import config as config_lib
 from zoo import storage
-from zoo.cli import split_overrides
+from zoo.cli import start
 
 MISSING = "lm-evaluation-harness is not installed; pip install 'zoo[lm-eval]'"
 
@@ -61,8 +60,7 @@ def _dump(results, path):
 
 
 def main():
-  overrides, argv = split_overrides(sys.argv)
-  app.run(lambda _: run(overrides), argv=argv)
+  start(run)
 
 
 if __name__ == '__main__':

@@ -7,11 +7,10 @@ Bad input ends with one line naming the field and the fix, exit code 2, before a
 import os
 import sys
 
-from absl import app
 from absl import flags
 from absl import logging
 
-from zoo.cli import split_overrides
+from zoo.cli import start
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('config', None, 'configs/NAME.py[:arg]', required=True)
@@ -100,8 +99,7 @@ def run(overrides):
 
 
 def main():
-  overrides, argv = split_overrides(sys.argv)
-  app.run(lambda _: run(overrides), argv=argv)
+  start(run)
 
 
 if __name__ == '__main__':

@@ -17,7 +17,6 @@ import os
 import sys
 import time
 
-from absl import app
 from absl import flags
 
 from zoo import cli
@@ -78,8 +77,7 @@ def run(overrides):
 
 
 def main():
-  overrides, argv = cli.split_overrides(sys.argv)
-  app.run(lambda _: run(overrides), argv=argv)
+  cli.start(run)
 
 
 if __name__ == '__main__':

@@ -16,10 +16,9 @@ import statistics
 import sys
 import time
 
-from absl import app
 from absl import flags
 
-from zoo.cli import split_overrides
+from zoo.cli import start
 
 DEFAULT_CONFIG = 'configs/gpt2_small.py'
 DEFAULT_OVERRIDES = ('model.num_layers=4', 'model.d_model=256', 'model.num_heads=4',
@@ -196,8 +195,7 @@ def run(overrides):
 
 
 def main():
-  overrides, argv = split_overrides(sys.argv)
-  app.run(lambda _: run(overrides) and None, argv=argv)
+  start(run)
 
 
 if __name__ == '__main__':
