@@ -1,5 +1,11 @@
 """Every test sees 8 CPU devices and float32 matmuls at full precision.
 
+XLA's CPU backend compiles at LLVM optimization level 0 (subprocesses too, through
+helpers.cpu_env): the suite compiles far more than it runs, and level 0 takes about a
+quarter off each compile (the whole suite: 25 to 20 minutes on 2 cores). No fast math runs
+at any level; results differ from level 2 at most by rounding (where LLVM would have fused a
+multiply-add), inside every test's tolerance. Notebooks run as a reader runs them.
+
 Compiled executables go to a persistent cache shared by the whole run, subprocesses
 included (the CLI tests compile the same smoke steps many times): it halves their time.
 """
@@ -9,7 +15,8 @@ import shutil
 import tempfile
 
 os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
-                           ' --xla_force_host_platform_device_count=8').strip()
+                           ' --xla_force_host_platform_device_count=8'
+                           ' --xla_backend_optimization_level=0').strip()
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 _CACHE = None
 if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:

@@ -12,17 +12,13 @@ import time
 import pytest
 
 from tests import helpers
-from tests.helpers import EMBEDDED_CORPUS, REPO
+from tests.helpers import EMBEDDED_CORPUS
 from zoo.train import metrics as metrics_lib
 
 SMOKE = helpers.config_file('gpt_shakespeare')
 
 
-def _env(devices=1):
-  env = dict(os.environ, JAX_PLATFORMS='cpu',
-             XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}')
-  env['PYTHONPATH'] = REPO + os.pathsep + env.get('PYTHONPATH', '')
-  return env
+_env = helpers.cpu_env
 
 
 def _command(workdir, *overrides, mode='train'):

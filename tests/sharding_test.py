@@ -1,7 +1,6 @@
 """Meshes: factorisation errors, parameter shardings by the rules, and the same losses on
 every mesh (data, fsdp, tensor) for the three families; checkpoints move between meshes."""
 
-import os
 import subprocess
 import sys
 
@@ -43,8 +42,7 @@ def _one_device_run(workdir, name):
   result = subprocess.run(
       [sys.executable, '-m', 'zoo.launch', f'--config={REPO}/configs/{name}.py:smoke',
        f'--workdir={workdir}', *[f'--config.{o}' for o in STEPS]],
-      env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO,
-               XLA_FLAGS='--xla_force_host_platform_device_count=1'),
+      env=helpers.cpu_env(),
       capture_output=True, text=True, timeout=300, check=False)
   assert result.returncode == 0, result.stderr[-2000:]
 
@@ -182,8 +180,7 @@ def test_a_checkpoint_restores_onto_another_mesh_and_training_continues(tmp_path
       [sys.executable, '-m', 'zoo.launch', f'--config={REPO}/configs/gpt_shakespeare.py:smoke',
        f'--workdir={tmp_path}', *[f'--config.{o}' for o in STEPS], '--config.train.steps=10',
        '--config.optim.schedule=constant'],
-      env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO,
-               XLA_FLAGS='--xla_force_host_platform_device_count=1'),
+      env=helpers.cpu_env(),
       capture_output=True, text=True, timeout=300, check=False)
   assert result.returncode == 0, result.stderr[-2000:]
   header = [r for r in metrics_lib.read(str(tmp_path)) if r.get('event') == 'start'][-1]

@@ -16,6 +16,7 @@ from safetensors import numpy as safetensors_np
 import tokenizers
 
 from tests.data.pretrained import gpt2_json
+from tests import helpers
 from tests.helpers import REPO
 from zoo import families
 from zoo.convert import hf
@@ -150,10 +151,8 @@ def test_a_sharded_checkpoint_with_an_index_loads(tmp_path):
 
 def run(*args):
   """python -m ARGS on one CPU device, as a user runs it."""
-  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO,
-             XLA_FLAGS='--xla_force_host_platform_device_count=1')
-  return subprocess.run([sys.executable, '-m', *args], env=env, capture_output=True, text=True,
-                        timeout=300, check=False)
+  return subprocess.run([sys.executable, '-m', *args], env=helpers.cpu_env(),
+                        capture_output=True, text=True, timeout=300, check=False)
 
 
 def test_an_imported_checkpoint_fine_tunes_and_evaluates_with_zoo_launch(tmp_path):

@@ -203,15 +203,13 @@ def test_bad_shards_and_another_tokenizer_are_one_line_errors(tmp_path, tokenize
 
 
 def _launch(workdir, *overrides):
-  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=helpers.REPO,
-             XLA_FLAGS='--xla_force_host_platform_device_count=1')
   command = [sys.executable, '-m', 'zoo.launch',
              f'--config={helpers.config_file("gpt_shakespeare")}', f'--workdir={workdir}',
              '--config.model.vocab_size=640', '--config.train.steps=4',
              '--config.train.log_every=2', '--config.optim.warmup_steps=1',
              *[f'--config.{o}' for o in overrides]]
-  return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300,
-                        check=False)
+  return subprocess.run(command, env=helpers.cpu_env(), capture_output=True, text=True,
+                        timeout=300, check=False)
 
 
 def test_training_reads_a_prepared_corpus_and_a_mixture_of_two(tmp_path, tokenizer_path):

@@ -159,9 +159,7 @@ def test_the_command_says_what_is_wrong_in_one_line(tmp_path, args, message):
   command = [sys.executable, '-m', 'zoo.harness', f'--workdir={tmp_path}',
              f'--config={helpers.config_file("gpt_shakespeare")}',
              *(a for a in args if a != '--cwd')]
-  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS='',
-             PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
-  result = subprocess.run(command, env=env, cwd=tmp_path if elsewhere else REPO,
+  result = subprocess.run(command, env=helpers.cpu_env(), cwd=tmp_path if elsewhere else REPO,
                           capture_output=True, text=True, timeout=300, check=False)
   assert result.returncode == 2, result.stderr[-2000:]
   last = result.stderr.strip().splitlines()[-1]
