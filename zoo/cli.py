@@ -24,10 +24,10 @@ def stray(rest):
   return f'unexpected argument {first!r}: {fix}'
 
 
-def start(run, argv=None):
-  """Parses the absl flags, then run(overrides); a stray positional argument (e.g.
+def start(run):
+  """Parses sys.argv's absl flags, then run(overrides); a stray positional argument (e.g.
   train.steps=5, which would otherwise be dropped) ends with one line and exit 2."""
-  overrides, argv = split_overrides(sys.argv if argv is None else argv)
+  overrides, argv = split_overrides(sys.argv)
 
   def main(rest):
     error = stray(rest[1:])
