@@ -18,7 +18,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMBEDDED_CORPUS = os.path.join(REPO, 'zoo', 'data', 'assets', 'tinyshakespeare.txt')
 
 
-
 def cpu_env(devices=1):
   """os.environ for a `python -m zoo...` subprocess that sees `devices` CPU devices, with the
   suite's other XLA flags (tests/conftest.py) and this checkout on its path."""
@@ -26,6 +25,7 @@ def cpu_env(devices=1):
                  f'--xla_force_host_platform_device_count={devices}', os.environ['XLA_FLAGS'])
   return dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=flags,
               PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
+
 
 def shakespeare(count):
   """The embedded corpus's first `count` documents, as the readers split it."""

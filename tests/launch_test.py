@@ -16,9 +16,7 @@ from tests.helpers import EMBEDDED_CORPUS
 from zoo.train import metrics as metrics_lib
 
 SMOKE = helpers.config_file('gpt_shakespeare')
-
-
-_env = helpers.cpu_env
+_env = helpers.cpu_env  # one CPU device unless told
 
 
 def _command(workdir, *overrides, mode='train'):

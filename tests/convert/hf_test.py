@@ -15,8 +15,8 @@ import pytest
 from safetensors import numpy as safetensors_np
 import tokenizers
 
-from tests.data.pretrained import gpt2_json
 from tests import helpers
+from tests.data.pretrained import gpt2_json
 from tests.helpers import REPO
 from zoo import families
 from zoo.convert import hf
