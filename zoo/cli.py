@@ -14,25 +14,17 @@ def split_overrides(argv):
   return overrides, [a for a in argv if not a.startswith(_OVERRIDE_PREFIX)]
 
 
-def stray(rest):
-  """-> the one-line error for arguments absl left over (absl ignores them), or None."""
-  if not rest:
-    return None
-  first = rest[0]
-  fix = (f'an override is written --config.{first}' if '=' in first and not
-         first.startswith('-') else 'flags are written --name=value')
-  return f'unexpected argument {first!r}: {fix}'
-
-
 def start(run):
   """Parses sys.argv's absl flags, then run(overrides); a stray positional argument (e.g.
   train.steps=5, which would otherwise be dropped) ends with one line and exit 2."""
   overrides, argv = split_overrides(sys.argv)
 
-  def main(rest):
-    error = stray(rest[1:])
-    if error:
-      print(f'error: {error}', file=sys.stderr, flush=True)
+  def main(rest):  # rest: argv[0] and what absl left over (it would ignore them)
+    if rest[1:]:
+      first = rest[1]
+      fix = (f'an override is written --config.{first}' if '=' in first
+             else 'flags are written --name=value')
+      print(f'error: unexpected argument {first!r}: {fix}', file=sys.stderr, flush=True)
       sys.exit(2)
     run(overrides)
 
