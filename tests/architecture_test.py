@@ -8,8 +8,8 @@ from tests.helpers import REPO
 
 # Bottom to top; the same table as docs/architecture.md.
 LAYERS = (
-    ('errors', 'cli'),
-    ('sharding', 'storage'),
+    ('errors', 'heap'),
+    ('cli', 'sharding', 'storage'),
     ('kernels',),
     ('collectives',),
     ('models',),

@@ -9,6 +9,9 @@ runs them.
 
 Compiled executables go to a persistent cache shared by the whole run, subprocesses
 included (the CLI tests compile the same smoke steps many times): it halves their time.
+
+The workers and the subprocesses start with the heap the CLI gives XLA:CPU (zoo/heap.py), so
+no step page-faults its temporaries back in and no CLI subprocess restarts itself.
 """
 
 import os
@@ -26,6 +29,10 @@ os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
 
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from zoo import heap  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+os.environ.update(heap.SETTINGS)  # read by the xdist workers' and subprocesses' glibc
 
 jax.config.update('jax_default_matmul_precision', 'highest')
 jax.config.update('jax_numpy_rank_promotion', 'raise')
