@@ -10,8 +10,8 @@ runs them.
 Compiled executables go to a persistent cache shared by the whole run, subprocesses
 included (the CLI tests compile the same smoke steps many times): it halves their time.
 
-The workers and the subprocesses start with the heap the CLI gives XLA:CPU (zoo/heap.py), so
-no step page-faults its temporaries back in and no CLI subprocess restarts itself.
+The workers and the subprocesses start with the huge pages the CLI gives XLA:CPU's
+temporaries (zoo/heap.py), so no CLI subprocess restarts itself.
 """
 
 import os
@@ -32,7 +32,8 @@ import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from zoo import heap  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-os.environ.update(heap.SETTINGS)  # read by the xdist workers' and subprocesses' glibc
+if heap.TUNABLE not in os.environ.get('GLIBC_TUNABLES', ''):
+  os.environ.update(heap.tuned(os.environ))  # read by the xdist workers' and subprocesses' glibc
 
 jax.config.update('jax_default_matmul_precision', 'highest')
 jax.config.update('jax_numpy_rank_promotion', 'raise')

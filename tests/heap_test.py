@@ -1,4 +1,4 @@
-"""The CLI's restart with a heap XLA:CPU's per-run temporaries do not page-fault back in."""
+"""The CLI's restart with huge pages for XLA:CPU's per-run temporaries."""
 
 import subprocess
 import sys
@@ -9,9 +9,8 @@ from tests import helpers
 from zoo import heap
 
 # Runs a jitted step whose temporary (a [4096, 4096] float32 product that a second matmul
-# reads: 64 MiB) outgrows
-# glibc's mmap threshold, three times through zoo.cli.start; prints the heap setting the
-# process ran with and the page faults of the third run.
+# reads: 64 MiB) outgrows glibc's mmap threshold, three times through zoo.cli.start; prints
+# the tunables the process ran with and the page faults of the third run.
 _STEPS = '''
 import resource, sys
 from zoo import cli
@@ -24,7 +23,7 @@ def run(overrides):
     f(x, w).block_until_ready()
   before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
   f(x, w).block_until_ready()
-  print(os.environ.get('MALLOC_ARENA_MAX'),
+  print(os.environ.get('GLIBC_TUNABLES', '-'),
         resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 cli.start(run)
@@ -32,33 +31,44 @@ cli.start(run)
 
 
 def _third_run(**env):
-  clean = {k: v for k, v in helpers.cpu_env().items() if k not in heap.SETTINGS}
+  clean = {k: v for k, v in helpers.cpu_env().items() if k != 'GLIBC_TUNABLES'}
   result = subprocess.run([sys.executable, '-c', _STEPS], env={**clean, **env},
                           capture_output=True, text=True, timeout=120, check=False)
   assert result.returncode == 0, result.stderr[-2000:]
-  arena, faults = result.stdout.split()
-  return arena, int(faults)
+  tunables, faults = result.stdout.split()
+  return tunables, int(faults)
 
 
-@pytest.mark.skipif(not heap.wanted({'JAX_PLATFORMS': 'cpu'}), reason='not a glibc Linux')
-def test_a_cpu_cli_restarts_with_a_heap_that_keeps_its_temporaries():
-  assert _third_run() == ('1', pytest.approx(0, abs=500))
-  arena, faults = _third_run(MALLOC_ARENA_MAX='8')  # the user's own setting: no restart
-  assert arena == '8' and faults > 10_000  # 64 MiB in 4 KiB pages, faulted in again
+@pytest.mark.skipif(not heap.wanted({'JAX_PLATFORMS': 'cpu'}),
+                    reason='no glibc >= 2.35 with transparent huge pages here')
+def test_a_cpu_cli_restarts_with_huge_pages_for_its_temporaries():
+  tunables, faults = _third_run()
+  assert tunables == heap.SETTING and faults < 1_000  # 32 huge pages, a few small ones
+  tunables, faults = _third_run(GLIBC_TUNABLES=f'{heap.TUNABLE}=0')  # the user's: kept
+  assert tunables == f'{heap.TUNABLE}=0' and faults > 10_000  # 64 MiB in 4 KiB pages
 
 
-@pytest.mark.parametrize('environ,devices,expected', [
-    ({'JAX_PLATFORMS': 'cpu'}, [], True),
-    ({'JAX_PLATFORMS': 'cpu'}, ['/dev/nvidia0'], True),
-    ({'JAX_PLATFORMS': 'tpu,cpu'}, [], False),
-    ({}, [], True),
-    ({}, ['/dev/accel0'], False),
-    ({'MALLOC_ARENA_MAX': '4'}, [], False),
+@pytest.mark.parametrize('environ,devices,thp,expected', [
+    ({'JAX_PLATFORMS': 'cpu'}, [], 'madvise', True),
+    ({'JAX_PLATFORMS': 'cpu'}, ['/dev/nvidia0'], 'always', True),
+    ({'JAX_PLATFORMS': 'cpu'}, [], 'never', False),
+    ({'JAX_PLATFORMS': 'tpu,cpu'}, [], 'madvise', False),
+    ({}, [], 'madvise', True),
+    ({}, ['/dev/accel0'], 'madvise', False),
+    ({'GLIBC_TUNABLES': 'glibc.malloc.hugetlb=0'}, [], 'madvise', False),
+    ({'GLIBC_TUNABLES': 'glibc.malloc.arena_max=2'}, [], 'madvise', True),
 ])
-def test_the_heap_is_tuned_only_where_xla_runs_on_cpus_and_the_user_chose_nothing(
-    monkeypatch, environ, devices, expected):
+def test_huge_pages_are_asked_for_only_where_xla_runs_on_cpus_and_the_user_chose_none(
+    monkeypatch, environ, devices, thp, expected):
   monkeypatch.setattr(sys, 'platform', 'linux')
-  monkeypatch.setattr(heap, '_glibc', lambda: True)
+  monkeypatch.setattr(heap, '_glibc', lambda: (2, 36))
+  monkeypatch.setattr(heap, '_thp_mode', lambda: thp)
   monkeypatch.setattr(heap.glob, 'glob', lambda pattern: [d for d in devices
                                                           if d.startswith(pattern[:9])])
   assert heap.wanted(environ) is expected
+
+
+def test_the_tunable_joins_the_users_own():
+  assert heap.tuned({'A': '1'}) == {'A': '1', 'GLIBC_TUNABLES': 'glibc.malloc.hugetlb=1'}
+  assert heap.tuned({'GLIBC_TUNABLES': 'glibc.malloc.arena_max=2'})['GLIBC_TUNABLES'] == (
+      'glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1')

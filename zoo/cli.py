@@ -1,5 +1,5 @@
 """What the command-line entry points (zoo.launch, zoo.prepare, zoo.bench, zoo.harness)
-share: the host heap tuned for XLA:CPU (zoo/heap.py), --config.a.b=v overrides beside the
+share: huge pages for XLA:CPU's temporaries (zoo/heap.py), --config.a.b=v overrides beside the
 absl flags, and no argument silently dropped."""
 
 import sys
@@ -20,7 +20,7 @@ def split_overrides(argv):
 def start(run):
   """Parses sys.argv's absl flags, then run(overrides); a stray positional argument (e.g.
   train.steps=5, which would otherwise be dropped) ends with one line and exit 2. On a CPU
-  host the process first restarts once with heap.SETTINGS."""
+  host the process first restarts once with heap.SETTING."""
   heap.restart_tuned()
   overrides, argv = split_overrides(sys.argv)
 

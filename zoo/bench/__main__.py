@@ -12,6 +12,7 @@ the zoo's steps (10th-90th percentile), the ratio zoo / PyTorch of each round's 
 (median over rounds), compile seconds and MFU where the device's peak is known.
 """
 
+import os
 import statistics
 import sys
 import time
@@ -188,7 +189,8 @@ def run(overrides):
   print(f'{command}\n{results["zoo"]["device"]} x1, {m.family} d_model {m.d_model}, '
         f'{m.num_layers} layers, vocab {m.vocab_size}, {m.dtype}, batch {t.batch_size} x '
         f'{config.data.seq_len}; {FLAGS.runs} rounds of {FLAGS.steps} steps; decode '
-        f'{FLAGS.prompt_len} + {new_tokens} tokens, greedy'
+        f'{FLAGS.prompt_len} + {new_tokens} tokens, greedy; GLIBC_TUNABLES='
+        f'{os.environ.get("GLIBC_TUNABLES", "(unset)")} (zoo/heap.py)'
         + ('' if use_torch else f'; PyTorch: {torch_side.available() or "--torch=off"}'))
   print(table(results, batches), flush=True)
   return results
