@@ -32,8 +32,8 @@ import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from zoo import heap  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-if heap.TUNABLE not in os.environ.get('GLIBC_TUNABLES', ''):
-  os.environ.update(heap.tuned(os.environ))  # read by the xdist workers' and subprocesses' glibc
+if heap.TUNABLE not in os.environ.get('GLIBC_TUNABLES', ''):  # read by the workers' glibc
+  os.environ['GLIBC_TUNABLES'] = heap.tuned(os.environ)['GLIBC_TUNABLES']
 
 jax.config.update('jax_default_matmul_precision', 'highest')
 jax.config.update('jax_numpy_rank_promotion', 'raise')

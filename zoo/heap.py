@@ -7,8 +7,8 @@ time: 92,000 page faults and 0.15 s of system time per 0.4 s bench step. With gl
 Keeping the block in the heap instead (one arena, no mmap'd chunks, no trimming) faults
 nothing but lets the heap fragment: the default job peaked at 4.2 GB of RSS against 1.3.
 glibc reads tunables when a process starts, so the CLI entry points restart themselves once
-with the tunable added; not where the kernel has huge pages off, on a machine with a GPU or
-TPU attached, or where GLIBC_TUNABLES already names it."""
+with the tunable added; not where the kernel has huge pages off, where jax would pick a GPU
+or TPU (JAX_PLATFORMS, else the device files), or where GLIBC_TUNABLES already names it."""
 
 import glob
 import os
