@@ -1,6 +1,8 @@
 """Attention kernels behind one switch, `model.attention.kernel`:
 
 - 'xla': the reference (zoo/kernels/reference.py), everywhere; what tests compare with.
+  On CPUs, under a causal `Mask` of 128 tokens or more, it runs in query blocks that skip
+  the keys the mask hides (zoo/kernels/causal.py; splash and cuDNN skip them themselves).
 - 'splash': JAX's Pallas TPU splash attention (zoo/kernels/splash.py); interpret mode on CPU.
   It takes no additive bias.
 - 'flash_bias': the zoo's Pallas TPU flash kernel that computes T5's relative position bias
@@ -32,6 +34,7 @@ import jax.numpy as jnp
 
 from zoo import sharding
 from zoo.kernels import bias as bias_lib
+from zoo.kernels import causal
 from zoo.kernels import flash_bias
 from zoo.kernels import gpu
 from zoo.kernels import mask as mask_lib
@@ -141,6 +144,9 @@ def attention(query, key, value, mask=None, bias=None, scale=None, kernel='xla',
     return splash.attention(query, key, value, mask, scale, block_sizes, interpret=interpret)
   if name == 'gpu':
     return gpu.attention(query, key, value, mask, bias, scale)
+  if (platform() == 'cpu' and isinstance(mask, mask_lib.Mask) and
+      causal.supports(mask, query.shape[1], key.shape[1])):
+    return causal.attention(query, key, value, mask, bias, scale)
   dense = mask.dense() if isinstance(mask, mask_lib.Mask) else mask
   return reference.dot_product_attention(query, key, value, dense, bias, scale)
 
