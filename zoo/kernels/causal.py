@@ -1,10 +1,11 @@
 """The reference attention on CPUs under a causal mask, in query blocks that skip the keys
 the mask hides: block i of n holds queries i L/n .. (i+1) L/n - 1 and attends keys
 0 .. (i+1) L/n - 1 only, so the logits, softmax and both matmuls cover (n + 1) / 2n of the
-[L, L] square (5/8 at n = 4), forward and backward. The same result as the whole square, where a hidden
-key's probability is exactly 0 (up to the order of float sums). A padding query (segment 0)
-may attend no key; the whole square gives it the mean of all L values, and so do the blocks,
-so padding tokens' states (which an MoE layer routes) do not change either.
+[L, L] square (5/8 at n = 4), forward and backward. The same result as the whole square,
+where a hidden key's probability is exactly 0 (up to the order of float sums). A padding
+query (segment 0) may attend no key; the whole square gives it the mean of all L values,
+and so do the blocks, so padding tokens' states (which an MoE layer routes) do not change
+either.
 
 At the bench's shape (2 CPU cores, L = 128) the train step takes 3-5% less time with 4
 blocks and none less with 8 (blocks of 16 queries run the matmuls too slowly); at L = 512,
