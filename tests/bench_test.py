@@ -4,12 +4,15 @@ input gets. (Speed itself is never asserted: benchmarks print it.)"""
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tests import helpers
 from tests.helpers import REPO
 from zoo import config as config_lib
+from zoo import counting
 from zoo.bench import __main__ as bench
+from zoo.bench import jax_side
 from zoo.bench import torch_side
 from zoo.errors import ConfigError
 
@@ -29,15 +32,31 @@ def test_measure_trains_and_decodes_the_config():
   assert 5.5 < z['first_loss'] < 7.5  # random init: about ln(512) = 6.24
   assert z['mfu'] is None  # a CPU has no known peak
   assert z['decode_tokens_per_sec_b3'] > 0 and len(z['decode_round_b1']) == 2
+  assert z['model_gflops'] == pytest.approx(
+      z['train_tokens_per_sec'] * counting.flops_per_token(config) / 1e9)
+  assert len(z['round_matmul_gflops']) == 2 and z['matmul_gflops'] > 0
+
+
+def test_the_matmul_alone_is_the_mlp_input_projection_of_a_batch():
+  config = config_lib.load(SMOKE)
+  m = config.model
+  shape = bench.matmul_shape(config)
+  assert shape == (config.train.batch_size * config.data.seq_len, m.d_model, m.mlp_dim)
+  matmul = jax_side.Matmul((6, 5, 3), 'float32')
+  assert matmul.flops == 2 * 6 * 5 * 3
+  want = np.asarray(matmul.a, np.float64) @ np.asarray(matmul.b, np.float64)
+  np.testing.assert_allclose(np.asarray(matmul.run()), want, rtol=1e-5, atol=1e-5)
 
 
 def test_table_gives_both_sides_and_the_ratio():
   side = {'train_tokens_per_sec': 5000.0, 'step_ms': 409.6, 'step_ms_p10': 400.0,
           'step_ms_p90': 420.5, 'first_loss': 8.31774, 'compile_seconds': 4.2, 'mfu': None,
-          'decode_tokens_per_sec_b1': 512.0}
-  torch = dict(side, train_tokens_per_sec=4000.0, step_ms=512.0, decode_tokens_per_sec_b1=256.0)
+          'decode_tokens_per_sec_b1': 512.0, 'model_gflops': 120.0, 'matmul_gflops': 200.0}
+  torch = dict(side, train_tokens_per_sec=4000.0, step_ms=512.0, decode_tokens_per_sec_b1=256.0,
+               model_gflops=96.0, matmul_gflops=128.0)
   lines = bench.table({'zoo': side, 'torch': torch,
-                       'ratios': {'train': 1.25, 'decode_b1': 2.0}}, [1]).splitlines()
+                       'ratios': {'train': 1.25, 'decode_b1': 2.0, 'matmul': 1.5625}},
+                      [1]).splitlines()
   cells = {line.split('|')[1].strip(): [c.strip() for c in line.split('|')[2:5]]
            for line in lines[2:]}
   assert cells['train tokens/s'] == ['5,000', '4,000', '1.25x']
@@ -46,6 +65,9 @@ def test_table_gives_both_sides_and_the_ratio():
   assert cells['first loss'] == ['8.3177', '8.3177', '-']
   assert cells['decode tokens/s, batch 1'] == ['512', '256', '2.00x']
   assert cells['MFU'][0] == 'n/a (no known peak for this device)'
+  assert cells['model GFLOP/s in the step'] == ['120.0', '96.0', '-']
+  assert cells['matmul GFLOP/s alone, [B L, D] x [D, F]'] == ['200.0', '128.0', '1.56x']
+  assert cells['step / matmul GFLOP/s'] == ['60%', '75%', '-']
   alone = bench.table({'zoo': side, 'torch': None, 'ratios': {}}, [1]).splitlines()
   assert alone[2].split('|')[3].strip() == '-'
 

@@ -10,6 +10,11 @@ decoding at each batch size on both sides (alternating, so a noisy machine slows
 alike); the table gives the median over rounds of each side's median step, the spread of
 the zoo's steps (10th-90th percentile), the ratio zoo / PyTorch of each round's tokens/s
 (median over rounds), compile seconds and MFU where the device's peak is known.
+
+Each round also times the model's MLP input projection ([B L, D] x [D, F]) alone on each
+side, and the table sets the step's model FLOP/s beside it: where no peak is known (CPUs),
+that product's speed is the measured ceiling, and the two sides' matmul libraries differ
+by CPU more than anything in either step does.
 """
 
 import os
@@ -54,12 +59,21 @@ def _percentile(values, q):
   return values[min(int(q * len(values)), len(values) - 1)]
 
 
-def _summary(times, tokens, new_tokens, decode_batches, first_loss):
+def matmul_shape(config):
+  """-> (M, K, N) of the MLP's input projection over a batch: [B L, D] x [D, F]."""
+  return (config.train.batch_size * config.data.seq_len, config.model.d_model,
+          config.model.mlp_dim)
+
+
+def _summary(times, tokens, new_tokens, decode_batches, first_loss, matmul_flops):
   """One side's timings -> its numbers: medians over rounds, spread over all steps."""
   medians = [statistics.median(r) for r in times['train']]
   everything = [x for r in times['train'] for x in r]
+  matmuls = [matmul_flops / statistics.median(r) / 1e9 for r in times['matmul']]
   return {
       'train_tokens_per_sec': tokens / statistics.median(medians),
+      'matmul_gflops': statistics.median(matmuls),
+      'round_matmul_gflops': matmuls,
       'step_ms': 1e3 * statistics.median(medians),
       'step_ms_p10': 1e3 * _percentile(everything, 0.1),
       'step_ms_p90': 1e3 * _percentile(everything, 0.9),
@@ -79,10 +93,12 @@ def measure(config, runs, steps, decode_batches, prompt_len, new_tokens, use_tor
   from zoo import counting  # pylint: disable=g-import-not-at-top
   batch = jax_side.random_batch(config)
   zoo = jax_side.Trainer(config, batch)
-  sides = {'zoo': {'train': zoo}}
+  shape = matmul_shape(config)
+  sides = {'zoo': {'train': zoo, 'matmul': jax_side.Matmul(shape, config.model.dtype)}}
   if use_torch:
     from zoo.bench import torch_side  # pylint: disable=g-import-not-at-top
-    sides['torch'] = {'train': torch_side.Trainer(config, zoo.params, batch)}
+    sides['torch'] = {'train': torch_side.Trainer(config, zoo.params, batch),
+                      'matmul': torch_side.Matmul(shape)}
   for b in decode_batches:
     decoder = jax_side.Decoder(zoo.model, zoo.variables(), b, prompt_len, new_tokens)
     sides['zoo'][b] = decoder
@@ -92,28 +108,35 @@ def measure(config, runs, steps, decode_batches, prompt_len, new_tokens, use_tor
     for b in decode_batches:
       side[b].run()
     side['train'].step()
+    side['matmul'].run()
 
   times = {name: {key: [] for key in side} for name, side in sides.items()}
   for _ in range(runs):
     for name, side in sides.items():
       times[name]['train'].append(_timed(side['train'].step, steps))
+      times[name]['matmul'].append(_timed(side['matmul'].run, steps))
     for b in decode_batches:
       for name, side in sides.items():
         times[name][b].append(_timed(side[b].run, 1))
 
   results = {name: _summary(t, config.train.batch_size * config.data.seq_len, new_tokens,
-                            decode_batches, sides[name]['train'].first_loss)
+                            decode_batches, sides[name]['train'].first_loss,
+                            sides[name]['matmul'].flops)
              for name, t in times.items()}
+  flops_per_token = counting.flops_per_token(config)
+  for side in results.values():
+    side['model_gflops'] = side['train_tokens_per_sec'] * flops_per_token / 1e9
   z = results['zoo']
   z['compile_seconds'] = zoo.compile_seconds
-  z['mfu'] = metrics_lib.mfu(z['train_tokens_per_sec'] * counting.flops_per_token(config),
-                             jax.devices())
+  z['mfu'] = metrics_lib.mfu(z['model_gflops'] * 1e9, jax.devices())
   z['device'] = jax.devices()[0].device_kind
   ratios = {}
   if use_torch:
     p = results['torch']
     ratios['train'] = statistics.median(
         a / b for a, b in zip(z['round_tokens_per_sec'], p['round_tokens_per_sec']))
+    ratios['matmul'] = statistics.median(
+        a / b for a, b in zip(z['round_matmul_gflops'], p['round_matmul_gflops']))
     for b in decode_batches:
       ratios[f'decode_b{b}'] = statistics.median(
           a / c for a, c in zip(z[f'decode_round_b{b}'], p[f'decode_round_b{b}']))
@@ -131,7 +154,13 @@ def table(results, decode_batches):
           ('first loss', f'{z["first_loss"]:.4f}', p and f'{p["first_loss"]:.4f}', None),
           ('compile s (train step)', f'{z["compile_seconds"]:.1f}', p and '-', None),
           ('MFU', 'n/a (no known peak for this device)' if z['mfu'] is None
-           else f'{z["mfu"]:.1%}', p and '-', None)]
+           else f'{z["mfu"]:.1%}', p and '-', None),
+          ('model GFLOP/s in the step', f'{z["model_gflops"]:.1f}',
+           p and f'{p["model_gflops"]:.1f}', None),
+          ('matmul GFLOP/s alone, [B L, D] x [D, F]', f'{z["matmul_gflops"]:.1f}',
+           p and f'{p["matmul_gflops"]:.1f}', r.get('matmul')),
+          ('step / matmul GFLOP/s', f'{z["model_gflops"] / z["matmul_gflops"]:.0%}',
+           p and f'{p["model_gflops"] / p["matmul_gflops"]:.0%}', None)]
   for b in decode_batches:
     rows.append((f'decode tokens/s, batch {b}', f'{z[f"decode_tokens_per_sec_b{b}"]:,.0f}',
                  p and f'{p[f"decode_tokens_per_sec_b{b}"]:,.0f}', r.get(f'decode_b{b}')))

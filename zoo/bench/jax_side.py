@@ -54,6 +54,23 @@ class Trainer:
     return state_lib.model_variables(self.state)
 
 
+class Matmul:
+  """run() computes one [M, K] x [K, N] product in `dtype`, alone: the speed this device's
+  matmul library reaches outside the train step."""
+
+  def __init__(self, shape, dtype):
+    M, K, N = shape
+    self.flops = 2 * M * K * N
+    rng = np.random.default_rng(0)
+    dtype = jnp.dtype(dtype)
+    self.a = jnp.asarray(rng.standard_normal((M, K), np.float32), dtype)
+    self.b = jnp.asarray(rng.standard_normal((K, N), np.float32), dtype)
+    self.fn = jax.jit(jnp.matmul).lower(self.a, self.b).compile()
+
+  def run(self):
+    return self.fn(self.a, self.b).block_until_ready()
+
+
 class Decoder:
   """run() greedily generates new_tokens after a prompt_len prompt for `batch` rows, with
   the KV cache, no EOS (every row makes all its tokens)."""

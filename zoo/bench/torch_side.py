@@ -87,6 +87,24 @@ class Trainer:
     return float(loss.detach())
 
 
+class Matmul:
+  """run() computes one [M, K] x [K, N] product in float32 (the dtype this side trains in),
+  alone: the speed torch's matmul library reaches outside the train step."""
+
+  def __init__(self, shape):
+    import torch  # pylint: disable=g-import-not-at-top
+    M, K, N = shape
+    self.flops = 2 * M * K * N
+    generator = torch.Generator().manual_seed(0)
+    self.a = torch.randn(M, K, generator=generator)
+    self.b = torch.randn(K, N, generator=generator)
+    self.torch = torch
+
+  def run(self):
+    with self.torch.inference_mode():
+      return self.torch.mm(self.a, self.b)
+
+
 class Decoder:
   """run() greedily generates new_tokens after the same prompts, with the KV cache."""
 
