@@ -12,9 +12,9 @@ the zoo's steps (10th-90th percentile), the ratio zoo / PyTorch of each round's 
 (median over rounds), compile seconds and MFU where the device's peak is known.
 
 Each round also times the model's MLP input projection ([B L, D] x [D, F]) alone on each
-side, and the table sets the step's model FLOP/s beside it: where no peak is known (CPUs),
-that product's speed is the measured ceiling, and the two sides' matmul libraries differ
-by CPU more than anything in either step does.
+side, 5 times per train step timed, and the table sets the step's model FLOP/s beside it.
+Where a device has no known peak (CPUs), that product's speed is the measured ceiling; and
+how the two sides' matmul libraries compare changes from CPU to CPU (README, Performance).
 """
 
 import os
@@ -31,6 +31,8 @@ DEFAULT_OVERRIDES = ('model.num_layers=4', 'model.d_model=256', 'model.num_heads
                      'model.mlp_dim=1024', 'model.vocab_size=4096', 'model.max_length=128',
                      'model.dtype=float32', 'data.seq_len=128', 'train.batch_size=16',
                      'model.scan_unroll=4')  # the CPU setting (zoo/config.py)
+
+MATMUL_CALLS = 5  # timed products alone per train step timed: a product is ~1/50 of a step
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('config', None, f'configs/NAME.py[:arg]; default {DEFAULT_CONFIG} at the '
@@ -114,7 +116,7 @@ def measure(config, runs, steps, decode_batches, prompt_len, new_tokens, use_tor
   for _ in range(runs):
     for name, side in sides.items():
       times[name]['train'].append(_timed(side['train'].step, steps))
-      times[name]['matmul'].append(_timed(side['matmul'].run, steps))
+      times[name]['matmul'].append(_timed(side['matmul'].run, MATMUL_CALLS * steps))
     for b in decode_batches:
       for name, side in sides.items():
         times[name][b].append(_timed(side[b].run, 1))
