@@ -1,7 +1,8 @@
 """`python -m zoo.bench`: train and decode throughput of a config, beside Hugging Face's
 PyTorch model of the identical shape and weights when torch and transformers are installed.
 
-  jax_side.py    the zoo's train step and KV-cache decoding, on random tokens
-  torch_side.py  the same model exported to transformers (zoo.convert.hf), torch AdamW
+  jax_side.py    the zoo's train step and KV-cache decoding, on random tokens; a matmul
+  torch_side.py  the same model exported to transformers (zoo.convert.hf), torch AdamW;
+                 the same matmul in torch
   __main__.py    runs both in alternating rounds and prints the table
 """

@@ -32,7 +32,7 @@ DEFAULT_OVERRIDES = ('model.num_layers=4', 'model.d_model=256', 'model.num_heads
                      'model.dtype=float32', 'data.seq_len=128', 'train.batch_size=16',
                      'model.scan_unroll=4')  # the CPU setting (zoo/config.py)
 
-MATMUL_CALLS = 5  # timed products alone per train step timed: a product is ~1/50 of a step
+MATMUL_CALLS = 5  # products timed alone per train step timed (the default shape's step is ~50)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('config', None, f'configs/NAME.py[:arg]; default {DEFAULT_CONFIG} at the '
