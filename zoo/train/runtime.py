@@ -84,6 +84,17 @@ def _use_compile_cache(enabled, directory):
 
 # ----------------------------------------------------------------------- placement
 
+# XLA:CPU's copy insertion, unless told to analyse regions, copies each donated buffer that
+# an output takes while another use of its input is still to run: every AdamW moment and
+# parameter, 32 MiB a step at zoo.bench's shape (docs/architecture.md). An XLA:CPU option.
+CPU_COMPILER_OPTIONS = {'xla_cpu_copy_insertion_use_region_analysis': True}
+
+
+def compiler_options(platform):
+  """-> the XLA options the zoo compiles with on `platform` ('cpu', 'tpu', 'gpu'), or None."""
+  return CPU_COMPILER_OPTIONS if platform == 'cpu' else None
+
+
 @dataclasses.dataclass(frozen=True)
 class Placement:
   mesh: jax.sharding.Mesh
@@ -92,8 +103,10 @@ class Placement:
 
   def jit(self, fn, in_shardings, out_shardings, donate_argnums=(), rules=None):
     """jit with explicit shardings, traced under the mesh and the logical-axis rules."""
+    options = compiler_options(self.mesh.devices.flat[0].platform)
     return Jitted(jax.jit(fn, in_shardings=in_shardings, out_shardings=out_shardings,
-                          donate_argnums=donate_argnums), self.mesh, rules or self.rules)
+                          donate_argnums=donate_argnums, compiler_options=options),
+                  self.mesh, rules or self.rules)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,34 @@
+"""zoo/train/runtime.py: how the zoo's steps are compiled on each platform."""
+
+import re
+
+from tests import helpers
+from zoo import families
+from zoo import sharding
+from zoo.train import runtime
+
+
+def _copied_floats(hlo_text):
+  """The float arrays the entry computation of a compiled module copies whole."""
+  entry = hlo_text[hlo_text.index('\nENTRY'):]
+  entry = entry[:entry.index('\n}')]
+  return re.findall(r'= (f32\[[\d,]*\]\S*) copy\(', entry)
+
+
+def test_a_cpu_train_step_copies_no_parameter_or_optimizer_state():
+  # the loop's step, its state donated: without region analysis XLA:CPU copied every
+  # AdamW moment and parameter the update reads (40 arrays at this shape)
+  config = helpers.smoke('gpt2_small', 'model.num_layers=4', 'model.scan_unroll=4')
+  place = runtime.placement(config)
+  parts = runtime.model_state(config, place.mesh)
+  batch_sharding = sharding.batch_sharding(place.mesh)
+  step = place.jit(parts.train_step(config), (parts.shardings, batch_sharding),
+                   (parts.shardings, sharding.replicated(place.mesh)), donate_argnums=(0,))
+  compiled = step.compile(parts.abstract, families.abstract_batch(config, batch_sharding))
+  assert _copied_floats(compiled.as_text()) == []
+
+
+def test_the_region_analysis_option_is_given_to_cpus_alone():
+  assert runtime.compiler_options('cpu') == {
+      'xla_cpu_copy_insertion_use_region_analysis': True}
+  assert runtime.compiler_options('tpu') is None and runtime.compiler_options('gpu') is None
