@@ -3,7 +3,8 @@ what it uses. Training builds them all; --mode=eval skips nothing but the train 
 --mode=generate reads the tokenizer and the checkpoint, never the corpus.
 
   compile_cache(config)        the persistent compilation cache, on before anything compiles
-  placement(config)            mesh, logical-axis rules, the attention kernel that will run
+  placement(config)            mesh, logical-axis rules, the attention kernel that will run;
+                               its jit compiles with compiler_options(platform)
   input_streams(config, mesh)  which of the global batch's streams this process reads
   corpus(config, workdir)      the prepared corpus: tokenizer, train and eval documents
                                (or data.task's examples: zoo/data/task.py)
