@@ -61,9 +61,11 @@ def main():
       start = time.perf_counter()
       side.step()
       times[name].append(time.perf_counter() - start)
-  print(f'GLIBC_TUNABLES={os.environ.get("GLIBC_TUNABLES", "(unset)")} python benchmarks/causal_blocks.py --seq_len={args.seq_len} --steps={args.steps} '
-        f'--blocks={args.blocks}\n{TOKENS // args.seq_len} x {args.seq_len} tokens a step, '
-        f'{args.steps} steps each, alternating')
+  tunables = os.environ.get('GLIBC_TUNABLES', '(unset)')
+  print(f'GLIBC_TUNABLES={tunables} python benchmarks/causal_blocks.py '
+        f'--seq_len={args.seq_len} --steps={args.steps} --blocks={args.blocks}\n'
+        f'{TOKENS // args.seq_len} x {args.seq_len} tokens a step, {args.steps} steps each, '
+        'alternating')
   for name, t in times.items():
     print(f'{name:7s} ({1 if name == "square" else args.blocks} block(s)): median '
           f'{1e3 * statistics.median(t):.1f} ms, p10 {1e3 * sorted(t)[len(t) // 10]:.1f} ms, '
