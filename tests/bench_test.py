@@ -4,6 +4,7 @@ input gets. (Speed itself is never asserted: benchmarks print it.)"""
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -13,6 +14,7 @@ from zoo import config as config_lib
 from zoo import counting
 from zoo.bench import __main__ as bench
 from zoo.bench import jax_side
+from zoo.bench import machine
 from zoo.bench import torch_side
 from zoo.errors import ConfigError
 
@@ -70,6 +72,29 @@ def test_table_gives_both_sides_and_the_ratio():
   assert cells['step / matmul GFLOP/s'] == ['60%', '75%', '-']
   alone = bench.table({'zoo': side, 'torch': None, 'ratios': {}}, [1]).splitlines()
   assert alone[2].split('|')[3].strip() == '-'
+
+
+EPYC_CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 17
+model name\t: AMD EPYC 9R14
+flags\t\t: fpu sse2 avx avx2 avx512f avx512bw avx512_bf16
+processor\t: 1
+model name\t: AMD EPYC 9R14
+"""
+
+
+def test_the_header_names_the_cpu_model_cores_and_vector_extensions():
+  assert machine.describe_cpu(EPYC_CPUINFO, 2) == (
+      'AMD EPYC 9R14 (family 25 model 17, 2 cores, avx2 avx512f avx512_bf16)')
+  xeon = EPYC_CPUINFO.replace('AMD EPYC 9R14', 'Intel(R) Xeon(R) Platinum 8488C').replace(
+      'avx512_bf16', 'avx512_bf16 amx_bf16 amx_tile')
+  assert machine.describe_cpu(xeon, 1).endswith('1 core, avx2 avx512f avx512_bf16 amx_tile)')
+  arm = 'processor\t: 0\nmodel name\t: Neoverse-V2\nFeatures\t: fp asimd sve\n'
+  assert machine.describe_cpu(arm, 4) == 'Neoverse-V2 (4 cores)'
+  described = machine.describe(jax.devices('cpu')[0])
+  assert described.startswith('cpu: ') and 'core' in described
 
 
 def test_the_pytorch_side_refuses_what_transformers_computes_differently():

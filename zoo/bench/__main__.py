@@ -93,6 +93,7 @@ def measure(config, runs, steps, decode_batches, prompt_len, new_tokens, use_tor
   from zoo.bench import jax_side  # pylint: disable=g-import-not-at-top
   from zoo.train import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
   from zoo import counting  # pylint: disable=g-import-not-at-top
+  from zoo.bench import machine  # pylint: disable=g-import-not-at-top
   batch = jax_side.random_batch(config)
   zoo = jax_side.Trainer(config, batch)
   shape = matmul_shape(config)
@@ -131,7 +132,7 @@ def measure(config, runs, steps, decode_batches, prompt_len, new_tokens, use_tor
   z = results['zoo']
   z['compile_seconds'] = zoo.compile_seconds
   z['mfu'] = metrics_lib.mfu(z['model_gflops'] * 1e9, jax.devices())
-  z['device'] = jax.devices()[0].device_kind
+  z['device'] = machine.describe(jax.devices()[0])
   ratios = {}
   if use_torch:
     p = results['torch']
@@ -217,7 +218,7 @@ def run(overrides):
   results = measure(config, FLAGS.runs, FLAGS.steps, batches, FLAGS.prompt_len, new_tokens,
                     use_torch)
   m, t = config.model, config.train
-  print(f'{command}\n{results["zoo"]["device"]} x1, {m.family} d_model {m.d_model}, '
+  print(f'{command}\none device, {results["zoo"]["device"]}; {m.family} d_model {m.d_model}, '
         f'{m.num_layers} layers, vocab {m.vocab_size}, {m.dtype}, batch {t.batch_size} x '
         f'{config.data.seq_len}; {FLAGS.runs} rounds of {FLAGS.steps} steps; decode '
         f'{FLAGS.prompt_len} + {new_tokens} tokens, greedy; GLIBC_TUNABLES='
