@@ -1,6 +1,8 @@
 """zoo.bench: the numbers it measures on a tiny decoder, the table it prints, and what bad
 input gets. (Speed itself is never asserted: benchmarks print it.)"""
 
+import importlib.util
+import os
 import subprocess
 import sys
 
@@ -122,3 +124,30 @@ def test_a_missing_config_is_one_line_and_exit_2():
   assert result.returncode == 2
   assert result.stderr.strip() == ("error: --config=configs/nope.py: no such file "
                                    "'configs/nope.py'; pass a file in configs/")
+
+
+def _xla_options(*args):
+  return subprocess.run([sys.executable, 'benchmarks/xla_options.py', *args], cwd=REPO,
+                        env=helpers.cpu_env(), capture_output=True, text=True, timeout=120,
+                        check=False)
+
+
+def test_xla_options_lays_variants_over_the_zoos_and_refuses_bad_ones_in_one_line():
+  spec = importlib.util.spec_from_file_location(
+      'xla_options', os.path.join(REPO, 'benchmarks', 'xla_options.py'))
+  xla_options = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(xla_options)
+  own = {'xla_cpu_copy_insertion_use_region_analysis': True}
+  assert xla_options.laid_over(own, {'xla_cpu_ftz': True}) == {**own, 'xla_cpu_ftz': True}
+  assert xla_options.laid_over(own, {'xla_cpu_copy_insertion_use_region_analysis': None}) is None
+  assert xla_options.laid_over(None, {}) is None and own == {
+      'xla_cpu_copy_insertion_use_region_analysis': True}  # the zoo's own left as they were
+  not_json = _xla_options('--variant=ftz')
+  assert not_json.returncode == 2
+  assert not_json.stderr.strip() == (
+      "error: --variant=ftz: not a JSON object of XLA options to values (null drops one of "
+      "the zoo's); e.g. --variant='{\"xla_cpu_ftz\": true}'")
+  unknown = _xla_options('--variant={"xla_cpu_nope": true}')
+  assert unknown.returncode == 2 and unknown.stderr.strip().splitlines() == [
+      "error: --variant={\"xla_cpu_nope\": true}: No such compile option: 'xla_cpu_nope'; "
+      "see XLA's DebugOptions for the names and values"]
