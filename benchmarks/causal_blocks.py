@@ -15,7 +15,6 @@ losses.
 import argparse
 import os
 import statistics
-import time
 
 from zoo import config as config_lib
 from zoo.bench import __main__ as bench
@@ -52,15 +51,7 @@ def main():
       f'train.batch_size={TOKENS // args.seq_len}'])
   batch = jax_side.random_batch(config)
   sides = {'square': _trainer(config, batch, 1), 'blocks': _trainer(config, batch, args.blocks)}
-  for side in sides.values():
-    for _ in range(3):
-      side.step()
-  times = {name: [] for name in sides}
-  for _ in range(args.steps):
-    for name, side in sides.items():
-      start = time.perf_counter()
-      side.step()
-      times[name].append(time.perf_counter() - start)
+  times = jax_side.alternating_steps(sides, args.steps)
   tunables = os.environ.get('GLIBC_TUNABLES', '(unset)')
   print(f'GLIBC_TUNABLES={tunables} python benchmarks/causal_blocks.py '
         f'--seq_len={args.seq_len} --steps={args.steps} --blocks={args.blocks}\n'

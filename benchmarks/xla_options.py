@@ -22,7 +22,6 @@ import json
 import os
 import statistics
 import sys
-import time
 
 import jax
 
@@ -103,15 +102,7 @@ def main():
 
   batch = jax_side.random_batch(config)
   sides = {name: _trainer(config, batch, options) for name, options in variants.items()}
-  for side in sides.values():
-    for _ in range(3):
-      side.step()
-  times = {name: [] for name in sides}
-  for _ in range(args.steps):
-    for name, side in sides.items():
-      start = time.perf_counter()
-      side.step()
-      times[name].append(time.perf_counter() - start)
+  times = jax_side.alternating_steps(sides, args.steps)
 
   command = ' '.join(['python benchmarks/xla_options.py',
                       *(f"--variant='{v}'" for v in args.variant), f'--steps={args.steps}',

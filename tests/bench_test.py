@@ -41,6 +41,23 @@ def test_measure_trains_and_decodes_the_config():
   assert len(z['round_matmul_gflops']) == 2 and z['matmul_gflops'] > 0
 
 
+def test_alternating_steps_warms_each_trainer_then_takes_turns():
+  order = []
+
+  class Trainer:
+    def __init__(self, name):
+      self.name = name
+
+    def step(self):
+      order.append(self.name)
+
+  times = jax_side.alternating_steps({'a': Trainer('a'), 'b': Trainer('b')}, steps=3,
+                                     warmup=2)
+  assert order == ['a', 'a', 'b', 'b'] + ['a', 'b'] * 3
+  assert list(times) == ['a', 'b'] and all(len(t) == 3 and min(t) >= 0
+                                           for t in times.values())
+
+
 def test_the_matmul_alone_is_the_mlp_input_projection_of_a_batch():
   config = config_lib.load(SMOKE)
   m = config.model

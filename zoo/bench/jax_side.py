@@ -54,6 +54,22 @@ class Trainer:
     return state_lib.model_variables(self.state)
 
 
+def alternating_steps(trainers, steps, warmup=3):
+  """{name: trainer} -> {name: [seconds of each of `steps` timed steps]}. After `warmup`
+  untimed steps each, the trainers take turns one step at a time, so a machine whose speed
+  drifts between minutes slows every one alike (the step pairs line up by index)."""
+  for trainer in trainers.values():
+    for _ in range(warmup):
+      trainer.step()
+  times = {name: [] for name in trainers}
+  for _ in range(steps):
+    for name, trainer in trainers.items():
+      start = time.perf_counter()
+      trainer.step()
+      times[name].append(time.perf_counter() - start)
+  return times
+
+
 class Matmul:
   """run() computes one [M, K] x [K, N] product in `dtype`, alone: the speed this device's
   matmul library reaches outside the train step."""
