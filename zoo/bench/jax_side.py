@@ -1,5 +1,6 @@
 """The zoo's side of a benchmark: the train step the training loop runs (sharded state,
-donated, AdamW) and KV-cache generation, fed random tokens; and one matmul alone."""
+donated, AdamW) and KV-cache generation, fed random tokens; one matmul alone; and the steps
+of several trainers timed in turns."""
 
 import time
 
