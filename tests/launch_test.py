@@ -177,19 +177,85 @@ def test_a_second_start_loads_the_train_step_from_the_compile_cache(tmp_path):
       "directory); point it to a writable directory or set it to '' to compile every start")
 
 
-def test_sigterm_saves_the_current_step_and_exits_cleanly(tmp_path):
-  process = subprocess.Popen(_command(tmp_path, 'train.steps=100000', 'train.checkpoint_every=50',
-                                      'train.eval_every=100000'),
-                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _interrupt(workdir, signum, *args, after_checkpoint=20):
+  """Starts a run, sends `signum` once checkpoint `after_checkpoint` exists -> (rc, stdout,
+  stderr)."""
+  process = subprocess.Popen(_command(workdir, *args), env=_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
   deadline = time.time() + 120
-  while not (tmp_path / 'checkpoints' / '50').exists() and time.time() < deadline:
+  while not (workdir / 'checkpoints' / str(after_checkpoint)).exists() and \
+      time.time() < deadline:
     time.sleep(0.05)
-  process.send_signal(signal.SIGTERM)
+  process.send_signal(signum)
   stdout, stderr = process.communicate(timeout=120)
-  assert process.returncode == 0, stderr[-3000:]
-  assert 'SIGTERM: saved a checkpoint at step' in stdout
-  saved = max(int(n) for n in os.listdir(tmp_path / 'checkpoints') if n.isdigit())
+  return process.returncode, stdout, stderr
+
+
+def _saved_steps(workdir):
+  return sorted(int(n) for n in os.listdir(workdir / 'checkpoints') if n.isdigit())
+
+
+def test_ctrl_c_saves_the_step_it_is_on_and_the_rerun_repeats_the_uninterrupted_losses(
+    tmp_path):
+  args = ('train.checkpoint_every=20', 'train.eval_every=100000', 'optim.schedule=constant',
+          'optim.warmup_steps=5')
+  code, stdout, stderr = _interrupt(tmp_path / 'run', signal.SIGINT, 'train.steps=100000',
+                                    *args)
+  saved = _saved_steps(tmp_path / 'run')[-1]
+  assert code == 130, stderr[-3000:]
+  assert 'Traceback' not in stderr and 'SIGINT: finishing the current step' in stdout
+  assert stdout.rstrip().endswith(f'SIGINT: saved a checkpoint at step {saved}; run the same '
+                                  'command to resume')
+  assert saved == max(_losses(metrics_lib.read(tmp_path / 'run'))) and saved > 20
+
+  end = f'train.steps={saved + 5}'  # constant schedule: the same rates either way
+  result = launch(tmp_path / 'run', end, *args)
+  assert result.returncode == 0, result.stderr[-3000:]
+  header, rows = _after_last_start(tmp_path / 'run')
+  assert header['step'] == saved and f'resumed from step {saved}' in result.stdout
+  uninterrupted = launch(tmp_path / 'uninterrupted', end, *args)
+  assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
+  want = _losses(metrics_lib.read(tmp_path / 'uninterrupted'))
+  assert _losses(rows) == {s: want[s] for s in range(saved + 1, saved + 6)}
+
+
+def test_sigterm_saves_the_current_step_and_exits_143(tmp_path):
+  code, stdout, stderr = _interrupt(tmp_path, signal.SIGTERM, 'train.steps=100000',
+                                    'train.checkpoint_every=50', 'train.eval_every=100000',
+                                    after_checkpoint=50)
+  assert code == 143, stderr[-3000:]
+  saved = _saved_steps(tmp_path)[-1]
+  assert f'SIGTERM: saved a checkpoint at step {saved}' in stdout
   assert saved == max(_losses(metrics_lib.read(tmp_path))) and saved > 50
+
+
+@pytest.mark.parametrize('workdir,message', [
+    ('{tmp}/file', '{tmp}/file is a file; pass a directory path'),
+    ('{tmp}/file/run', '{tmp}/file/run cannot be created: {tmp}/file is a file; pass a '
+                       'directory path'),
+    ('/proc/zoo/run', '/proc/zoo/run cannot be written (/proc: No such file or directory); '
+                      'pass a directory this user can write'),
+], ids=['a_file', 'under_a_file', 'not_writable'])
+def test_a_workdir_that_cannot_be_written_is_one_line_before_anything(tmp_path, workdir,
+                                                                       message):
+  (tmp_path / 'file').write_text('not a directory')
+  result = launch(workdir.format(tmp=tmp_path))
+  assert result.returncode == 2
+  assert result.stderr.strip() == f'error: --workdir={message.format(tmp=tmp_path)}'
+  assert os.listdir(tmp_path) == ['file']
+
+
+def test_a_job_too_big_for_this_machine_is_refused_before_anything_is_written(tmp_path):
+  command = [sys.executable, '-m', 'zoo.launch', f'--config={SMOKE[:-len(":smoke")]}',
+             f'--workdir={tmp_path / "run"}', '--config.train.batch_size=1048576',
+             '--config.data.seq_len=1024']  # ~TiBs of activations: no machine has that
+  result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300,
+                          check=False)
+  assert result.returncode == 2, result.stderr[-3000:]
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith('error: the train step needs ~')
+  assert "run the config's :smoke variant here" in lines[0]
+  assert not os.path.exists(tmp_path / 'run')
 
 
 def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_one(reference, tmp_path):
@@ -232,7 +298,7 @@ def test_without_a_workdir_the_run_goes_to_one_named_after_the_config(tmp_path):
                           timeout=300, check=False)
   assert result.returncode == 0, result.stderr[-3000:]
   workdir = os.path.join('runs', 'gpt_shakespeare_smoke')
-  assert f'workdir={workdir} ' in result.stdout
+  assert f'workdir {workdir}: fresh' in result.stdout
   header, rows = _after_last_start(tmp_path / workdir)
   assert header['workdir'] == workdir and rows[-1]['step'] == 3
   assert os.path.isdir(tmp_path / workdir / 'checkpoints' / '3')

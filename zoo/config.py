@@ -237,6 +237,9 @@ def _train():
   # same step again (JAX's persistent compilation cache; keyed by program, flags and
   # versions); default: $JAX_COMPILATION_CACHE_DIR if set, else ~/.cache/zoo/jax; '' = off
   t.compile_cache_dir = os.environ.get('JAX_COMPILATION_CACHE_DIR') or '~/.cache/zoo/jax'
+  # before anything is written or compiled, estimate the train step's bytes per device and
+  # refuse a run that cannot fit this machine (zoo/train/preflight.py); False = skip
+  t.preflight = True
   return t
 
 

@@ -1,7 +1,9 @@
 """Entry point: python -m zoo.launch --config=configs/NAME.py[:arg] [--workdir=DIR] [--mode=...]
 
 Overrides follow the config: --config.train.steps=100 --config.model.dropout_rate=0.1.
-Bad input ends with one line naming the field and the fix, exit code 2, before any compile.
+Exit codes (docs/reliability.md): 0 done, 1 training failed (e.g. NaN streak), 2 bad input
+(one line naming the field and the fix, before anything is written or compiled), 130 / 143
+stopped by SIGINT / SIGTERM after saving the step it was on.
 """
 
 import os
@@ -70,6 +72,7 @@ def run(overrides):
   from zoo.train import evaluate  # pylint: disable=g-import-not-at-top
   from zoo.train import checkpoint  # pylint: disable=g-import-not-at-top
   from zoo.train import loop  # pylint: disable=g-import-not-at-top
+  from zoo.train import stop  # pylint: disable=g-import-not-at-top
   if not any(a.startswith(('-v', '--verbosity')) for a in sys.argv):
     logging.set_verbosity(logging.WARNING)  # orbax and grain log every save at INFO
   try:
@@ -81,6 +84,7 @@ def run(overrides):
       return
     workdir = FLAGS.workdir or default_workdir(FLAGS.config)
     storage.check(workdir, '--workdir')
+    storage.check_writable(workdir, '--workdir')
     if FLAGS.mode == 'generate':
       infer_run.check(config, FLAGS.prompt)
     _initialize_distributed()
@@ -96,6 +100,9 @@ def run(overrides):
   except (loop.TrainingError, checkpoint.WriteError) as e:
     print(f'error: {e}', file=sys.stderr, flush=True)
     sys.exit(1)
+  except stop.Interrupted as e:
+    print(e.message, flush=True)
+    sys.exit(e.exit_code)
 
 
 def main():

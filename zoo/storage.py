@@ -45,6 +45,27 @@ def check(path, field):
                       "pip install 'zoo[gcs]' (or use a local path)")
 
 
+def check_writable(path, field):
+  """A ConfigError naming `field` when a local directory `path` cannot be used: it is a
+  file, it lies under a file, or it (or its nearest existing parent, where it would be
+  created) cannot be written. Creates nothing that stays."""
+  if is_remote(path):
+    return
+  path = os.path.abspath(os.path.expanduser(str(path)))
+  existing = path
+  while not os.path.lexists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    where = 'is a file' if existing == path else f'cannot be created: {existing} is a file'
+    raise ConfigError(f'{field}={path} {where}; pass a directory path')
+  try:
+    with tempfile.TemporaryFile(dir=existing):
+      pass
+  except OSError as e:
+    raise ConfigError(f'{field}={path} cannot be written ({existing}: {e.strerror}); pass a '
+                      'directory this user can write') from None
+
+
 def absolute(path):
   """Absolute when local; a remote path is absolute already."""
   return str(path) if is_remote(path) else os.path.abspath(path)

@@ -67,13 +67,25 @@ def compile_step(config, devices, scan_corrected_cost=True):
   """-> dict: per-device memory from the compiler, FLOPs and HBM bytes per step, timings.
   scan_corrected_cost=False skips the two extra compiles (the cost then counts one layer)."""
   mesh = sharding.make_mesh(config.mesh, devices)
+  device = mesh.devices.flat[0]
+  mesh_text = ' x '.join(f'{a} {n}' for a, n in mesh.shape.items() if n > 1) or 'one device'
+  print(f'compiling the train step (batch {config.train.batch_size} x '
+        f'{config.data.seq_len}) for {mesh.size} {device.platform.upper()} devices '
+        f'({device.device_kind}), mesh {mesh_text}: a minute for a small model, up to tens '
+        'of minutes for a large one on a 2-core machine', flush=True)
   start = time.time()
   compiled = lower(config, mesh).compile()
   compile_seconds = time.time() - start
+  print(f'compiled in {compile_seconds:.0f} s', flush=True)
   memory = compiled.memory_analysis()
-  flops, bytes_accessed = (_unrolled_cost(config, mesh)
-                           if config.model.scan_layers and scan_corrected_cost
-                           else _cost(compiled))
+  corrected = config.model.scan_layers and scan_corrected_cost
+  if corrected:
+    start = time.time()
+    print(f'compiling {len(families.get(config.model).LAYER_FIELDS) + 1} unrolled 1- and '
+          '2-layer steps to count the FLOPs of every layer', flush=True)
+  flops, bytes_accessed = _unrolled_cost(config, mesh) if corrected else _cost(compiled)
+  if corrected:
+    print(f'compiled in {time.time() - start:.0f} s', flush=True)
   total = (memory.argument_size_in_bytes + memory.output_size_in_bytes -
            memory.alias_size_in_bytes + memory.temp_size_in_bytes +
            memory.generated_code_size_in_bytes)

@@ -77,22 +77,22 @@ def _invalid(config, sizes, slices):
   return None
 
 
-def _flash_attention(config, context=1):
-  """Whether the attention kernel that runs on TPU for this shape (on `context` ring
-  devices) is a flash kernel."""
+def _flash_attention(config, context=1, on='tpu'):
+  """Whether the attention kernel that runs on platform `on` for this shape (on `context`
+  ring devices) is a flash kernel, which never holds a token's [H, L] scores."""
   m, L = config.model, config.data.seq_len
   if context > 1:
     causal = families.get(m).CONTEXT_CHUNKS == 2
     try:
-      return kernels.ring_blocks(m.attention.kernel, causal, L // context, on='tpu') == 'splash'
+      return kernels.ring_blocks(m.attention.kernel, causal, L // context, on=on) == 'splash'
     except ValueError:  # 'splash' on chunks it cannot block: config.validate says so
       return False
   try:
     chosen, _ = kernels.resolve(m.attention.kernel, m.position in ('t5_bias', 'alibi'),
-                                np.dtype(m.dtype), (L, L), on='tpu')
-  except ValueError:  # a kernel that cannot run on TPU: plan mode's compile says so
+                                np.dtype(m.dtype), (L, L), on=on)
+  except ValueError:  # a kernel that cannot run there: plan mode's compile says so
     return False
-  return chosen in ('splash', 'flash_bias')
+  return chosen in ('splash', 'flash_bias', 'gpu')
 
 
 def _hierarchical(nbytes, size, slices, reduce):
@@ -119,11 +119,9 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1):
   compute_bytes = np.dtype(m.dtype).itemsize
   params = plan_result['params_total'] / stages  # a stage's layers (tables counted in too)
   layers = families.total_layers(m) / stages
-  remat = m.remat != 'none'
 
   flops = (plan_result['flops_per_token'] + plan_result['remat_flops_per_token']) * tokens
   seconds = flops / (chips * chip.peak_flops)
-  held = analytic.state_bytes(boxed, sharding.rules(config), sizes, config.optim)[1]
   dcn_axis = config.mesh.dcn_axis if slices > 1 else None
   comm, dcn = 0.0, 0.0  # bytes per chip over ICI, over DCN
   regrouped = 0.0  # circular: the parameters moved to their stages and their gradients
@@ -156,9 +154,32 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1):
     comm += layers * tokens_per_device * ring['bytes_per_token_per_layer_train']
   seconds += comm / chip.ici_bandwidth + dcn / chip.dcn_bandwidth
 
+  return seconds, device_bytes(config, sizes, plan_result, boxed)['total']
+
+
+def device_bytes(config, sizes, plan_result, boxed, on='tpu'):
+  """Per-device bytes of the train step on the mesh `sizes`, with the attention kernel that
+  runs on platform `on` -> {'params', 'optimizer_state', 'gradients', 'update' (its
+  temporaries), 'activations', 'gathered' (fsdp's gathered layer and tables, a circular
+  pipeline's regrouped copy), 'total'}: the module docstring's memory model."""
+  m, t = config.model, config.train
+  data, fsdp, tensor = sizes['data'], sizes['fsdp'], sizes['tensor']
+  context, stages = sizes.get('context', 1), sizes.get('stage', 1)
+  tokens_per_device = (t.batch_size * config.data.seq_len /
+                       (data * fsdp * sizes.get('expert', 1) * context))  # batch axes
+  compute_bytes = np.dtype(m.dtype).itemsize
+  params = plan_result['params_total'] / stages  # a stage's layers (tables counted in too)
+  layers = families.total_layers(m) / stages
+  remat = m.remat != 'none'
+  held = analytic.state_bytes(boxed, sharding.rules(config), sizes, config.optim)[1]
+  regrouped = 0.0  # circular: the parameters moved to their stages and their gradients
+  if stages > 1:
+    regrouped = analytic.pipeline_plan(config, sizes, analytic.stacked_param_bytes(
+        boxed, sharding.rules(config), sizes))['regroup_bytes_per_step_per_device']
+
   L = config.data.seq_len // context  # the keys one ring step's scores span
   # a flash kernel (splash, flash_bias) never holds the [H, L] float32 scores of a token
-  scores = (0 if _flash_attention(config, context) else
+  scores = (0 if _flash_attention(config, context, on) else
             2 * m.num_heads / tensor * L * 4 / compute_bytes)
   working = 10 * m.d_model + _mlp_working(m, sizes.get('expert', 1), tensor) + scores
   live_tokens = tokens_per_device / t.microbatches  # one microbatch's activations at a time
@@ -171,13 +192,15 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1):
     logit_share = (loss_lib.chunk_len(config, L) or L) / L
     activations = live_tokens * (per_token * compute_bytes +
                                  2 * logit_share * m.vocab_size / tensor * 4)
-  state = held['total'] + held['params']  # + the update's temporaries, one per parameter
-  gathered = 0.0
+  gathered = regrouped
   if fsdp > 1:  # one layer's parameters and the vocabulary tables gathered whole to be used
     tables = _vocab_params(boxed)
-    gathered = ((params - tables) / layers + tables) * compute_bytes / tensor
-  return seconds, state + activations + gathered + regrouped
-
+    gathered += ((params - tables) / layers + tables) * compute_bytes / tensor
+  out = {'params': held['params'], 'optimizer_state': held['optimizer_state'],
+         'gradients': held['gradients'],
+         'update': held['params'],  # the update's float32 temporaries, one per parameter
+         'activations': activations, 'gathered': gathered}
+  return {**out, 'total': sum(out.values())}
 
 def _pipeline_activations(config, stages, tokens, layers, working, tensor):
   """Bytes of a pipeline's activations (zoo/models/pipeline.py) on `stages` stages (the

@@ -19,18 +19,19 @@ from zoo.data import streams as streams_lib
 from zoo.train import evaluate as evaluate_lib
 from zoo.train import goodput as goodput_lib
 from zoo.train import metrics as metrics_lib
+from zoo.train import preflight
 from zoo.train import profile as profile_lib
 from zoo.train import state as state_lib
+from zoo.train import stop as stop_lib
 
 
 class TrainingError(RuntimeError):
   """Training cannot go on (e.g. repeated NaN/Inf); the message says why."""
 
 
-def _describe(config, workdir, place, streams, corpus, params, start_step, compile_seconds,
-              cache, init):
-  """The run header: what runs where, with the derived batch numbers, and for a
-  fine-tuning run the task and what train.init_params gave (printed and logged)."""
+def _describe(config, workdir, place, streams, corpus, params, start_step, cache, init):
+  """The run header (written to metrics.jsonl whole, with the compile's seconds added) and a
+  few lines for people: model, mesh, batch, attention kernel, workdir, fresh or resumed."""
   header = {
       'event': 'start', 'step': start_step, 'workdir': workdir,
       'processes': jax.process_count(),
@@ -41,8 +42,7 @@ def _describe(config, workdir, place, streams, corpus, params, start_step, compi
       'batch_per_device': config.train.batch_size // sharding.batch_shards(place.mesh),
       'seq_len': config.data.seq_len, 'vocab': corpus.tokenizer.vocab_size,
       'attention_kernel': place.kernel[0], 'attention_kernel_why': place.kernel[1],
-      'train_documents': corpus.train_documents(),
-      'compile_seconds': round(compile_seconds, 2), 'compile_cache': cache or 'off',
+      'train_documents': corpus.train_documents(), 'compile_cache': cache or 'off',
   }
   if config.data.task.kind:
     header.update(task=config.data.task.kind, num_labels=config.model.num_labels)
@@ -50,7 +50,22 @@ def _describe(config, workdir, place, streams, corpus, params, start_step, compi
     header.update(init_params=config.train.init_params, init_params_held=len(init.held),
                   new_params=','.join(init.new) or 'none',
                   dropped_params=','.join(init.dropped) or 'none')
-  print(' '.join(f'{k}={v}' for k, v in header.items()), flush=True)
+  h, m = header, config.model
+  mesh = ' x '.join(f'{a} {n}' for a, n in h['mesh'].items() if n > 1)
+  processes = f', {h["processes"]} processes' if h['processes'] > 1 else ''
+  lines = [
+      f'model   {m.family}, {h["params"]:,} parameters; {config.optim.name}, '
+      f'{config.train.steps} steps of {h["batch_global"]} x {h["seq_len"]} tokens',
+      f'mesh    {mesh + " on " if mesh else ""}{h["devices"]} {h["device_kind"]} device'
+      f'{"s" if h["devices"] > 1 else ""}{processes}; {h["batch_per_device"]} sequences '
+      'per device',
+      f'kernel  {h["attention_kernel"]} attention ({h["attention_kernel_why"]})',
+      f'data    {h["train_documents"]:,} train documents, a {h["vocab"]:,}-piece tokenizer'
+      + (f'; task {h["task"]}' if 'task' in h else ''),
+      f'workdir {workdir}: ' + (f'resumed from step {start_step}' if start_step else 'fresh')
+      + (f', weights from {h["init_params"]}' if init else ''),
+  ]
+  print('\n'.join(lines), flush=True)
   return header
 
 
@@ -128,14 +143,22 @@ def _next_batch(config, place, data_iter, log, corpus):
 
 def train(config, workdir, task_eval=None):
   """Trains (or resumes) per config; returns the last train metrics row. task_eval: the
-  factory of a task's eval metrics (zoo/infer/task_eval.make; the launcher passes it)."""
+  factory of a task's eval metrics (zoo/infer/task_eval.make; the launcher passes it).
+  SIGINT or SIGTERM: the current step finishes and is saved, then stop.Interrupted."""
+  with stop_lib.Signals() as signals:
+    return _train(config, workdir, task_eval, signals)
+
+
+def _train(config, workdir, task_eval, signals):
   t = config.train
   goodput = goodput_lib.Goodput()
-  # --- setup: mesh, data, model state; each fails with one line before any compile
+  # --- setup: mesh, data, model state; each fails with one line before any compile, and
+  # nothing is written before the memory estimate and the workdir's checks pass
   with goodput.charge('setup'):
+    place = runtime.placement(config)
+    preflight.check(config, place.mesh)
     runtime.check_workdir(config, workdir)
     cache = runtime.compile_cache(config)
-    place = runtime.placement(config)
     streams = runtime.input_streams(config, place.mesh)
     corpus = runtime.corpus(config, workdir)
     parts = runtime.model_state(config, place.mesh)
@@ -156,7 +179,10 @@ def train(config, workdir, task_eval=None):
   log = _Log(config, writer, goodput, corpus.sources)
   with goodput.charge('data'):
     batch = _next_batch(config, place, data_iter, log, corpus)
+  header = _describe(config, workdir, place, streams, corpus, state['params'], start_step,
+                     cache, init)
   with goodput.charge('compile'):  # ahead of the first step, so the header can say how long
+    print(f'compiling the train step (compile cache: {cache or "off"})', flush=True)
     compile_start = time.perf_counter()
     train_step = place.jit(
         parts.train_step(config),
@@ -164,17 +190,16 @@ def train(config, workdir, task_eval=None):
         (parts.shardings, sharding.replicated(place.mesh)), donate_argnums=(0,)
     ).compile(state, batch)
     compile_seconds = time.perf_counter() - compile_start
+    print(f'compiled in {compile_seconds:.1f} s', flush=True)
   log.pause(compile_seconds)
-  writer.write(_describe(config, workdir, place, streams, corpus, state['params'],
-                         start_step, compile_seconds, cache, init))
+  writer.write({**header, 'compile_seconds': round(compile_seconds, 2)})
   profiler = profile_lib.Profiler(t.profile_steps, workdir, start_step)
-  preempted = []
-  previous_handler = signal.signal(signal.SIGTERM, lambda *_: preempted.append(True))
 
   # --- loop: dispatch step n, then read step n-1's metrics while n runs
   pending, step = None, start_step
+  stopped = signals.agreed()  # a signal during setup or the compile: no step runs
   try:
-    for step in range(start_step + 1, t.steps + 1):
+    for step in range(start_step + 1, (start_step if stopped else t.steps) + 1):
       if batch is None:
         with goodput.charge('data'):
           batch = _next_batch(config, place, data_iter, log, corpus)
@@ -196,11 +221,11 @@ def train(config, workdir, task_eval=None):
         writer.write({'step': step, **eval_row})
         print(f'step {step} {evaluate_lib.describe(eval_row)}', flush=True)
         log.pause(time.time() - eval_start)
-      if step % t.checkpoint_every == 0 or step == t.steps or preempted:
+      stopped = signals.agreed()
+      if step % t.checkpoint_every == 0 or step == t.steps or stopped:
         with goodput.charge('checkpoint'):
           saved.save(step, state, data_iter)
-      if preempted:
-        print(f'SIGTERM: saved a checkpoint at step {step}; exiting', flush=True)
+      if stopped:
         break
     if pending:
       with goodput.charge('step'):
@@ -208,10 +233,16 @@ def train(config, workdir, task_eval=None):
     end = goodput.final_row()
     writer.write({'event': 'end', 'step': step, **end})
   finally:
-    signal.signal(signal.SIGTERM, previous_handler)
     profiler.close()
     saved.close()
     writer.close()
+  if stopped:
+    name = signal.Signals(stopped).name
+    saved_at = (f'saved a checkpoint at step {step}' if step > start_step else
+                f'no step ran; the checkpoint at step {step} is unchanged' if step else
+                'no step ran, nothing saved')
+    raise stop_lib.Interrupted(f'{name}: {saved_at}; run the same command to resume',
+                               stopped, step)
   print(f'done in {end["wall_seconds"]:.0f}s; goodput {end["goodput"]:.1%} (train steps), '
         f'compile {end["time_compile"]:.1f}s, eval {end["time_eval"]:.1f}s, checkpoints '
         f'{end["time_checkpoint"]:.1f}s, data {end["time_data"]:.1f}s', flush=True)

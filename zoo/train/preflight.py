@@ -1,0 +1,88 @@
+"""Before anything is written or compiled: does the train step fit in this machine's memory?
+
+The estimate is the sweep's memory model (zoo/plan/sweep.py device_bytes: parameters,
+optimizer state, gradients, the update's temporaries, activations, fsdp's gathered layer)
+for the configured mesh, with the attention kernel that runs here. It is compared with
+what one device has: an accelerator's memory limit, or on CPUs the host memory available
+now (MemAvailable, within a cgroup's limit) shared by this process's CPU devices. A step
+that cannot fit is a ConfigError (one line, exit 2) with what to do instead; the check is
+an estimate, so train.preflight=False skips it for a run known to fit.
+"""
+
+import os
+
+import jax
+
+from zoo import counting
+from zoo.errors import ConfigError
+from zoo.plan import analytic
+from zoo.plan import sweep
+
+GIB = 2**30
+
+
+def check(config, mesh):
+  """A ConfigError when the train step's estimated bytes per device exceed the device's."""
+  if not config.train.preflight:
+    return
+  devices = mesh.devices.flat[0], [d for d in mesh.devices.flat
+                                   if d.process_index == jax.process_index()]
+  available, where = available_bytes(*devices)
+  if available is None:
+    return  # a device that reports no limit (some plugins): nothing to compare with
+  needed = estimate(config, dict(mesh.shape), devices[0].platform)
+  if needed['total'] <= available:
+    return
+  parts = ', '.join(f'{name.replace("_", " ")} {needed[name] / GIB:.2f}'
+                    for name in ('params', 'optimizer_state', 'gradients', 'activations'))
+  raise ConfigError(
+      f'the train step needs ~{needed["total"] / GIB:.1f} GiB per device ({parts} GiB) and '
+      f'{where} has {available / GIB:.1f} GiB: this is a job for a bigger machine or a pod; '
+      "run the config's :smoke variant here, size it for a TPU slice with --mode=plan "
+      '--plan_topology=v5p-64 [--plan_sweep], or lower train.batch_size, raise '
+      'train.microbatches, set model.remat=full or add devices to the mesh '
+      '(train.preflight=False skips this estimate)')
+
+
+def estimate(config, sizes, platform):
+  """The train step's per-device bytes on the mesh `sizes` on `platform`, by part."""
+  boxed = counting.abstract_params(config)
+  base = analytic.plan(config, mesh_sizes=sizes, boxed=boxed)
+  return sweep.device_bytes(config, sizes, base, boxed, on=platform)
+
+
+def available_bytes(device, local_devices):
+  """-> (bytes one device can use, which memory that is), or (None, None) if unknown."""
+  if device.platform != 'cpu':
+    limit = (device.memory_stats() or {}).get('bytes_limit')
+    return (limit, f'one {device.device_kind}') if limit else (None, None)
+  count = len(local_devices)
+  return host_available() / count, (f'this host ({count} CPU device'
+                                    f'{"s" if count > 1 else ""} sharing its memory)')
+
+
+def host_available():
+  """Bytes of host memory a new allocation can get now: MemAvailable, capped by a cgroup v2
+  memory limit (a container's) less what the cgroup already uses."""
+  available = _meminfo_available()
+  try:
+    with open('/sys/fs/cgroup/memory.max', encoding='ascii') as f:
+      limit = f.read().strip()
+    with open('/sys/fs/cgroup/memory.current', encoding='ascii') as f:
+      used = int(f.read())
+    if limit != 'max':
+      available = min(available, int(limit) - used)
+  except (OSError, ValueError):
+    pass
+  return available
+
+
+def _meminfo_available():
+  try:
+    with open('/proc/meminfo', encoding='ascii') as f:
+      for line in f:
+        if line.startswith('MemAvailable:'):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  return os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
