@@ -7,7 +7,7 @@ minutes, separate processes cannot see a 2% change; steps that alternate slow al
         [--override=FIELD=VALUE ...]
 
 Each --variant is a JSON object of XLA options laid over the ones the zoo compiles with on
-the platform (`runtime.compiler_options`); null drops one of those, so
+the platform (`zoo.platform.compiler_options`); null drops one of those, so
 --variant='{"xla_cpu_copy_insertion_use_region_analysis": null}' measures what the zoo's
 own CPU option buys, and '{}' compiles the zoo's own again: an A/A control, the noise
 floor of the run. The shape is zoo.bench's default (GPT-2-like, d_model 256, 4 layers,
@@ -29,7 +29,7 @@ from zoo import config as config_lib
 from zoo.bench import __main__ as bench
 from zoo.bench import jax_side
 from zoo.bench import machine
-from zoo.train import runtime
+from zoo import platform
 
 EXAMPLE = '--variant=\'{"xla_cpu_ftz": true}\''
 
@@ -71,12 +71,12 @@ def check(options, text):
 
 def _trainer(config, batch, options):
   """A compiled bench Trainer whose jits get `options` (read while Trainer() compiles)."""
-  default = runtime.compiler_options
-  runtime.compiler_options = lambda platform: options
+  default = platform.compiler_options
+  platform.compiler_options = lambda _: options
   try:
     return jax_side.Trainer(config, batch)
   finally:
-    runtime.compiler_options = default
+    platform.compiler_options = default
 
 
 def main():
@@ -86,7 +86,7 @@ def main():
   parser.add_argument('--override', action='append', default=[])
   args = parser.parse_args()
   device = jax.devices()[0]
-  own = runtime.compiler_options(device.platform)
+  own = platform.compiler_options(device.platform)
   try:
     if args.steps < 1:
       raise ValueError(f'--steps={args.steps} must be >= 1')

@@ -8,7 +8,7 @@ from tests.helpers import REPO
 
 # Bottom to top; the same table as docs/architecture.md.
 LAYERS = (
-    ('errors', 'heap'),
+    ('errors', 'platform'),
     ('cli', 'sharding', 'storage'),
     ('kernels',),
     ('collectives',),

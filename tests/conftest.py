@@ -11,7 +11,8 @@ Compiled executables go to a persistent cache shared by the whole run, subproces
 included (the CLI tests compile the same smoke steps many times): it halves their time.
 
 The workers and the subprocesses start with the huge pages the CLI gives XLA:CPU's
-temporaries (zoo/heap.py), so no CLI subprocess restarts itself.
+temporaries, so no CLI subprocess restarts itself, and with the jax changes the CLI applies
+(zoo/platform.py).
 """
 
 import os
@@ -30,10 +31,11 @@ os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
 
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from zoo import heap  # pylint: disable=g-import-not-at-top,wrong-import-position
+from zoo import platform  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-if heap.TUNABLE not in os.environ.get('GLIBC_TUNABLES', ''):  # read by the workers' glibc
-  os.environ['GLIBC_TUNABLES'] = heap.tuned(os.environ)['GLIBC_TUNABLES']
+if platform.TUNABLE not in os.environ.get('GLIBC_TUNABLES', ''):  # read by the workers' glibc
+  os.environ['GLIBC_TUNABLES'] = platform.tuned(os.environ)['GLIBC_TUNABLES']
+platform.apply()
 
 jax.config.update('jax_default_matmul_precision', 'highest')
 jax.config.update('jax_numpy_rank_promotion', 'raise')

@@ -1,12 +1,12 @@
 """What the command-line entry points (zoo.launch, zoo.prepare, zoo.bench, zoo.harness)
-share: huge pages for XLA:CPU's temporaries (zoo/heap.py), --config.a.b=v overrides beside the
-absl flags, and no argument silently dropped."""
+share: the platform workarounds (zoo/platform.py), --config.a.b=v overrides beside the absl
+flags, and no argument silently dropped."""
 
 import sys
 
 from absl import app
 
-from zoo import heap
+from zoo import platform
 
 _OVERRIDE_PREFIX = '--config.'
 
@@ -20,8 +20,9 @@ def split_overrides(argv):
 def start(run):
   """Parses sys.argv's absl flags, then run(overrides); a stray positional argument (e.g.
   train.steps=5, which would otherwise be dropped) ends with one line and exit 2. On a CPU
-  host the process first restarts once with heap.SETTING."""
-  heap.restart_tuned()
+  host the process first restarts once with platform.SETTING (huge pages)."""
+  platform.restart_tuned()
+  platform.apply()
   overrides, argv = split_overrides(sys.argv)
 
   def main(rest):  # rest: argv[0] and what absl left over (it would ignore them)

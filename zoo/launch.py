@@ -66,12 +66,14 @@ def run(overrides):
   """Loads the config, runs the mode; bad input -> one line on stderr and exit 2."""
   from zoo import config as config_lib  # pylint: disable=g-import-not-at-top
   from zoo import plan  # pylint: disable=g-import-not-at-top
+  from zoo.plan import preflight  # pylint: disable=g-import-not-at-top
   from zoo import storage  # pylint: disable=g-import-not-at-top
   from zoo.infer import run as infer_run  # pylint: disable=g-import-not-at-top
   from zoo.infer import task_eval  # pylint: disable=g-import-not-at-top
   from zoo.train import evaluate  # pylint: disable=g-import-not-at-top
   from zoo.train import checkpoint  # pylint: disable=g-import-not-at-top
   from zoo.train import loop  # pylint: disable=g-import-not-at-top
+  from zoo.train import runtime  # pylint: disable=g-import-not-at-top
   from zoo.train import stop  # pylint: disable=g-import-not-at-top
   if not any(a.startswith(('-v', '--verbosity')) for a in sys.argv):
     logging.set_verbosity(logging.WARNING)  # orbax and grain log every save at INFO
@@ -89,6 +91,8 @@ def run(overrides):
       infer_run.check(config, FLAGS.prompt)
     _initialize_distributed()
     if FLAGS.mode == 'train':
+      runtime.placement(config)  # a mesh that cannot be built says so first
+      preflight.check(config)  # before anything is written or compiled
       loop.train(config, workdir, task_eval.make)
     elif FLAGS.mode == 'eval':
       evaluate.run(config, workdir, task_eval.make)

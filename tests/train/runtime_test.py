@@ -4,6 +4,7 @@ import re
 
 from tests import helpers
 from zoo import families
+from zoo import platform
 from zoo import sharding
 from zoo.train import runtime
 
@@ -29,6 +30,6 @@ def test_a_cpu_train_step_copies_no_parameter_or_optimizer_state():
 
 
 def test_the_region_analysis_option_is_given_to_cpus_alone():
-  assert runtime.compiler_options('cpu') == {
+  assert platform.compiler_options('cpu') == {
       'xla_cpu_copy_insertion_use_region_analysis': True}
-  assert runtime.compiler_options('tpu') is None and runtime.compiler_options('gpu') is None
+  assert platform.compiler_options('tpu') is None and platform.compiler_options('gpu') is None

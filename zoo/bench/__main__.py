@@ -222,7 +222,7 @@ def run(overrides):
         f'{m.num_layers} layers, vocab {m.vocab_size}, {m.dtype}, batch {t.batch_size} x '
         f'{config.data.seq_len}; {FLAGS.runs} rounds of {FLAGS.steps} steps; decode '
         f'{FLAGS.prompt_len} + {new_tokens} tokens, greedy; GLIBC_TUNABLES='
-        f'{os.environ.get("GLIBC_TUNABLES", "(unset)")} (zoo/heap.py)'
+        f'{os.environ.get("GLIBC_TUNABLES", "(unset)")} (zoo/platform.py)'
         + ('' if use_torch else f'; PyTorch: {torch_side.available() or "--torch=off"}'))
   print(table(results, batches), flush=True)
   return results

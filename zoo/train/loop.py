@@ -19,7 +19,6 @@ from zoo.data import streams as streams_lib
 from zoo.train import evaluate as evaluate_lib
 from zoo.train import goodput as goodput_lib
 from zoo.train import metrics as metrics_lib
-from zoo.train import preflight
 from zoo.train import profile as profile_lib
 from zoo.train import state as state_lib
 from zoo.train import stop as stop_lib
@@ -152,12 +151,10 @@ def train(config, workdir, task_eval=None):
 def _train(config, workdir, task_eval, signals):
   t = config.train
   goodput = goodput_lib.Goodput()
-  # --- setup: mesh, data, model state; each fails with one line before any compile, and
-  # nothing is written before the memory estimate and the workdir's checks pass
+  # --- setup: mesh, data, model state; each fails with one line before any compile
   with goodput.charge('setup'):
-    place = runtime.placement(config)
-    preflight.check(config, place.mesh)
     runtime.check_workdir(config, workdir)
+    place = runtime.placement(config)
     cache = runtime.compile_cache(config)
     streams = runtime.input_streams(config, place.mesh)
     corpus = runtime.corpus(config, workdir)

@@ -4,7 +4,7 @@ what it uses. Training builds them all; --mode=eval skips nothing but the train 
 
   compile_cache(config)        the persistent compilation cache, on before anything compiles
   placement(config)            mesh, logical-axis rules, the attention kernel that will run;
-                               its jit compiles with compiler_options(platform)
+                               its jit compiles with platform.compiler_options
   input_streams(config, mesh)  which of the global batch's streams this process reads
   corpus(config, workdir)      the prepared corpus: tokenizer, train and eval documents
                                (or data.task's examples: zoo/data/task.py)
@@ -29,6 +29,7 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from zoo import families
 from zoo import kernels
+from zoo import platform
 from zoo import sharding
 from zoo import storage
 from zoo.data import corpus as corpus_lib
@@ -85,17 +86,6 @@ def _use_compile_cache(enabled, directory):
 
 # ----------------------------------------------------------------------- placement
 
-# XLA:CPU's copy insertion, unless told to analyse regions, copies each donated buffer that
-# an output takes while another use of its input is still to run: every AdamW moment and
-# parameter, 32 MiB a step at zoo.bench's shape (docs/architecture.md). An XLA:CPU option.
-CPU_COMPILER_OPTIONS = {'xla_cpu_copy_insertion_use_region_analysis': True}
-
-
-def compiler_options(platform):
-  """-> the XLA options the zoo compiles with on `platform` ('cpu', 'tpu', 'gpu'), or None."""
-  return CPU_COMPILER_OPTIONS if platform == 'cpu' else None
-
-
 @dataclasses.dataclass(frozen=True)
 class Placement:
   mesh: jax.sharding.Mesh
@@ -104,7 +94,7 @@ class Placement:
 
   def jit(self, fn, in_shardings, out_shardings, donate_argnums=(), rules=None):
     """jit with explicit shardings, traced under the mesh and the logical-axis rules."""
-    options = compiler_options(self.mesh.devices.flat[0].platform)
+    options = platform.compiler_options(self.mesh.devices.flat[0].platform)
     return Jitted(jax.jit(fn, in_shardings=in_shardings, out_shardings=out_shardings,
                           donate_argnums=donate_argnums, compiler_options=options),
                   self.mesh, rules or self.rules)

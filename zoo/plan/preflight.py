@@ -6,7 +6,8 @@ for the configured mesh, with the attention kernel that runs here. It is compare
 what one device has: an accelerator's memory limit, or on CPUs the host memory available
 now (MemAvailable, within a cgroup's limit) shared by this process's CPU devices. A step
 that cannot fit is a ConfigError (one line, exit 2) with what to do instead; the check is
-an estimate, so train.preflight=False skips it for a run known to fit.
+an estimate, so train.preflight=False skips it for a run known to fit. The launcher runs it
+before a training run builds anything (after a bad mesh or config has had its own line).
 """
 
 import os
@@ -21,16 +22,18 @@ from zoo.plan import sweep
 GIB = 2**30
 
 
-def check(config, mesh):
-  """A ConfigError when the train step's estimated bytes per device exceed the device's."""
+def check(config, devices=None):
+  """A ConfigError when the train step's estimated bytes per device on the configured mesh
+  of `devices` (default: all) exceed what one of this process's devices has."""
   if not config.train.preflight:
     return
-  devices = mesh.devices.flat[0], [d for d in mesh.devices.flat
-                                   if d.process_index == jax.process_index()]
-  available, where = available_bytes(*devices)
+  devices = devices or jax.devices()
+  local = [d for d in devices if d.process_index == jax.process_index()]
+  available, where = available_bytes(local[0], local)
   if available is None:
     return  # a device that reports no limit (some plugins): nothing to compare with
-  needed = estimate(config, dict(mesh.shape), devices[0].platform)
+  sizes = analytic.mesh_sizes_for(config.mesh, len(devices))
+  needed = estimate(config, sizes, local[0].platform)
   if needed['total'] <= available:
     return
   parts = ', '.join(f'{name.replace("_", " ")} {needed[name] / GIB:.2f}'
