@@ -7,7 +7,8 @@
 # Output lines are prefixed with [process]. If any process fails, the others are killed at
 # once (a pod missing a process cannot go on) and the script exits with that process's
 # status, naming it; it never hangs. SIGTERM/SIGINT are passed to every process (each saves
-# its part of a checkpoint and exits). POD_TIMEOUT (seconds, default 86400) sends SIGTERM.
+# its part of a checkpoint and exits 130 / 143). POD_TIMEOUT (seconds, default 86400) sends
+# SIGTERM.
 set -u
 if [ $# -lt 1 ] || ! [[ $1 =~ ^[1-9][0-9]*$ ]]; then
   echo "usage: $0 N -- --config=configs/NAME.py --workdir=DIR [zoo.launch flags]" >&2
@@ -41,7 +42,9 @@ for ((left = n; left > 0; left--)); do
   rc=$?
   failed=${process_of[$done_pid]}
   unset "process_of[$done_pid]"
-  if [ "$rc" -ne 0 ]; then
+  if [ "$rc" -eq 130 ] || [ "$rc" -eq 143 ]; then
+    status=$rc  # stopped by a signal after the pod's save: the others are stopping too
+  elif [ "$rc" -ne 0 ]; then
     status=$rc
     echo "local_pod: process $failed exited with status $rc; stopping the" \
          "other processes" >&2

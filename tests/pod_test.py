@@ -80,6 +80,28 @@ def test_a_dead_process_stops_the_whole_pod_with_its_name(tmp_path):
   assert 'local_pod: process 1 exited with status 137' in rest, ''.join(output) + rest
 
 
+def test_ctrl_c_on_one_process_stops_the_whole_pod_after_one_save(tmp_path):
+  pod = _pod(tmp_path, 'train.steps=100000', wait=False)
+  output = []
+  for line in pod.stdout:  # wait until both processes train
+    output.append(line)
+    if line.startswith('[1] step 1/'):
+      break
+  subprocess.run(['pkill', '-INT', '-f', f'workdir={tmp_path} .*process_id=1'], check=True)
+  try:
+    rest, _ = pod.communicate(timeout=120)
+  finally:
+    os.killpg(pod.pid, signal.SIGKILL) if pod.poll() is None else None
+  text = ''.join(output) + rest
+  assert pod.returncode == 130, text[-3000:]
+  step = max(int(n) for n in os.listdir(tmp_path / 'checkpoints') if n.isdigit())
+  for process in (0, 1):  # one agreed step: process 0 had no signal of its own
+    assert f'[{process}] SIGINT: saved a checkpoint at step {step};' in text, text[-3000:]
+  assert sorted(os.listdir(tmp_path / 'checkpoints' / str(step) / 'data')) == [
+      'commit_success.txt', 'process_0-of-2.json', 'process_1-of-2.json']
+  assert 'Traceback' not in text
+
+
 def test_each_process_reads_only_the_streams_of_its_rows():
   # 2 processes x 4 devices, batch 16 over data=8: process 1 holds rows 8..16
   assert streams.local_streams([(8, 16)], 16, 4) == [2, 3]

@@ -25,9 +25,9 @@ against the reference on every run).
 
 Segment ids go to splash as they are: padding queries (segment 0) attend padding keys,
 which the reference masks; no real token sees padding either way. GQA/MQA: splash's MQA
-kernel per kv head over its N query heads.
+kernel per kv head over its Q query heads.
 
-Glossary: B batch, L local queries, H heads, G kv heads, N = H // G, K head dim, P chunks
+Glossary: B batch, L local queries, H heads, G kv heads, Q = H // G, K head dim, P chunks
 per device (2 causal, 1 bidirectional), c = L / P, n devices on the ring.
 """
 
@@ -90,7 +90,7 @@ def _flat(info):
 
 
 def _per_row(fn, residuals=0):
-  """fn(q, k, v, q_seg, kv_seg, *residuals) on one kv head's [N, c, K] queries and [c, K]
+  """fn(q, k, v, q_seg, kv_seg, *residuals) on one kv head's [Q, c, K] queries and [c, K]
   keys/values and [c] segment ids -> the same over [B, G, ...] ([B, c] segment ids)."""
   return jax.vmap(jax.vmap(fn, in_axes=(0, 0, 0, None, None) + (0,) * residuals))
 
@@ -126,8 +126,8 @@ def _empty_backward(q, k, *_):
 
 
 def _ring(axis, causal, window, make_kernels):
-  """The ring on chunked, pre-scaled inputs: q [P, B, G, N, c, K], k/v [P, B, G, c, K],
-  segment ids [P, B, c] -> output [P, B, G, N, c, K]. The kernels are made inside each
+  """The ring on chunked, pre-scaled inputs: q [P, B, G, Q, c, K], k/v [P, B, G, c, K],
+  segment ids [P, B, c] -> output [P, B, G, Q, c, K]. The kernels are made inside each
   rule: their mask tables are arrays of the trace that makes them."""
 
   def chunk_ids(device, pieces):
@@ -204,12 +204,12 @@ def ring_attention(q_BLHK, k_BLGK, v_BLGK, q_segments_BL, kv_segments_BL, *, axi
   (a causal sequence laid out by ring.balance) -> its queries' output [B, L, H, K]."""
   B, L, H, K = q_BLHK.shape
   G = k_BLGK.shape[2]
-  N = H // G
+  Q = H // G
   P = 2 if causal else 1
   c = L // P
   scale = K ** -0.5 if scale is None else scale
-  kernels = lambda: _kernels(c, N, causal, window, tuple(blocks), interpret)
-  q = (q_BLHK * jnp.asarray(scale, q_BLHK.dtype)).reshape(B, P, c, G, N, K)
+  kernels = lambda: _kernels(c, Q, causal, window, tuple(blocks), interpret)
+  q = (q_BLHK * jnp.asarray(scale, q_BLHK.dtype)).reshape(B, P, c, G, Q, K)
   q = q.transpose(1, 0, 3, 4, 2, 5)
   kv = lambda x: x.reshape(B, P, c, G, K).transpose(1, 0, 3, 2, 4)
   segments = lambda s: s.astype(jnp.int32).reshape(B, P, c).transpose(1, 0, 2)

@@ -234,6 +234,8 @@ def _train(config, workdir, task_eval, signals):
     saved.close()
     writer.close()
   if stopped:
+    if jax.process_count() > 1:  # no process leaves before every part of the save is in
+      multihost_utils.sync_global_devices('zoo: stopped after a save')
     name = signal.Signals(stopped).name
     saved_at = (f'saved a checkpoint at step {step}' if step > start_step else
                 f'no step ran; the checkpoint at step {step} is unchanged' if step else
