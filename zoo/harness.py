@@ -7,15 +7,19 @@ the model adapter and `evaluate`).
 
 Needs `pip install 'zoo[lm-eval]'`. --include_path is a directory of task YAML files (a task
 on local data files downloads nothing; lm-eval's own tasks download their data sets). Prints
-lm-eval's results table; --output also writes its results as JSON. Bad input (no such task,
-a family that is not a causal LM, no checkpoint, lm-eval not installed): one line, exit 2.
+lm-eval's results table and nothing else (the libraries' log lines with --verbose); --output
+also writes its results as JSON. Bad input (no such task, a family that is not a causal LM,
+no checkpoint, lm-eval not installed): one line, exit 2.
 """
 
 import importlib.util
 import json
+import logging as python_logging
+import os
 import sys
 
 from absl import flags
+from absl import logging
 
 from zoo import config as config_lib
 from zoo import storage
@@ -33,9 +37,24 @@ flags.DEFINE_integer('num_fewshot', None, 'few-shot examples (default: the task\
 flags.DEFINE_integer('limit', None, 'at most this many documents per task')
 flags.DEFINE_integer('batch_size', 8, 'rows scored or decoded together')
 flags.DEFINE_string('output', None, 'also write the results here as JSON')
+flags.DEFINE_bool('verbose', False, "lm-eval's, orbax's and the data sets' log lines too")
+
+_LIBRARIES = ('lm_eval', 'lm-eval', 'datasets', 'absl', 'orbax', 'jax')
+
+
+def _quiet():
+  """Only the results: lm-eval's task warnings, orbax's restore lines and the data sets'
+  progress bars stay out (all are INFO or per-task notes, not errors)."""
+  logging.set_verbosity(logging.ERROR)
+  for name in _LIBRARIES:
+    python_logging.getLogger(name).setLevel(python_logging.ERROR)
+  os.environ.setdefault('HF_DATASETS_DISABLE_PROGRESS_BARS', '1')
+  os.environ.setdefault('TQDM_DISABLE', '1')  # lm-eval's request bars
 
 
 def run(overrides):
+  if not FLAGS.verbose:
+    _quiet()
   try:
     config = config_lib.load(FLAGS.config, overrides)
     if importlib.util.find_spec('lm_eval') is None:

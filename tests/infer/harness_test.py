@@ -164,3 +164,19 @@ def test_the_command_says_what_is_wrong_in_one_line(tmp_path, args, message):
   assert result.returncode == 2, result.stderr[-2000:]
   last = result.stderr.strip().splitlines()[-1]
   assert last.startswith('error: ') and re.search(message, last), last
+
+
+def test_the_command_prints_its_table_and_at_most_five_other_lines(tmp_path):
+  from zoo import config as config_lib  # pylint: disable=g-import-not-at-top
+  from zoo.train import loop  # pylint: disable=g-import-not-at-top
+  smoke = helpers.config_file('gpt_shakespeare')
+  loop.train(config_lib.load(smoke, ['train.steps=2', 'optim.warmup_steps=1']), str(tmp_path))
+  command = [sys.executable, '-m', 'zoo.harness', f'--workdir={tmp_path}', f'--config={smoke}',
+             '--tasks=zoo_choice', f'--include_path={TASKS}', '--limit=2']
+  result = subprocess.run(command, env=helpers.cpu_env(), cwd=REPO, capture_output=True,
+                          text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  lines = (result.stdout + result.stderr).strip().splitlines()
+  table = [line for line in lines if line.startswith('|')]
+  assert len(table) == 3 and 'zoo_choice' in table[2]  # header, rule, the task's row
+  assert len(lines) - len(table) <= 5, '\n'.join(lines)
