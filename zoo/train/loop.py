@@ -20,6 +20,7 @@ from zoo.train import evaluate as evaluate_lib
 from zoo.train import goodput as goodput_lib
 from zoo.train import metrics as metrics_lib
 from zoo.train import profile as profile_lib
+from zoo.train import run_config
 from zoo.train import state as state_lib
 from zoo.train import stop as stop_lib
 
@@ -154,11 +155,14 @@ def _train(config, workdir, task_eval, signals):
   # --- setup: mesh, data, model state; each fails with one line before any compile
   with goodput.charge('setup'):
     runtime.check_workdir(config, workdir)
+    previous = run_config.read(workdir)  # the last start's config, if any
+    changed = run_config.changes(previous, config)
     place = runtime.placement(config)
     cache = runtime.compile_cache(config)
     streams = runtime.input_streams(config, place.mesh)
     corpus = runtime.corpus(config, workdir)
     parts = runtime.model_state(config, place.mesh)
+    run_config.check_shapes(changed, workdir, parts.abstract['params'])  # before a restore
     init = runtime.init_plan(config, parts)
     saved = runtime.checkpointer(config, workdir)
     data_iter = streams_lib.TrainBatches(runtime.datasets(
@@ -166,6 +170,10 @@ def _train(config, workdir, task_eval, signals):
 
     # --- state: resume from the newest readable checkpoint, else initialise sharded
     start_step, state = _start(config, place, parts, saved, data_iter)
+    if jax.process_index() == 0:
+      for line in run_config.describe(changed, previous, config, start_step):
+        print(line, flush=True)
+    run_config.write(config, workdir)
   if start_step >= t.steps:
     print(f'already trained: checkpoint at step {start_step} >= train.steps={t.steps}')
     saved.close()

@@ -1,0 +1,98 @@
+"""WORKDIR/config.json: the resolved config of a run (base + preset + recipe + overrides),
+written at every start, and what a restart may change.
+
+A restart whose model has other parameter shapes than its newest checkpoint is refused
+(one line naming the changed model fields) before anything is restored: the checkpoint
+would not load, and moving it aside would lose the run. Other changes (batch, length,
+mesh, learning rate, ...) are listed and allowed; a changed train.steps or schedule field
+says what the learning rate of the remaining steps will be against the run so far.
+"""
+
+import json
+
+import jax
+import ml_collections
+
+from zoo import storage
+from zoo.errors import ConfigError
+from zoo.train import checkpoint
+from zoo.train import optim
+
+FILE = 'config.json'
+_SCHEDULE_FIELDS = ('train.steps', 'optim.learning_rate', 'optim.schedule',
+                    'optim.warmup_steps', 'optim.min_learning_rate_ratio',
+                    'optim.decay_fraction')
+
+
+def as_dict(config):
+  """The config as plain JSON values (tuples as lists), as config.json holds it."""
+  return json.loads(json.dumps(config.to_dict(), default=str))
+
+
+def read(workdir):
+  """The config.json of the run's previous start, or None."""
+  path = storage.join(workdir, FILE)
+  return json.loads(storage.read_text(path)) if storage.isfile(path) else None
+
+
+def write(config, workdir):
+  if jax.process_index() == 0:
+    text = json.dumps(as_dict(config), indent=2, sort_keys=True) + '\n'
+    storage.write_bytes(storage.join(workdir, FILE), text.encode())
+
+
+def changes(previous, config):
+  """{dotted field: (before, now)} of every field that differs from the previous start."""
+  before, now = _flat(previous or {}), _flat(as_dict(config))
+  return {k: (before.get(k), now.get(k)) for k in sorted(before.keys() | now.keys())
+          if previous is not None and before.get(k) != now.get(k)}
+
+
+def check_shapes(changed, workdir, abstract_params):
+  """A ConfigError when the newest checkpoint in `workdir` holds parameters of other
+  shapes (or other names) than this model, naming the model fields that changed."""
+  runs = storage.join(workdir, 'checkpoints')
+  if not any(n.isdigit() for n in storage.listdir(runs)):
+    return
+  try:
+    _, _, _, new, dropped = checkpoint.init_plan(workdir, abstract_params)
+    problem = (f'the checkpoint lacks {", ".join(new[:3])}' if new else
+               f'the model lacks {", ".join(dropped[:3])}' if dropped else None)
+  except ValueError as e:
+    problem = str(e).split(': ', 1)[1].split(';')[0]
+  if not problem:
+    return
+  fields = [f'{k}={now!r} (was {before!r})' for k, (before, now) in changed.items()
+            if k.startswith('model.')] or ['(no model field in config.json changed)']
+  raise ConfigError(f'--workdir={workdir} holds a run whose parameters have other shapes '
+                    f'({problem}); changed: {", ".join(fields)}; restore those fields to '
+                    'resume it, or pass a new --workdir for a new run')
+
+
+def describe(changed, previous, config, step):
+  """Lines for a restart at `step`: the changed fields, and the learning rate the
+  remaining steps follow where the schedule changed."""
+  if not changed or not step:
+    return []
+  lines = ['changed since the last start: ' + ', '.join(
+      f'{k} {before!r} -> {now!r}' for k, (before, now) in changed.items())]
+  if any(k in changed for k in _SCHEDULE_FIELDS):
+    old = optim.schedule(ml_collections.ConfigDict(previous['optim']),
+                         previous['train']['steps'])
+    new = optim.schedule(config.optim, config.train.steps)
+    lines.append(
+        f'the learning rate schedule changed: step {step + 1} runs at {float(new(step)):.3g} '
+        f'(the run so far would have used {float(old(step)):.3g}) and step '
+        f'{config.train.steps} at {float(new(config.train.steps - 1)):.3g}')
+  return lines
+
+
+def _flat(tree, prefix=''):
+  out = {}
+  for key, value in tree.items():
+    name = f'{prefix}{key}'
+    if isinstance(value, dict):
+      out.update(_flat(value, name + '.'))
+    else:
+      out[name] = value
+  return out
