@@ -39,7 +39,7 @@ def test_t5_base_is_refused_on_a_small_machine_naming_needed_available_and_fixes
   needed = preflight.estimate(config, dict(_mesh(config).shape), 'cpu')['total']
   assert needed > 100 * preflight.GIB  # batch 128 x 512 with XLA attention's scores
   assert f'needs ~{needed / preflight.GIB:.1f} GiB per device' in message
-  assert 'has 16.0 GiB' in message and '\n' not in message
+  assert 'has 16.0 GiB available' in message and '\n' not in message
   for fix in (':smoke', '--mode=plan --plan_topology=', 'train.batch_size', 'model.remat=full',
               'train.preflight=False'):
     assert fix in message

@@ -71,8 +71,8 @@ def compile_step(config, devices, scan_corrected_cost=True):
   mesh_text = ' x '.join(f'{a} {n}' for a, n in mesh.shape.items() if n > 1) or 'one device'
   print(f'compiling the train step (batch {config.train.batch_size} x '
         f'{config.data.seq_len}) for {mesh.size} {device.platform.upper()} devices '
-        f'({device.device_kind}), mesh {mesh_text}: a minute for a small model, up to tens '
-        'of minutes for a large one on a 2-core machine', flush=True)
+        f'({device.device_kind}), mesh {mesh_text} (times: docs/performance.md, compile '
+        'times)', flush=True)
   start = time.time()
   compiled = lower(config, mesh).compile()
   compile_seconds = time.time() - start
@@ -81,8 +81,8 @@ def compile_step(config, devices, scan_corrected_cost=True):
   corrected = config.model.scan_layers and scan_corrected_cost
   if corrected:
     start = time.time()
-    print(f'compiling {len(families.get(config.model).LAYER_FIELDS) + 1} unrolled 1- and '
-          '2-layer steps to count the FLOPs of every layer', flush=True)
+    print(f'compiling {len(families.get(config.model).LAYER_FIELDS) + 1} more steps with 1 '
+          'and 2 layers unrolled, to count the FLOPs of every layer', flush=True)
   flops, bytes_accessed = _unrolled_cost(config, mesh) if corrected else _cost(compiled)
   if corrected:
     print(f'compiled in {time.time() - start:.0f} s', flush=True)

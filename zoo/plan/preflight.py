@@ -40,7 +40,8 @@ def check(config, devices=None):
                     for name in ('params', 'optimizer_state', 'gradients', 'activations'))
   raise ConfigError(
       f'the train step needs ~{needed["total"] / GIB:.1f} GiB per device ({parts} GiB) and '
-      f'{where} has {available / GIB:.1f} GiB: this is a job for a bigger machine or a pod; '
+      f'{where} has {available / GIB:.1f} GiB available: this is a job for a bigger machine '
+      'or a pod; '
       "run the config's :smoke variant here, size it for a TPU slice with --mode=plan "
       '--plan_topology=v5p-64 [--plan_sweep], or lower train.batch_size, raise '
       'train.microbatches, set model.remat=full or add devices to the mesh '
@@ -61,7 +62,7 @@ def available_bytes(device, local_devices):
     return (limit, f'one {device.device_kind}') if limit else (None, None)
   count = len(local_devices)
   return host_available() / count, (f'this host ({count} CPU device'
-                                    f'{"s" if count > 1 else ""} sharing its memory)')
+                                    f'{"s" if count > 1 else ""})')
 
 
 def host_available():
