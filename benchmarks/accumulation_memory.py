@@ -15,6 +15,7 @@ import time
 import jax
 
 from zoo import config as config_lib
+from zoo import platform
 from zoo import sharding
 from zoo.families import loss as loss_lib
 from zoo.plan import compiled
@@ -58,4 +59,5 @@ def main():
 
 
 if __name__ == '__main__':
+  platform.apply()  # the CLI's platform workarounds (zoo/platform.py)
   main()

@@ -20,6 +20,7 @@ import re
 import jax
 
 from zoo import config as config_lib
+from zoo import platform
 from zoo.plan import compiled
 from zoo.plan import topology
 
@@ -81,4 +82,5 @@ def main():
 
 
 if __name__ == '__main__':
+  platform.apply()  # the CLI's platform workarounds (zoo/platform.py)
   main()

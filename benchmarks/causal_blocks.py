@@ -17,6 +17,7 @@ import os
 import statistics
 
 from zoo import config as config_lib
+from zoo import platform
 from zoo.bench import __main__ as bench
 from zoo.bench import jax_side
 from zoo.kernels import causal
@@ -66,4 +67,5 @@ def main():
 
 
 if __name__ == '__main__':
+  platform.apply()  # the CLI's platform workarounds (zoo/platform.py)
   main()

@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from zoo import platform as zoo_platform
 from zoo.data import corpus as corpus_lib
 
 CONFIG = 'configs/gpt_shakespeare.py'
@@ -109,4 +110,5 @@ def main():
 
 
 if __name__ == '__main__':
+  zoo_platform.apply()  # the CLI's platform workarounds (zoo/platform.py)
   main()

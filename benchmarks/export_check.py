@@ -4,7 +4,9 @@ against the zoo's (needs the `hf-check` extra: transformers and a CPU torch).
     python -m zoo.convert.export --config=configs/gpt_shakespeare.py --workdir=W --out=DIR
     python benchmarks/export_check.py --config=configs/gpt_shakespeare.py --workdir=W --out=DIR
 
-Prints, per prompt, whether the ids agree, then the largest logit difference (float32).
+Prints, per prompt, whether the ids agree; whether byte pieces decode alike; the largest
+logit difference (float32); and, for a decoder or T5, greedy generation by both: the new
+tokens, and where each stopped (the exported EOS id against the zoo's).
 """
 
 import argparse
@@ -16,11 +18,14 @@ import transformers
 
 from zoo import config as config_lib
 from zoo import families
+from zoo import platform
 from zoo.convert import hf
+from zoo.infer import run as infer_run
 from zoo.train import runtime
 
-PROMPTS = ['\nROMEO: leads with a newline', '  two spaces',
+PROMPTS = ['\nROMEO: leads with a newline', '  two spaces', 'literal <s> and </s> in a text',
            'ROMEO:\nBut, soft! what light through yonder window breaks?']
+NEW_TOKENS = 96
 _AUTO = {'decoder': transformers.AutoModelForCausalLM, 'encoder': transformers.AutoModelForMaskedLM,
          'encoder_decoder': transformers.AutoModelForSeq2SeqLM}
 
@@ -43,6 +48,10 @@ def main():
   for text in PROMPTS:
     print(f'ids equal: {zoo_ids(config, tokenizer, text) == auto(text)["input_ids"]} '
           f'for {text!r}')
+  if hasattr(tokenizer, 'processor'):  # SentencePiece: <0xE2> <0x31> <0x6D>
+    ids = [tokenizer.processor.piece_to_id(f'<0x{b:02X}>') for b in (0xE2, 0x31, 0x6D)]
+    print(f'byte pieces decode alike: {auto.decode(ids) == tokenizer.decode(ids)} '
+          f'({auto.decode(ids)!r})')
   family = config.model.family
   model = _AUTO[family].from_pretrained(args.out, dtype=torch.float32).eval()
   ids = np.asarray([auto(PROMPTS[-1])['input_ids']])
@@ -62,7 +71,27 @@ def main():
   print(f'{_AUTO[family].__name__}: max |zoo - transformers| logits '
         f'{np.abs(ours - theirs).max():.2e} (largest logit {np.abs(theirs).max():.2f}); '
         f'transformers {transformers.__version__}, torch {torch.__version__}')
+  if family != 'encoder':
+    _generation(config, args.workdir, tokenizer, auto, model)
+
+
+def _generation(config, workdir, tokenizer, auto, model):
+  """Greedy decoding of one prompt by the zoo and by transformers' generate."""
+  prompt = 'ROMEO:'
+  with config.unlocked():
+    config.generate.update(max_new_tokens=NEW_TOKENS, temperature=0.0)
+  ours = infer_run.run(config, workdir, [prompt])[0]
+  ids = auto(prompt, return_tensors='pt')
+  with torch.no_grad():
+    out = model.generate(**ids, max_new_tokens=NEW_TOKENS, do_sample=False)[0].numpy()
+  new = out[1:] if config.model.family == 'encoder_decoder' else out[ids['input_ids'].shape[1]:]
+  theirs = infer_run.completions(config, tokenizer, [new])[0]
+  stop = list(new).index(tokenizer.eos_id) if tokenizer.eos_id in new else None
+  print(f'generate: the same text {ours == theirs}; transformers stopped '
+        f'{f"at EOS (id {tokenizer.eos_id}) after {stop} tokens" if stop is not None else f"at max_new_tokens={NEW_TOKENS}"}; '
+        f'generation_config eos_token_id {model.generation_config.eos_token_id}')
 
 
 if __name__ == '__main__':
+  platform.apply()  # the CLI's platform workarounds (zoo/platform.py)
   main()

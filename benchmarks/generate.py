@@ -23,6 +23,7 @@ import numpy as np
 
 from zoo import config as config_lib
 from zoo import families
+from zoo import platform
 from zoo.infer import generate
 
 
@@ -87,4 +88,5 @@ def main():
 
 
 if __name__ == '__main__':
+  platform.apply()  # the CLI's platform workarounds (zoo/platform.py)
   main()

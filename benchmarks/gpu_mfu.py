@@ -18,6 +18,7 @@ import numpy as np
 
 from zoo import config as config_lib
 from zoo import counting
+from zoo import platform
 from zoo.bench import __main__ as bench
 from zoo.bench import jax_side
 
@@ -62,4 +63,5 @@ def main():
         f'cuDNN | {z["train_tokens_per_sec"]:,.0f} | {z["step_ms"] / 1e3:.3f} | {mfu} |')
 
 if __name__ == '__main__':
+  platform.apply()  # the CLI's platform workarounds (zoo/platform.py)
   main()

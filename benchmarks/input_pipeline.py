@@ -15,6 +15,7 @@ import time
 
 from zoo import config as config_lib
 from zoo import families
+from zoo import platform as zoo_platform
 from zoo.data import corpus as corpus_lib
 from zoo.data import pipeline
 
@@ -56,4 +57,5 @@ def _measure(ds, batches):
 
 
 if __name__ == '__main__':
+  zoo_platform.apply()  # the CLI's platform workarounds (zoo/platform.py)
   main()

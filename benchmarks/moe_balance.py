@@ -18,6 +18,7 @@ import os
 import shutil
 
 from zoo import config as config_lib
+from zoo import platform
 from zoo.train import loop
 from zoo.train import metrics as metrics_lib
 
@@ -64,4 +65,5 @@ def main():
 
 
 if __name__ == '__main__':
+  platform.apply()  # the CLI's platform workarounds (zoo/platform.py)
   main()

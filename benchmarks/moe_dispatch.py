@@ -20,6 +20,7 @@ import numpy as np
 
 from zoo import config as config_lib
 from zoo import families
+from zoo import platform as zoo_platform
 from zoo import sharding
 from zoo.train import runtime
 
@@ -70,4 +71,5 @@ def main():
 
 
 if __name__ == '__main__':
+  zoo_platform.apply()  # the CLI's platform workarounds (zoo/platform.py)
   main()

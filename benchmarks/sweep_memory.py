@@ -16,6 +16,7 @@ import sys
 import jax
 
 from zoo import config as config_lib
+from zoo import platform
 from zoo.cli import split_overrides
 from zoo.plan import sweep
 from zoo.plan import topology
@@ -52,4 +53,5 @@ def main():
           f'{estimate / 2**30:>9.2f} {total / 2**30:>9.2f} {estimate / total:>6.2f}', flush=True)
 
 if __name__ == '__main__':
+  platform.apply()  # the CLI's platform workarounds (zoo/platform.py)
   main()

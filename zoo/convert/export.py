@@ -5,7 +5,9 @@
 writes DIR/config.json + model.safetensors (the newest checkpoint's parameters, through
 zoo.convert.hf.save) and the run's tokenizer as tokenizer.json + tokenizer_config.json
 (zoo/convert/hf_tokenizer.py), so transformers' AutoTokenizer and AutoModelForCausalLM /
-AutoModelForMaskedLM / AutoModelForSeq2SeqLM load it. DIR must be new or empty (nothing is
+AutoModelForMaskedLM / AutoModelForSeq2SeqLM load it. config.json and generation_config.json
+carry the tokenizer's special-token ids (generation stops at the zoo's EOS), and
+tokenizer_config.json the run's data.seq_len (model_max_length), which an import reads back. DIR must be new or empty (nothing is
 overwritten); bad input is one line, exit code 2.
 """
 
@@ -15,6 +17,7 @@ import jax
 
 from zoo import config as config_lib
 from zoo import families
+from zoo import platform
 from zoo import storage
 from zoo.cli import split_overrides
 from zoo.convert import hf
@@ -35,8 +38,11 @@ def export(config, workdir, out):
   step, variables = runtime.restore_variables(config, workdir, state, 'export')
   files = storage.Mirror(out)  # written locally, then copied when --out is in a bucket
   hf.save(config, jax.device_get(variables['params']), files.local)
-  hf_tokenizer.write(tokenizer_path, files.local, families.get(config.model).INPUT_SPECIALS,
-                     config.data.seq_len)
+  d = config.data
+  special = hf_tokenizer.write(tokenizer_path, files.local,
+                               families.get(config.model).INPUT_SPECIALS, d.seq_len,
+                               d.num_sentinels if d.objective == 'span_corruption' else 0)
+  hf.set_token_ids(files.local, special)
   files.close()
   return step
 
@@ -60,4 +66,5 @@ def main():
 
 
 if __name__ == '__main__':
+  platform.apply()  # the CLI's platform workarounds (zoo/platform.py)
   main()

@@ -25,6 +25,7 @@ from safetensors import numpy as safetensors_np
 from zoo import config as config_lib
 from zoo import counting
 from zoo import families
+from zoo import platform
 from zoo import presets
 from zoo import storage
 from zoo.config import ConfigError
@@ -577,8 +578,35 @@ def save(config, params, path):
     tensors[alias] = tensors[target].copy()
   os.makedirs(path, exist_ok=True)
   safetensors_np.save_file(tensors, os.path.join(path, SINGLE), metadata={'format': 'pt'})
+  _as_other_files(os.path.join(path, SINGLE))
   with open(os.path.join(path, 'config.json'), 'w', encoding='utf-8') as f:
     json.dump(hf, f, indent=2)
+
+
+def _as_other_files(path):
+  """safetensors writes its file with mode 0600 whatever the umask (docs/contracts.md, Known
+  problems): give it the mode every other file gets."""
+  umask = os.umask(0)
+  os.umask(umask)
+  os.chmod(path, 0o666 & ~umask)
+
+
+def set_token_ids(path, ids):
+  """The tokenizer's special-token ids ({'eos_token_id': 3, ...}; None: the tokenizer has
+  none) into path/config.json, and a generation_config.json with them, so transformers
+  starts, pads and stops generating as the zoo does (T5 decodes from id 0, as the zoo)."""
+  config_path = os.path.join(path, 'config.json')
+  with open(config_path, encoding='utf-8') as f:
+    hf = json.load(f)
+  for key, value in ids.items():
+    hf.pop(key, None)
+    if value is not None:
+      hf[key] = int(value)
+  generation = {k: hf[k] for k in ('bos_token_id', 'eos_token_id', 'pad_token_id',
+                                   'decoder_start_token_id') if k in hf}
+  for name, content in (('config.json', hf), ('generation_config.json', generation)):
+    with open(os.path.join(path, name), 'w', encoding='utf-8') as f:
+      json.dump(content, f, indent=2)
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -600,6 +628,8 @@ def _overrides(config):
 
 
 TOKENIZER_FILES = ('tokenizer.json', 'spiece.model', 'tokenizer.model')  # first found is used
+# tokenizer_config.json's model_max_length at or past this is transformers' 'no limit'
+MAX_SEQ_LEN = 1 << 20
 
 
 def _import_tokenizer(hf_dir, workdir, config):
@@ -610,6 +640,15 @@ def _import_tokenizer(hf_dir, workdir, config):
     return None
   target = storage.absolute(storage.join(workdir, 'tokenizer', name))
   storage.write_bytes(target, storage.read_bytes(os.path.join(hf_dir, name)))
+  settings = os.path.join(hf_dir, 'tokenizer_config.json')
+  if os.path.isfile(settings):  # split_special_tokens, model_max_length: read beside it
+    storage.write_bytes(storage.join(workdir, 'tokenizer', 'tokenizer_config.json'),
+                        storage.read_bytes(settings))
+    length = json.loads(storage.read_text(settings)).get('model_max_length')
+    with config.unlocked():
+      if isinstance(length, int) and length < MAX_SEQ_LEN and not (
+          config.model.position == 'learned' and length > config.model.max_length):
+        config.data.seq_len = length  # the length the run was trained at (a zoo export)
   with config.unlocked():
     config.data.tokenizer.path = target
   return target
@@ -677,4 +716,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+  platform.apply()  # the CLI's platform workarounds (zoo/platform.py)
   main()

@@ -35,6 +35,20 @@ def _merges(pieces, vocab):
   return [(left, right) for _, left, right in sorted(merges, key=lambda m: m[0])]
 
 
+# A <0x20> byte piece stands for itself, never for the space SentencePiece adds before the
+# text, so it decodes through this private-use character, past the prefix's strip.
+_BYTE_SPACE = '\ue000'
+
+
+def _ascii_bytes():
+  """Byte pieces <0x00>..<0x7F> decoded one by one, as SentencePiece decodes them: to
+  tokenizers' ByteFallback a run of byte pieces with one invalid byte is all U+FFFD, so
+  '<0xE2><0x31>' would lose its '1'. (A byte of 0x80 or more next to a valid sequence in
+  one run still differs: docs/contracts.md, Known problems.)"""
+  return [decoders.Replace(f'<0x{b:02X}>', _BYTE_SPACE if b == 0x20 else chr(b))
+          for b in range(0x80)]
+
+
 def from_sentencepiece(model_proto):
   """A SentencePiece model -> a `tokenizers` Tokenizer giving the same ids. A BPE word that
   is a piece is taken whole (ignore_merges), as SentencePiece's merges rebuild it; user
@@ -60,23 +74,36 @@ def from_sentencepiece(model_proto):
   tok.pre_tokenizer = pre_tokenizers.Sequence(
       [pre_tokenizers.Split(u, 'isolated') for u in users] +
       [pre_tokenizers.Metaspace(replacement='▁', prepend_scheme='never', split=True)])
-  tok.decoder = decoders.Sequence([decoders.Replace('▁', ' '), decoders.ByteFallback(),
-                                   decoders.Fuse(), decoders.Strip(' ', 1, 0)])
+  tok.decoder = decoders.Sequence([decoders.Replace('▁', ' '), *_ascii_bytes(),
+                                   decoders.ByteFallback(), decoders.Fuse(),
+                                   decoders.Strip(' ', 1, 0),
+                                   decoders.Replace(_BYTE_SPACE, ' ')])
   tok.add_special_tokens([tokenizers.AddedToken(p.piece, special=True, normalized=False)
                           for p in pieces if p.type in (_CONTROL, _UNKNOWN)])
   return tok
 
 
-def write(tokenizer_path, out, input_specials, max_length):
-  """Writes out/tokenizer.json and out/tokenizer_config.json for the tokenizer file."""
+def write(tokenizer_path, out, input_specials, max_length, sentinels=0):
+  """Writes out/tokenizer.json and out/tokenizer_config.json for the tokenizer file ->
+  the special-token ids ({'bos_token_id': ..., 'eos_token_id': ..., 'pad_token_id': ...},
+  None where it has none) for the model's config.json. `sentinels`: T5's <extra_id_k>
+  count, added with the ids the zoo gives them where the tokenizer lacks those pieces."""
   zoo_tokenizer = tokenizer_lib.from_file(tokenizer_path)
   data = storage.read_bytes(tokenizer_path)
+  split = True  # a SentencePiece model reads '<s>' in a text as text: so should the export
   if tokenizer_path.endswith('.json'):
     tok = tokenizers.Tokenizer.from_str(data.decode('utf-8'))
+    split = tokenizer_lib.splits_special_tokens(tokenizer_path)
   else:
     tok = from_sentencepiece(data)
-  ids = {'bos': zoo_tokenizer.bos_id, 'eos': zoo_tokenizer.eos_id}
-  around = [(role, ids[role]) for role in input_specials if ids[role] is not None]
+  extra = [k for k in range(sentinels) if k >= len(zoo_tokenizer.sentinels)]
+  ids = zoo_tokenizer.sentinel_ids(sentinels) if sentinels else ()
+  for k in sorted(extra, reverse=True):  # T5's extra ids count down from the top
+    tok.add_special_tokens([tokenizers.AddedToken(f'<extra_id_{k}>', special=True,
+                                                  normalized=False)])
+    assert tok.token_to_id(f'<extra_id_{k}>') == ids[k], (k, ids[k])
+  roles = {'bos': zoo_tokenizer.bos_id, 'eos': zoo_tokenizer.eos_id}
+  around = [(role, roles[role]) for role in input_specials if roles[role] is not None]
   names = {role: tok.id_to_token(i) for role, i in around}
   head = [names[r] for r, _ in around if r == 'bos']
   tail = [names[r] for r, _ in around if r == 'eos']
@@ -86,10 +113,19 @@ def write(tokenizer_path, out, input_specials, max_length):
       special_tokens=[(tok.id_to_token(i), i) for _, i in around])
   os.makedirs(out, exist_ok=True)
   tok.save(os.path.join(out, 'tokenizer.json'))
-  roles = {'bos_token': zoo_tokenizer.bos_id, 'eos_token': zoo_tokenizer.eos_id,
-           'pad_token': zoo_tokenizer.pad_id, 'mask_token': zoo_tokenizer.mask_id}
+  special = {'bos_token': zoo_tokenizer.bos_id, 'eos_token': zoo_tokenizer.eos_id,
+             'pad_token': zoo_tokenizer.pad_id, 'mask_token': zoo_tokenizer.mask_id,
+             'unk_token': _unknown_id(zoo_tokenizer)}
   config = {'tokenizer_class': 'PreTrainedTokenizerFast', 'model_max_length': max_length,
-            'clean_up_tokenization_spaces': False,
-            **{k: tok.id_to_token(i) for k, i in roles.items() if i is not None}}
+            'clean_up_tokenization_spaces': False, 'split_special_tokens': split,
+            **{k: tok.id_to_token(i) for k, i in special.items() if i is not None}}
+  if sentinels:
+    config['additional_special_tokens'] = [f'<extra_id_{k}>' for k in range(sentinels)]
   with open(os.path.join(out, 'tokenizer_config.json'), 'w', encoding='utf-8') as f:
     json.dump(config, f, indent=2)
+  return {f'{role}_id': special[role] for role in ('bos_token', 'eos_token', 'pad_token')}
+
+
+def _unknown_id(zoo_tokenizer):
+  processor = getattr(zoo_tokenizer, 'processor', None)
+  return processor.unk_id() if processor is not None else None

@@ -87,11 +87,14 @@ class SentencePiece(Tokenizer):
 
 
 class HuggingFace(Tokenizer):
-  """A Hugging Face tokenizer.json, through the `tokenizers` library."""
+  """A Hugging Face tokenizer.json, through the `tokenizers` library. split_special_tokens
+  (tokenizer_config.json's, e.g. a zoo export's): special tokens written in a text are
+  encoded as text, not as their ids."""
 
-  def __init__(self, text):
+  def __init__(self, text, split_special_tokens=False):
     import tokenizers  # pylint: disable=g-import-not-at-top
     self.impl = tokenizers.Tokenizer.from_str(text)
+    self.impl.encode_special_tokens = split_special_tokens
     self.vocab_size = self.impl.get_vocab_size(with_added_tokens=True)
     added = {t['content']: t['id'] for t in json.loads(text).get('added_tokens', [])
              if t.get('special')}
@@ -119,13 +122,21 @@ def _prefix_run(lookup, pattern):
     k += 1
 
 
+def splits_special_tokens(path):
+  """tokenizer_config.json's split_special_tokens beside a tokenizer.json (False without)."""
+  beside = storage.join(os.path.dirname(str(path)), 'tokenizer_config.json')
+  if not storage.isfile(beside):
+    return False
+  return bool(json.loads(storage.read_text(beside)).get('split_special_tokens', False))
+
+
 def from_file(path):
   """The tokenizer saved at `path`: a tokenizer.json (by its extension) or a SentencePiece
   model; one that cannot be read is a ConfigError naming the file."""
   data = storage.read_bytes(path)
   try:
     if str(path).endswith('.json'):
-      return HuggingFace(data.decode('utf-8'))
+      return HuggingFace(data.decode('utf-8'), splits_special_tokens(path))
     return SentencePiece(data)
   except Exception as e:  # pylint: disable=broad-except
     raise ConfigError(f'{path}: not a tokenizer the zoo reads ({e}); pass a SentencePiece '
