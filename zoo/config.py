@@ -334,8 +334,9 @@ def apply_override(config, override):
   try:
     node[leaf] = value
   except TypeError as e:
-    raise ConfigError(f'--config.{key}={text}: wrong type ({e}); '
-                      f'expected a {type(node[leaf]).__name__}') from None
+    kind = type(node[leaf]).__name__
+    raise ConfigError(f'--config.{key}={text}: wrong type ({e}); expected '
+                      f'{"an" if kind[0] in "aeiou" else "a"} {kind}') from None
 
 
 # ------------------------------------------------------------------------- validation

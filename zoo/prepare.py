@@ -73,7 +73,7 @@ def run(overrides):
   print(f'{FLAGS.output}: {splits["train"]["documents"]:,} train / '
         f'{splits["eval"]["documents"]:,} eval documents, {tokens:,} tokens in '
         f'{len(manifest["shards"])} shards; {seconds:.1f}s ({tokens / seconds:,.0f} tokens/s, '
-        f'{FLAGS.workers} workers)', flush=True)
+        f'{FLAGS.workers} worker{"s" if FLAGS.workers != 1 else ""})', flush=True)
 
 
 def main():
