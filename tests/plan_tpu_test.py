@@ -240,7 +240,7 @@ def test_the_sweep_memory_of_a_pipeline_keeps_every_iterations_layer_inputs():
       kept(32, 10) - kept(16, 20) + tokens * d_model * 2 + regrouped)
   # no logits counted (the pipeline's backward pass is the peak): the loss chunk is moot
   assert per_device('train.loss_chunk_len=0') == per_device()
-  # the compiler's 23.83 / 24.83 GiB per chip (README), within 15%
+  # the compiler's 23.83 / 24.83 GiB per chip (docs/performance.md), within 15%
   assert per_device() / 2**30 == pytest.approx(23.83, rel=0.15)
   assert per_device(repeats=2) / 2**30 == pytest.approx(24.83, rel=0.15)
   # the sweep's top mesh: context 4 x stage 4 x fsdp 8 x tensor 2, 32 microbatches, 4 rounds
@@ -270,7 +270,7 @@ def test_the_sweep_memory_of_experts_counts_their_buffers_on_the_devices_rows():
 
   plain = dict(data=1, fsdp=8, tensor=1, expert=8, context=1, stage=1)
   staged = dict(plain, fsdp=2, stage=4)
-  # the compiler's bytes per chip (README), within 15%
+  # the compiler's bytes per chip (docs/performance.md), within 15%
   assert per_device(plain, 0) == pytest.approx(75.28, rel=0.15)
   assert per_device(staged, 8) == pytest.approx(65.77, rel=0.15)
 

@@ -63,37 +63,34 @@ def test_a_two_process_pod_trains_like_one_process_and_resumes(tmp_path):
   assert [resumed[6], resumed[7]] == pytest.approx([expected[6], expected[7]], rel=2e-5)
 
 
-def test_a_dead_process_stops_the_whole_pod_with_its_name(tmp_path):
-  pod = _pod(tmp_path, 'train.steps=100000', wait=False)
+def _signal_process_1(workdir, signal_name, timeout):
+  """A pod training until told; once both processes train, `signal_name` goes to process 1
+  alone -> (the pod's exit code, its whole output, seconds from the signal to the end)."""
+  pod = _pod(workdir, 'train.steps=100000', wait=False)
   output = []
   for line in pod.stdout:  # wait until both processes train
     output.append(line)
     if line.startswith('[1] step 1/'):
       break
-  subprocess.run(['pkill', '-KILL', '-f', f'workdir={tmp_path} .*process_id=1'], check=True)
+  subprocess.run(['pkill', f'-{signal_name}', '-f', f'workdir={workdir} .*process_id=1'],
+                 check=True)
   start = time.time()
   try:
-    rest, _ = pod.communicate(timeout=60)
+    rest, _ = pod.communicate(timeout=timeout)
   finally:
     os.killpg(pod.pid, signal.SIGKILL) if pod.poll() is None else None
-  assert pod.returncode == 137 and time.time() - start < 60
-  assert 'local_pod: process 1 exited with status 137' in rest, ''.join(output) + rest
+  return pod.returncode, ''.join(output) + rest, time.time() - start
+
+
+def test_a_dead_process_stops_the_whole_pod_with_its_name(tmp_path):
+  code, text, seconds = _signal_process_1(tmp_path, 'KILL', timeout=60)
+  assert code == 137 and seconds < 60
+  assert 'local_pod: process 1 exited with status 137' in text, text[-3000:]
 
 
 def test_ctrl_c_on_one_process_stops_the_whole_pod_after_one_save(tmp_path):
-  pod = _pod(tmp_path, 'train.steps=100000', wait=False)
-  output = []
-  for line in pod.stdout:  # wait until both processes train
-    output.append(line)
-    if line.startswith('[1] step 1/'):
-      break
-  subprocess.run(['pkill', '-INT', '-f', f'workdir={tmp_path} .*process_id=1'], check=True)
-  try:
-    rest, _ = pod.communicate(timeout=120)
-  finally:
-    os.killpg(pod.pid, signal.SIGKILL) if pod.poll() is None else None
-  text = ''.join(output) + rest
-  assert pod.returncode == 130, text[-3000:]
+  code, text, _ = _signal_process_1(tmp_path, 'INT', timeout=120)
+  assert code == 130, text[-3000:]
   step = max(int(n) for n in os.listdir(tmp_path / 'checkpoints') if n.isdigit())
   for process in (0, 1):  # one agreed step: process 0 had no signal of its own
     assert f'[{process}] SIGINT: saved a checkpoint at step {step};' in text, text[-3000:]

@@ -12,7 +12,7 @@ then fine-tuned from that checkpoint and, for comparison, from random initialisa
 (the same with t5 and gpt). Variants: FAMILY_pretrain trains FAMILY's objective on the
 corpus (mlm, span corruption, causal LM); FAMILY fine-tunes on the task in FAMILY's form
 (classification, text_to_text, prompt_completion), reading the pretraining run's tokenizer
-either way, so scratch and pretrained see the same pieces. README "Fine-tuning" has the
+either way, so scratch and pretrained see the same pieces. docs/finetune.md has the
 table and the times.
 """
 

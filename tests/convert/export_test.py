@@ -1,6 +1,6 @@
 """zoo.convert.export: a trained workdir as a Hugging Face directory whose weights are the
 checkpoint's and whose tokenizer.json gives the zoo's ids (transformers itself is not a
-test dependency; the README records a check with AutoTokenizer / AutoModelFor*)."""
+test dependency; docs/hf.md records a check with AutoTokenizer / AutoModelFor*)."""
 
 import itertools
 import json

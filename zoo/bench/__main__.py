@@ -14,7 +14,7 @@ the zoo's steps (10th-90th percentile), the ratio zoo / PyTorch of each round's 
 Each round also times the model's MLP input projection ([B L, D] x [D, F]) alone on each
 side, 5 times per train step timed, and the table sets the step's model FLOP/s beside it.
 Where a device has no known peak (CPUs), that product's speed is the measured ceiling; and
-how the two sides' matmul libraries compare changes from CPU to CPU (README, Performance).
+how the two sides' matmul libraries compare changes from CPU to CPU (docs/performance.md).
 """
 
 import os

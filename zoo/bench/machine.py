@@ -1,5 +1,5 @@
 """What the bench ran on, in words. On CPUs the zoo / PyTorch ratio follows the CPU model
-(its matmul libraries: README, Performance), so the table's header names the model, its
+(its matmul libraries: docs/performance.md), so the table's header names the model, its
 family and model numbers, the cores this process may use and the vector extensions the
 libraries choose kernels by; accelerators give jax's device kind."""
 

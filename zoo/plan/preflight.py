@@ -37,7 +37,8 @@ def check(config, devices=None):
   if needed['total'] <= available:
     return
   parts = ', '.join(f'{name.replace("_", " ")} {needed[name] / GIB:.2f}'
-                    for name in ('params', 'optimizer_state', 'gradients', 'activations'))
+                    for name in ('params', 'optimizer_state', 'gradients', 'update',
+                                 'activations', 'gathered') if needed[name])
   raise ConfigError(
       f'the train step needs ~{needed["total"] / GIB:.1f} GiB per device ({parts} GiB) and '
       f'{where} has {available / GIB:.1f} GiB available: this is a job for a bigger machine '

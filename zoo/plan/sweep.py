@@ -36,7 +36,7 @@ The estimate (a ranking aid; compile the chosen mesh with --plan_topology to con
   and the vocabulary tables gathered whole in the compute dtype; a circular pipeline's
   copy of the parameters moved to the stages that run them, and its gradients
   (analytic.pipeline_plan's regroup bytes). Calibrated against the compiler on llama3_8b,
-  llama3_70b and mixtral_8x7b (benchmarks/sweep_memory.py; docs/architecture.md has the
+  llama3_70b and mixtral_8x7b (benchmarks/sweep_memory.py; docs/performance.md has the
   tables).
 """
 
@@ -210,7 +210,7 @@ def _pipeline_activations(config, stages, tokens, layers, working, tensor):
   remat; one microbatch's working set at a time; the [M, b, L, D] buffers (the stack's
   input and output, the circular round's); and, outside the stack, about four float32
   [tokens, D] arrays (the stack's input and output and their gradients, as the compiler
-  holds them: calibrated on llama3_70b and llama3_8b, docs/architecture.md). The logits
+  holds them: calibrated on llama3_70b and llama3_8b, docs/performance.md). The logits
   are not counted: their memory is free again before the pipeline's backward pass, where
   the peak is (turning the loss's chunking off moves it by 0.08 GiB)."""
   m = config.model

@@ -202,6 +202,18 @@ def init_plan(path, abstract_params):
           sorted(wanted.keys() - saved.keys()), sorted(saved.keys() - wanted.keys()))
 
 
+def saved_param_shapes(directory):
+  """{parameter name: shape} in a train-state checkpoint (checkpoints/STEP/state), from its
+  metadata alone; raises if the checkpoint cannot be read."""
+  with _quiet():
+    tree = ocp.StandardCheckpointer().metadata(storage.native(directory)).item_metadata.tree
+  return {name: tuple(leaf.shape) for name, leaf in _flat(tree['params']).items()}
+
+
+def param_shapes(abstract_params):
+  return {name: tuple(leaf.shape) for name, leaf in _flat(abstract_params).items()}
+
+
 def restore_params(path, abstract_params, fresh_params=None):
   """train.init_params -> params laid out as `abstract_params` (shapes and shardings) say;
   the ones it lacks are taken from `fresh_params` (a ValueError without them)."""

@@ -29,9 +29,11 @@ class TrainingError(RuntimeError):
   """Training cannot go on (e.g. repeated NaN/Inf); the message says why."""
 
 
-def _describe(config, workdir, place, streams, corpus, params, start_step, cache, init):
+def _describe(config, workdir, place, streams, corpus, params, start_step, cache, init,
+              notes):
   """The run header (written to metrics.jsonl whole, with the compile's seconds added) and a
-  few lines for people: model, mesh, batch, attention kernel, workdir, fresh or resumed."""
+  few lines for people: model, mesh, batch, attention kernel, workdir, fresh or resumed,
+  then `notes` (what changed since the last start)."""
   header = {
       'event': 'start', 'step': start_step, 'workdir': workdir,
       'processes': jax.process_count(),
@@ -64,6 +66,7 @@ def _describe(config, workdir, place, streams, corpus, params, start_step, cache
       + (f'; task {h["task"]}' if 'task' in h else ''),
       f'workdir {workdir}: ' + (f'resumed from step {start_step}' if start_step else 'fresh')
       + (f', weights from {h["init_params"]}' if init else ''),
+      *notes,
   ]
   print('\n'.join(lines), flush=True)
   return header
@@ -170,9 +173,6 @@ def _train(config, workdir, task_eval, signals):
 
     # --- state: resume from the newest readable checkpoint, else initialise sharded
     start_step, state = _start(config, place, parts, saved, data_iter)
-    if jax.process_index() == 0:
-      for line in run_config.describe(changed, previous, config, start_step):
-        print(line, flush=True)
     run_config.write(config, workdir)
   if start_step >= t.steps:
     print(f'already trained: checkpoint at step {start_step} >= train.steps={t.steps}')
@@ -185,7 +185,7 @@ def _train(config, workdir, task_eval, signals):
   with goodput.charge('data'):
     batch = _next_batch(config, place, data_iter, log, corpus)
   header = _describe(config, workdir, place, streams, corpus, state['params'], start_step,
-                     cache, init)
+                     cache, init, run_config.describe(changed, previous, config, start_step))
   with goodput.charge('compile'):  # ahead of the first step, so the header can say how long
     print(f'compiling the train step (compile cache: {cache or "off"})', flush=True)
     compile_start = time.perf_counter()

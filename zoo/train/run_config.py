@@ -49,24 +49,35 @@ def changes(previous, config):
 
 
 def check_shapes(changed, workdir, abstract_params):
-  """A ConfigError when the newest checkpoint in `workdir` holds parameters of other
-  shapes (or other names) than this model, naming the model fields that changed."""
+  """A ConfigError when the newest readable checkpoint in `workdir` holds parameters of
+  other shapes (or other names) than this model, naming the model fields that changed. An
+  unreadable checkpoint is left to the restore, which moves it aside."""
   runs = storage.join(workdir, 'checkpoints')
-  if not any(n.isdigit() for n in storage.listdir(runs)):
+  for step in sorted((int(n) for n in storage.listdir(runs) if n.isdigit()), reverse=True):
+    try:
+      saved = checkpoint.saved_param_shapes(storage.join(runs, str(step), 'state'))
+    except Exception:  # pylint: disable=broad-except
+      continue
+    problem = _difference(saved, checkpoint.param_shapes(abstract_params))
+    if problem:
+      fields = [f'{k}={now!r} (was {before!r})' for k, (before, now) in changed.items()
+                if k.startswith('model.')] or ['(no model field in config.json changed)']
+      raise ConfigError(f'--workdir={workdir} holds a run whose parameters have other '
+                        f'shapes ({problem} at step {step}); changed: {", ".join(fields)}; '
+                        'restore those fields to resume it, or pass a new --workdir for a '
+                        'new run')
     return
-  try:
-    _, _, _, new, dropped = checkpoint.init_plan(workdir, abstract_params)
-    problem = (f'the checkpoint lacks {", ".join(new[:3])}' if new else
-               f'the model lacks {", ".join(dropped[:3])}' if dropped else None)
-  except ValueError as e:
-    problem = str(e).split(': ', 1)[1].split(';')[0]
-  if not problem:
-    return
-  fields = [f'{k}={now!r} (was {before!r})' for k, (before, now) in changed.items()
-            if k.startswith('model.')] or ['(no model field in config.json changed)']
-  raise ConfigError(f'--workdir={workdir} holds a run whose parameters have other shapes '
-                    f'({problem}); changed: {", ".join(fields)}; restore those fields to '
-                    'resume it, or pass a new --workdir for a new run')
+
+
+def _difference(saved, wanted):
+  """The first difference between two {name: shape}, in words, or None."""
+  for name in sorted(saved.keys() & wanted.keys()):
+    if saved[name] != wanted[name]:
+      return f'parameter {name} is {saved[name]} there but {wanted[name]} in this model'
+  lacking, extra = sorted(wanted.keys() - saved.keys()), sorted(saved.keys() - wanted.keys())
+  if lacking:
+    return f'the checkpoint lacks {", ".join(lacking[:3])}'
+  return f'the model lacks {", ".join(extra[:3])}' if extra else None
 
 
 def describe(changed, previous, config, step):
