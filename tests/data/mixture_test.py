@@ -55,3 +55,35 @@ def test_a_weight_that_is_not_positive_is_one_line(spec, message):
     corpus_lib.parse_mixture(spec)
   assert corpus_lib.parse_mixture('gs://b/books:0.7,/data/wiki:0.3') == [
       ('gs://b/books', 0.7), ('/data/wiki', 0.3)]
+
+
+class _Sentinels:
+  bos_id, eos_id = BOS, EOS
+  sentinel_ids = staticmethod(lambda count: tuple(range(999, 999 - count, -1)))
+
+
+def _span_mixture_dataset(seed=0):
+  c = config_lib.base()
+  c.model.vocab_size = 1000
+  c.data.objective, c.data.seq_len, c.data.target_seq_len = 'span_corruption', 32, 16
+  mixture = pipeline.Mixture(tuple(grain.MapDataset.source(_source(low))
+                                   for low in (10, 200)), (0.7, 0.3))
+  return pipeline.make_dataset(mixture, c.data, helpers.batch_spec(c.data, 4), train=True,
+                               seed=seed, tokenizer=_Sentinels)
+
+
+def test_span_corruption_of_a_mixture_counts_each_sources_input_tokens():
+  it = iter(_span_mixture_dataset())
+  counted, kept = np.zeros(2), np.zeros(2)
+  for _ in range(200):
+    batch = next(it)
+    real = batch['encoder_segment_ids'] > 0
+    assert batch[pipeline.SOURCE_TOKENS].sum() == np.sum(real)  # sentinels and EOS counted
+    counted += batch[pipeline.SOURCE_TOKENS]
+    pieces = batch['encoder_inputs'][real]
+    kept += [np.sum(pieces < 100), np.sum((pieces >= 200) & (pieces < 900))]
+  assert abs(counted[0] / counted.sum() - 0.7) < 0.03 and abs(kept[0] / kept.sum() - 0.7) < 0.03
+
+
+def test_span_corruption_of_a_mixture_resumes_exactly():
+  helpers.assert_resumes_exactly(_span_mixture_dataset(seed=3), skip=100)

@@ -168,35 +168,86 @@ def _span_config(seq_len=64, target_seq_len=24):
   return c.data
 
 
+class _Sentinels(_IDS):
+  sentinel_ids = staticmethod(lambda count: tuple(range(999, 999 - count, -1)))
+
+
+def _restore(inputs, targets):
+  """The raw piece an example was made from: each sentinel of the inputs replaced by the
+  span that follows it in the targets (sentinels are the ids >= 900, EOS ends both)."""
+  span_of, current = {}, None
+  for t in targets[:-1]:
+    if t >= 900:
+      current = span_of.setdefault(t, [])
+    else:
+      current.append(t)
+  return [t for s in inputs[:-1] for t in (span_of[s] if s >= 900 else [s])]
+
+
+def test_span_lengths_are_t5s_and_a_full_piece_fills_the_inputs_exactly():
+  assert pipeline.span_lengths(_span_config(512, 114)) == (568, 512, 114)  # T5's helper
+  assert pipeline.span_lengths(_span_config(64, 24)) == (70, 64, 14)
+  data, rng = _span_config(512, 114), np.random.default_rng(0)
+  for _ in range(20):
+    piece = np.arange(100, 668, dtype=np.int32)
+    ex = pipeline.span_corruption_piece(
+        {'inputs': piece, 'inputs_segment_ids': np.ones(568, np.int32)}, rng,
+        data_config=data, eos_id=3, sentinels=_Sentinels.sentinel_ids(100))
+    inputs, targets = list(ex['encoder_inputs']), list(ex['decoder_targets'])
+    assert (len(inputs), len(targets)) == (512, 114) and inputs[-1] == targets[-1] == 3
+    assert list(ex['decoder_inputs']) == [0] + targets[:-1]
+    sentinels = [t for t in targets if t >= 900]
+    assert [t for t in inputs if t >= 900] == sentinels == list(range(999, 999 - 28, -1))
+    assert _restore(inputs, targets) == list(piece)
+
+
+def test_one_epoch_of_span_corruption_reads_every_token_exactly_once():
+  data, spec = _spec(_span_config(64, 24), 4)
+  lengths = np.random.default_rng(1).integers(10, 5000, 24)
+  tokens = iter(100 + np.arange(lengths.sum()) % 797)  # ids below the sentinels' 900..999
+  docs = [np.asarray([2, *(next(tokens) for _ in range(n)), 3], np.int32) for n in lengths]
+  batches = list(pipeline.make_dataset(docs, data, spec, train=False, tokenizer=_Sentinels))
+  pieces, full = [], 0
+  for b in batches:
+    for row in range(len(b['encoder_inputs'])):
+      for segment in set(b['encoder_segment_ids'][row]) - {0}:
+        inputs = b['encoder_inputs'][row][b['encoder_segment_ids'][row] == segment]
+        targets = b['decoder_targets'][row][b['decoder_segment_ids'][row] == segment]
+        pieces.append(_restore(list(inputs), list(targets)))
+        full += len(inputs) == 64
+  stream = [t for doc in docs for t in doc[1:-1]]  # T5: the bodies joined, no separator
+  want = [stream[i:i + 70] for i in range(0, len(stream), 70)]
+  assert sorted(pieces) == sorted(want)  # every token once, in its piece
+  assert full == len(stream) // 70  # every full piece fills its row's 64 inputs
+
+
 def test_span_corruption_reconstructs_the_text_with_sentinels_from_the_top():
   data = _span_config()
   rng = np.random.default_rng(0)
   noise = total = spans = 0
-  for doc in _docs([40, 10, 55, 3, 1], start=10):
-    ex = pipeline.span_corruption_example(doc, rng, data_config=data, tokenizer=_IDS,
-                                          sentinels=range(999, 899, -1))
+  for n in (40, 10, 55, 3, 1, 70):
+    piece = np.arange(10, 10 + n, dtype=np.int32)
+    ex = pipeline.span_corruption_piece(
+        {'inputs': piece, 'inputs_segment_ids': np.ones(n, np.int32)}, rng, data_config=data,
+        eos_id=3, sentinels=_Sentinels.sentinel_ids(100))
     inputs, targets = list(ex['encoder_inputs']), list(ex['decoder_targets'])
     assert inputs[-1] == 3 and targets[-1] == 3
-    assert list(ex['decoder_inputs']) == [0] + targets[:-1]
     sentinels = [t for t in targets if t >= 900]
     assert sentinels == list(range(999, 999 - len(sentinels), -1))
     assert [t for t in inputs if t >= 900] == sentinels
-    # put the spans back: the original (cropped) text reappears in order
-    span_of, current = {}, None
-    for t in targets[:-1]:
-      if t >= 900:
-        current = t
-        span_of[t] = []
-      else:
-        span_of[current].append(t)
-    restored = [t for s in inputs[:-1] for t in (span_of[s] if s >= 900 else [s])]
-    body = list(doc[1:-1])
-    assert restored == body[body.index(restored[0]):][:len(restored)]
-    noise += sum(len(v) for v in span_of.values())
+    restored = _restore(inputs, targets)
+    assert restored == list(piece)
+    noise += len([t for t in targets[:-1] if t < 900])
     total += len(restored)
     spans += len(sentinels)
     assert len(inputs) <= 64 and len(targets) <= 24
   assert 0.12 < noise / total < 0.2 and 2 < noise / spans < 4
+
+
+def test_span_lengths_that_cannot_fit_are_one_line_naming_the_fields():
+  with pytest.raises(config_lib.ConfigError, match=r'makes 14-token targets, past '
+                                                   r'data.target_seq_len=12; raise it to 14'):
+    pipeline.check_span_lengths(_span_config(64, 12))
 
 
 def test_span_corruption_batches_follow_the_encoder_decoder_contract():
@@ -214,8 +265,9 @@ def test_span_corruption_batches_follow_the_encoder_decoder_contract():
   assert batch['encoder_inputs'].shape == (4, 64) and batch['decoder_targets'].shape == (4, 24)
   np.testing.assert_array_equal(batch['decoder_loss_weights'], batch['decoder_segment_ids'] > 0)
   # packed examples line up: segment k of the decoder belongs to segment k of the encoder
-  assert set(batch['decoder_segment_ids'].ravel()) == set(batch['encoder_segment_ids'].ravel())
-  assert np.max(batch['encoder_segment_ids']) > 1  # more than one example per row
+  assert set(batch['decoder_segment_ids'].ravel()) - {0} == set(
+      batch['encoder_segment_ids'].ravel())
+  assert np.all(batch['encoder_segment_ids'] == 1)  # full raw pieces fill their rows
 
 
 def test_a_batch_that_differs_from_the_spec_is_an_error_naming_both():

@@ -95,39 +95,61 @@ def _span_lengths(n, data_config):
   return noise, spans
 
 
-def span_corruption_example(tokens, rng, *, data_config, tokenizer, sentinels):
-  """T5 span corruption (Raffel et al. 2020, sec. 3.1.4): noise spans of one document
-  become sentinels in the inputs; targets are each sentinel followed by its span, then EOS.
-  Span i is `sentinels[i]` (tokenizer.sentinel_ids: <extra_id_i>). The document is cropped
-  (at a random offset) so inputs fit data.seq_len and targets data.target_seq_len.
-  """
-  body, eos_id = _body(tokens, tokenizer), tokenizer.eos_id
-
-  def fits(n):
+def span_lengths(data_config):
+  """T5's rule (random_spans_helper): the raw piece length whose inputs (its kept tokens, a
+  sentinel per noise span, EOS) just fill data.seq_len -> (raw, inputs, targets) lengths;
+  512 inputs at noise 0.15 and mean span 3: 568 raw tokens, 114 targets."""
+  def lengths(n):
     noise, spans = _span_lengths(n, data_config)
-    return (n - noise + spans + 1 <= data_config.seq_len and
-            noise + spans + 1 <= data_config.target_seq_len)
+    return n - noise + spans + 1, noise + spans + 1
+  n = 1
+  while lengths(n + 1)[0] <= data_config.seq_len:
+    n += 1
+  return (n, *lengths(n))
 
-  n = min(len(body), data_config.seq_len)
-  while n > 1 and not fits(n):
-    n -= 1
-  start = int(rng.integers(0, len(body) - n + 1))
-  body = body[start:start + n]
-  inputs, targets = [], []
-  if n:
-    noise, spans = _span_lengths(n, data_config)
-    noise_lengths = _partition(noise, spans, rng)
-    keep_lengths = _partition(n - noise, spans, rng)
-    offset = 0
-    for i, (keep, drop) in enumerate(zip(keep_lengths, noise_lengths)):
-      sentinel = sentinels[i]
-      inputs += [*body[offset:offset + keep], sentinel]
-      targets += [sentinel, *body[offset + keep:offset + keep + drop]]
-      offset += keep + drop
+
+def check_span_lengths(data_config):
+  """A ConfigError when span corruption's pieces cannot fit the configured lengths."""
+  raw, inputs, targets = span_lengths(data_config)
+  if inputs > data_config.seq_len or raw < 2:
+    raise ConfigError(f'data.seq_len={data_config.seq_len} holds no span-corruption example '
+                      '(a kept token, a sentinel and EOS); raise it')
+  if targets > data_config.target_seq_len:
+    raise ConfigError(f'span corruption of {raw}-token pieces (data.seq_len='
+                      f'{data_config.seq_len}, data.noise_density={data_config.noise_density}, '
+                      f'data.mean_noise_span_length={data_config.mean_noise_span_length}) '
+                      f'makes {targets}-token targets, past data.target_seq_len='
+                      f'{data_config.target_seq_len}; raise it to {targets}')
+
+
+def span_corruption_piece(piece, rng, *, data_config, eos_id, sentinels):
+  """T5 span corruption (Raffel et al. 2020, sec. 3.1.4) of one raw piece of the
+  concatenated documents (span_lengths' raw length; shorter only at the end of an eval
+  pass): noise spans become sentinels in the inputs; targets are each sentinel followed by
+  its span, then EOS. Span i is `sentinels[i]` (tokenizer.sentinel_ids: <extra_id_i>). A
+  mixture's per-token `source` follows the tokens into the inputs (a sentinel takes its
+  span's source)."""
+  real = piece['inputs_segment_ids'] > 0
+  body = piece['inputs'][real]
+  source = piece['source'][real] if 'source' in piece else None
+  n = len(body)
+  noise, spans = _span_lengths(n, data_config)
+  noise_lengths = _partition(noise, spans, rng)
+  keep_lengths = _partition(n - noise, spans, rng)
+  inputs, targets, taken, offset = [], [], [], 0
+  for i, (keep, drop) in enumerate(zip(keep_lengths, noise_lengths)):
+    inputs += [*body[offset:offset + keep], sentinels[i]]
+    targets += [sentinels[i], *body[offset + keep:offset + keep + drop]]
+    taken += [*range(offset, offset + keep), min(offset + keep, n - 1)]
+    offset += keep + drop
   inputs, targets = np.asarray(inputs + [eos_id], np.int32), np.asarray(targets + [eos_id],
                                                                         np.int32)
   decoder_inputs = np.concatenate([[0], targets[:-1]]).astype(np.int32)  # 0 starts decoding
-  return {'encoder_inputs': inputs, 'decoder_inputs': decoder_inputs, 'decoder_targets': targets}
+  example = {'encoder_inputs': inputs, 'decoder_inputs': decoder_inputs,
+             'decoder_targets': targets}
+  if source is not None:
+    example['source'] = source[np.asarray(taken + [n - 1])].astype(np.int32)
+  return example
 
 
 def _span_corruption_contract(packed):
@@ -198,6 +220,15 @@ def _stream(documents, train, seed, stream, num_streams):
   return documents[stream::num_streams]
 
 
+def _pieces(item, tokenizer, mixture):
+  """A document (or a mixture's (document, source)) -> its pieces without BOS and EOS, and
+  for a mixture the source of each."""
+  document, source = item if mixture else (item, None)
+  body = _body(document, tokenizer).astype(np.int32)
+  return {'inputs': body, **({'source': np.full(len(body), source, np.int32)}
+                             if mixture else {})}
+
+
 def _tagged(example, key):
   """example(document, ...) -> example((document, source), ...) with a `source` feature:
   the source (1, 2, ...) on each real token of example[key]."""
@@ -219,7 +250,8 @@ def make_dataset(tokens, data_config, spec, *, train, seed=0, stream=0, num_stre
   proportion to the weights (grain's MapDataset.mix), and every batch says how many real
   tokens each source gave (SOURCE_TOKENS). Streams as _stream says (zoo/data/streams.py
   puts them side by side into global batches); random objectives draw from seed + s.
-  causal_lm rows are packed (concat-then-split); span_corruption examples are packed whole
+  causal_lm rows are packed (concat-then-split); span_corruption cuts the concatenated
+  documents into raw pieces (span_lengths), corrupts each, and packs the examples whole
   (first-fit); mlm rows hold one sentence pair each. mlm and span_corruption need the
   tokenizer.
   """
@@ -241,10 +273,18 @@ def make_dataset(tokens, data_config, spec, *, train, seed=0, stream=0, num_stre
                                     pieces=tokenizer.piece_ids()), 'inputs')
     ds = ds.random_map(example, seed=seed).to_iter_dataset(_READ_OPTIONS)
   elif d.objective == 'span_corruption':
-    example = tag(functools.partial(span_corruption_example, data_config=d, tokenizer=tokenizer,
-                                    sentinels=tokenizer.sentinel_ids(d.num_sentinels)),
-                  'encoder_inputs')
-    ds = ds.random_map(example, seed=seed).to_iter_dataset(_READ_OPTIONS)
+    # T5's reduce_concat_tokens and split_tokens: the documents' pieces joined into one
+    # stream (no separator, as T5) and cut into raw pieces, so every token is read once an
+    # epoch and a full piece's inputs fill data.seq_len
+    check_span_lengths(d)
+    raw = span_lengths(d)[0]
+    body = lambda item: _pieces(item, tokenizer, mixture)
+    ds = ds.map(body).to_iter_dataset(_READ_OPTIONS)
+    ds = grain.experimental.ConcatThenSplitIterDataset(
+        ds, length_struct={'inputs': raw, **({'source': raw} if mixture else {})})
+    ds = ds.random_map(functools.partial(
+        span_corruption_piece, data_config=d, eos_id=tokenizer.eos_id,
+        sentinels=tokenizer.sentinel_ids(d.num_sentinels)), seed=seed)
     lengths = {'encoder_inputs': d.seq_len, 'decoder_inputs': d.target_seq_len,
                'decoder_targets': d.target_seq_len, **({'source': d.seq_len} if mixture else {})}
     ds = grain.experimental.FirstFitPackIterDataset(

@@ -25,6 +25,7 @@ from zoo import config as config_lib
 from zoo import counting
 from zoo import families
 from zoo import sharding
+from zoo.data import pipeline
 from zoo.models import dims
 from zoo.train import optim
 
@@ -168,6 +169,10 @@ def run_plan(config, sizes, per_device):
   out = {'tokens_per_step': tokens_per_step, 'steps': t.steps,
          'tokens': tokens_per_step * t.steps, 'microbatches': t.microbatches,
          'rows_per_microbatch': t.batch_size // t.microbatches}
+  if config.data.objective == 'span_corruption':  # T5 reads raw pieces longer than its inputs
+    raw, inputs, targets = pipeline.span_lengths(config.data)
+    out['span_corruption'] = {'raw_tokens': raw, 'inputs': inputs, 'targets': targets,
+                              'corpus_tokens_per_step': t.batch_size * raw}
   fsdp = sizes.get('fsdp', 1)
   if fsdp > 1:
     gathered = per_device['params'] * (fsdp - 1)  # the other shards' bytes, per device
@@ -297,6 +302,11 @@ def _run_lines(result):
       where += f" (the sweep's fastest mesh that fits, {run['estimated_mesh']})"
     line += f"; at the estimated step time on {where}: {_duration(run['estimated_seconds'])}"
   lines = [line]
+  if 'span_corruption' in run:
+    spans = run['span_corruption']
+    lines.append(f"span corruption: {spans['raw_tokens']}-token pieces of the corpus -> "
+                 f"{spans['inputs']} inputs + {spans['targets']} targets; "
+                 f"{spans['corpus_tokens_per_step']:,} corpus tokens a step")
   if run['microbatches'] > 1:
     line = (f"gradient accumulation: {run['microbatches']} microbatches of "
             f"{run['rows_per_microbatch']} rows")

@@ -48,6 +48,9 @@ def _describe(config, workdir, place, streams, corpus, params, start_step, cache
   }
   if config.data.task.kind:
     header.update(task=config.data.task.kind, num_labels=config.model.num_labels)
+  elif config.data.objective == 'span_corruption':
+    header['span_lengths'] = dict(zip(('raw', 'inputs', 'targets'),
+                                      pipeline.span_lengths(config.data)))
   if init:
     header.update(init_params=config.train.init_params, init_params_held=len(init.held),
                   new_params=','.join(init.new) or 'none',
@@ -63,7 +66,10 @@ def _describe(config, workdir, place, streams, corpus, params, start_step, cache
       'per device',
       f'kernel  {h["attention_kernel"]} attention ({h["attention_kernel_why"]})',
       f'data    {h["train_documents"]:,} train documents, a {h["vocab"]:,}-piece tokenizer'
-      + (f'; task {h["task"]}' if 'task' in h else ''),
+      + (f'; task {h["task"]}' if 'task' in h else '')
+      + (f'; span corruption of {h["span_lengths"]["raw"]}-token pieces -> '
+         f'{h["span_lengths"]["inputs"]} inputs, {h["span_lengths"]["targets"]} targets'
+         if 'span_lengths' in h else ''),
       f'workdir {workdir}: ' + (f'resumed from step {start_step}' if start_step else 'fresh')
       + (f', weights from {h["init_params"]}' if init else ''),
       *notes,
