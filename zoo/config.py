@@ -171,8 +171,11 @@ def _data(m):
   d = ml_collections.ConfigDict()
   d.path = ''  # '' = the embedded tiny Shakespeare; else a text file or a directory of them
   # several corpora mixed by weight, 'PATH:WEIGHT,PATH:WEIGHT' (each PATH as data.path; all
-  # with one tokenizer); documents are interleaved in proportion, each source shuffled
+  # with one tokenizer), each source shuffled
   d.mixture = ''
+  # what a mixture's weights are shares of: 'tokens' (as papers give them: GPT-3 Table 2.2)
+  # or 'documents' (each source's documents interleaved in proportion)
+  d.mixture_by = 'tokens'
   d.document_separator = '\n\n'  # a file splits into documents at this string
   d.seq_len = 256
   d.objective = 'causal_lm'
@@ -540,6 +543,7 @@ def _validate_data(d, m, t):
   storage.check(d.tokenizer.path, 'data.tokenizer.path')
   for source in filter(None, d.mixture.split(',')):
     storage.check(source.strip(), 'data.mixture')
+  _one_of('data.mixture_by', d.mixture_by, ('tokens', 'documents'))
 
 
 def _validate_task(task, m, family):

@@ -87,3 +87,51 @@ def test_span_corruption_of_a_mixture_counts_each_sources_input_tokens():
 
 def test_span_corruption_of_a_mixture_resumes_exactly():
   helpers.assert_resumes_exactly(_span_mixture_dataset(seed=3), skip=100)
+
+
+@pytest.fixture(scope='module')
+def two_sources(tmp_path_factory):
+  """Prepared sources of short (5-25 words) and long (60-140 words) documents."""
+  from zoo.data import prepare  # pylint: disable=g-import-not-at-top
+  from zoo.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp('sources')
+  (root / 'spm.model').write_bytes(
+      tokenizer_lib.train(helpers.shakespeare(1500), 500, 'bpe').model_proto)
+  words = ' '.join(helpers.shakespeare(300)).split()
+  rng = np.random.default_rng(0)
+  for name, (low, high) in (('short', (5, 25)), ('long', (60, 140))):
+    (root / f'{name}.txt').write_text('\n\n'.join(
+        ' '.join(rng.choice(words, rng.integers(low, high))) for _ in range(600)))
+    prepare.prepare([str(root / f'{name}.txt')], str(root / name), str(root / 'spm.model'))
+  return root
+
+
+def _mixture_config(root, by, *overrides):
+  return helpers.smoke('gpt_shakespeare', f'data.mixture={root / "short"}:0.8,'
+                       f'{root / "long"}:0.2', f'data.mixture_by={by}', *overrides)
+
+
+@pytest.mark.parametrize('by', ['tokens', 'documents'])
+def test_a_mixture_by_tokens_gives_each_source_its_share_of_the_tokens(two_sources, by):
+  config = _mixture_config(two_sources, by)
+  opened = corpus_lib.open_corpus(config.data, str(two_sources / 'run'))
+  batches = pipeline.make_dataset(opened.train, config.data, helpers.batch_spec(config.data, 8),
+                                  train=True, tokenizer=opened.tokenizer)
+  counted = sum(batch[pipeline.SOURCE_TOKENS] for batch, _ in zip(batches, range(400)))
+  share = counted[0] / counted.sum()
+  if by == 'tokens':
+    assert abs(share - 0.8) < 0.01, share
+  else:  # 80% of the documents, but the short ones hold far fewer tokens
+    assert share < 0.6, share
+
+
+def test_each_row_counts_the_tokens_of_its_own_steps(two_sources, tmp_path):
+  from zoo.train import loop  # pylint: disable=g-import-not-at-top
+  from zoo.train import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
+  config = _mixture_config(two_sources, 'tokens', 'train.steps=6', 'train.log_every=1',
+                           'train.eval_every=3', 'optim.warmup_steps=1')
+  loop.train(config, str(tmp_path))
+  rows = [r for r in metrics_lib.read(str(tmp_path)) if 'loss' in r]
+  per_step = config.train.batch_size * config.data.seq_len  # causal_lm rows: no padding
+  assert [r['step'] for r in rows] == [1, 2, 3, 4, 5, 6]
+  assert [r['tokens_short'] + r['tokens_long'] for r in rows] == [per_step] * 6

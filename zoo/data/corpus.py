@@ -97,9 +97,19 @@ def open_corpus(data_config, workdir):
                         f'{sources[0][0]}; prepare every source with the same --tokenizer')
   names = [os.path.basename(os.path.normpath(path)) or 'embedded' for path, _ in sources]
   names = [n if names.count(n) == 1 else f'{n}_{k}' for k, n in enumerate(names)]
+  weights = [w for _, w in sources]
+  if d.mixture_by == 'tokens':  # documents drawn in proportion to weight / mean length
+    weights = [w / _mean_train_tokens(one) for w, one in zip(weights, opened)]
   return Corpus(opened[0].tokenizer,
-                pipeline.Mixture(tuple(o.train for o in opened), tuple(w for _, w in sources)),
+                pipeline.Mixture(tuple(o.train for o in opened),
+                                 tuple(w / sum(weights) for w in weights)),
                 grain.MapDataset.concatenate([o.eval for o in opened]), tuple(names))
+
+
+def _mean_train_tokens(prepared):
+  """Tokens per train document of a prepared source (its manifest's count)."""
+  train = prepared.manifest['splits']['train']
+  return train['tokens'] / train['documents']
 
 
 def _open(path, d, workdir):

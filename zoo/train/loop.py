@@ -81,7 +81,8 @@ def _describe(config, workdir, place, streams, corpus, params, start_step, cache
 class _Log:
   """Reads each step's metrics (one step late), stops on NaN/Inf streaks, and every
   train.log_every steps writes a row: the step's metrics plus throughput and MFU, and for a
-  mixture the real tokens each source gave since the last row (tokens_NAME, all processes)."""
+  mixture the real tokens each source gave the steps since the last row, this one's included
+  (tokens_NAME, all processes)."""
 
   def __init__(self, config, writer, goodput, sources=()):
     self.t, self.writer, self.goodput, self.sources = config.train, writer, goodput, sources
@@ -91,16 +92,15 @@ class _Log:
     self.alarms = metrics_lib.Alarms(config)
     self.last_row, self.window_steps, self.window_start = None, 0, time.time()
 
-  def count(self, source_tokens):
-    self.source_tokens += source_tokens
-
   def pause(self, seconds):
     """Time spent outside training (eval) is not counted in tokens/s."""
     self.window_start += seconds
 
-  def __call__(self, step, metrics):
+  def __call__(self, step, metrics, source_tokens=None):
     t = self.t
     metrics = jax.device_get(metrics)
+    if source_tokens is not None:  # the real tokens of this step's batch, per source
+      self.source_tokens += source_tokens
     self.window_steps += 1
     if metrics['nonfinite_streak'] >= t.max_nonfinite_steps:
       raise TrainingError(
@@ -143,11 +143,12 @@ def _start(config, place, state, saved, data_iter):
   return 0, fresh
 
 
-def _next_batch(config, place, data_iter, log, corpus):
+def _next_batch(config, place, data_iter):
+  """-> (the next global batch, a mixture's real tokens per source in this process's part
+  of it, or None)."""
   local = next(data_iter)
-  if corpus.sources:
-    log.count(local.pop(pipeline.SOURCE_TOKENS))
-  return sharding.to_global(local, place.mesh, config.train.batch_size)
+  tokens = local.pop(pipeline.SOURCE_TOKENS, None)
+  return sharding.to_global(local, place.mesh, config.train.batch_size), tokens
 
 
 def train(config, workdir, task_eval=None):
@@ -189,7 +190,7 @@ def _train(config, workdir, task_eval, signals):
     writer = metrics_lib.Writer(workdir, enabled=jax.process_index() == 0)
   log = _Log(config, writer, goodput, corpus.sources)
   with goodput.charge('data'):
-    batch = _next_batch(config, place, data_iter, log, corpus)
+    batch, tokens = _next_batch(config, place, data_iter)
   header = _describe(config, workdir, place, streams, corpus, state['params'], start_step,
                      cache, init, run_config.describe(changed, previous, config, start_step))
   with goodput.charge('compile'):  # ahead of the first step, so the header can say how long
@@ -213,7 +214,7 @@ def _train(config, workdir, task_eval, signals):
     for step in range(start_step + 1, (start_step if stopped else t.steps) + 1):
       if batch is None:
         with goodput.charge('data'):
-          batch = _next_batch(config, place, data_iter, log, corpus)
+          batch, tokens = _next_batch(config, place, data_iter)
       profiler.start(step)
       with goodput.charge('step'):
         state, metrics = train_step(state, batch)
@@ -221,7 +222,7 @@ def _train(config, workdir, task_eval, signals):
         if pending:
           log(*pending)
       profiler.stop(step, metrics)
-      pending = (step, metrics)
+      pending = (step, metrics, tokens)
 
       if step % t.eval_every == 0 or step == t.steps:
         with goodput.charge('step'):
