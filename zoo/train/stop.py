@@ -54,7 +54,8 @@ class Signals:
       return
     signal.set_wakeup_fd(self._previous_fd)
     for s, handler in self._previous.items():
-      signal.signal(s, handler)
+      if handler is not None:  # None: a handler not set from Python, left as it is
+        signal.signal(s, handler)
     os.close(self._write_fd)  # the watcher reads end-of-file and ends
     self._write_fd = None
 
