@@ -189,15 +189,13 @@ def init_plan(path, abstract_params):
   key, names it holds, names it lacks (initialised), names the model lacks); a parameter
   of another shape is a ValueError naming it and both shapes."""
   directory, key = _params_source(path)
-  with _quiet():
-    tree = ocp.StandardCheckpointer().metadata(storage.native(directory)).item_metadata.tree
-  saved = _flat(tree[key] if key else tree)
-  wanted = _flat(abstract_params)
+  saved = _saved_shapes(directory, key)
+  wanted = param_shapes(abstract_params)
   for name in sorted(saved.keys() & wanted.keys()):
-    if tuple(saved[name].shape) != tuple(wanted[name].shape):
-      raise ValueError(f'train.init_params={path!r}: parameter {name} is '
-                       f'{tuple(saved[name].shape)} there but {tuple(wanted[name].shape)} in '
-                       'this model; make the model config match the checkpoint')
+    if saved[name] != wanted[name]:
+      raise ValueError(f'train.init_params={path!r}: parameter {name} is {saved[name]} '
+                       f'there but {wanted[name]} in this model; make the model config match '
+                       'the checkpoint')
   return (directory, key, sorted(saved.keys() & wanted.keys()),
           sorted(wanted.keys() - saved.keys()), sorted(saved.keys() - wanted.keys()))
 
@@ -205,13 +203,19 @@ def init_plan(path, abstract_params):
 def saved_param_shapes(directory):
   """{parameter name: shape} in a train-state checkpoint (checkpoints/STEP/state), from its
   metadata alone; raises if the checkpoint cannot be read."""
+  return _saved_shapes(directory, 'params')
+
+
+def _saved_shapes(directory, key):
+  """{name: shape} of the tree (or its `key` subtree) an orbax checkpoint's metadata holds."""
   with _quiet():
     tree = ocp.StandardCheckpointer().metadata(storage.native(directory)).item_metadata.tree
-  return {name: tuple(leaf.shape) for name, leaf in _flat(tree['params']).items()}
+  return param_shapes(tree[key] if key else tree)
 
 
-def param_shapes(abstract_params):
-  return {name: tuple(leaf.shape) for name, leaf in _flat(abstract_params).items()}
+def param_shapes(params):
+  """{'/'-joined name: shape} of a parameter tree (arrays, abstract arrays or metadata)."""
+  return {name: tuple(leaf.shape) for name, leaf in _flat(params).items()}
 
 
 def restore_params(path, abstract_params, fresh_params=None):
