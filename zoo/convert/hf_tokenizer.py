@@ -18,6 +18,7 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from zoo import storage
 from zoo.data import tokenizer as tokenizer_lib
+from zoo.errors import ConfigError
 
 _NORMAL, _UNKNOWN, _CONTROL, _USER = 1, 2, 3, 4  # SentencePiece piece types
 
@@ -96,12 +97,8 @@ def write(tokenizer_path, out, input_specials, max_length, sentinels=0):
     split = tokenizer_lib.splits_special_tokens(tokenizer_path)
   else:
     tok = from_sentencepiece(data)
-  extra = [k for k in range(sentinels) if k >= len(zoo_tokenizer.sentinels)]
-  ids = zoo_tokenizer.sentinel_ids(sentinels) if sentinels else ()
-  for k in sorted(extra, reverse=True):  # T5's extra ids count down from the top
-    tok.add_special_tokens([tokenizers.AddedToken(f'<extra_id_{k}>', special=True,
-                                                  normalized=False)])
-    assert tok.token_to_id(f'<extra_id_{k}>') == ids[k], (k, ids[k])
+  if sentinels and len(zoo_tokenizer.sentinels) < sentinels:  # not the tokenizer's pieces
+    _add_sentinels(tok, zoo_tokenizer.sentinel_ids(sentinels))
   roles = {'bos': zoo_tokenizer.bos_id, 'eos': zoo_tokenizer.eos_id}
   around = [(role, roles[role]) for role in input_specials if roles[role] is not None]
   names = {role: tok.id_to_token(i) for role, i in around}
@@ -124,6 +121,18 @@ def write(tokenizer_path, out, input_specials, max_length, sentinels=0):
   with open(os.path.join(out, 'tokenizer_config.json'), 'w', encoding='utf-8') as f:
     json.dump(config, f, indent=2)
   return {f'{role}_id': special[role] for role in ('bos_token', 'eos_token', 'pad_token')}
+
+
+def _add_sentinels(tok, ids):
+  """T5's <extra_id_k> as added special tokens with the zoo's ids, which count down from the
+  top of the vocabulary (<extra_id_0> the highest), so they are added from the last."""
+  for k in reversed(range(len(ids))):
+    name = f'<extra_id_{k}>'
+    tok.add_special_tokens([tokenizers.AddedToken(name, special=True, normalized=False)])
+    if tok.token_to_id(name) != ids[k]:
+      raise ConfigError(f'the tokenizer holds {name} as id {tok.token_to_id(name)}, where the '
+                       f'zoo gives it {ids[k]}; export with its own <extra_id_k> pieces all '
+                       'present, or none')
 
 
 def _unknown_id(zoo_tokenizer):
