@@ -20,6 +20,7 @@ from zoo.kernels import flash_bias
 from zoo.kernels import splash
 from zoo.models import dims
 from zoo.models import transformer
+from zoo.train import phases as phases_lib
 
 ACTIVATIONS = ('relu', 'gelu', 'gelu_tanh', 'swiglu', 'geglu')
 NORMS = ('layernorm', 'rmsnorm')
@@ -213,6 +214,12 @@ def _train():
   t = ml_collections.ConfigDict()
   t.steps = 1000
   t.batch_size = 16  # global, in sequences
+  # shapes the run trains at before train.batch_size x data.seq_len (zoo/train/phases.py):
+  # 'UNTIL:BATCH:SEQ_LEN,...', UNTIL a step or a token count ('4Btokens'); '' = none
+  t.phases = ''
+  # or a batch ramp, 'START:INCREMENT:UNTIL': from START sequences up by INCREMENT in equal
+  # slices of UNTIL (a step or tokens) to train.batch_size; '' = none
+  t.batch_ramp = ''
   t.log_every = 10
   t.eval_every = 100
   t.eval_batches = 8  # 0 = the whole eval split
@@ -429,7 +436,18 @@ def validate(config):
   _validate_mesh(config.mesh, config.sharding)
   _validate_context(config.mesh.context, config.model, config.data)
   _validate_stage(config.mesh, config.model, config.train.batch_size)
+  _validate_phases(config)
   return config
+
+
+def _validate_phases(config):
+  """Each phase checked as a run of its own shape (zoo/train/phases.py)."""
+  def check(phase_config):
+    if config.data.task.kind and phase_config.data.seq_len != config.data.seq_len:
+      raise ConfigError(f'a fine-tuning task trains at data.seq_len={config.data.seq_len} '
+                        'throughout; its phases may change the batch only')
+    validate(phase_config)
+  phases_lib.check_each(config, check)
 
 
 def _validate_model(m):

@@ -19,6 +19,8 @@ from zoo.errors import ConfigError
 _READ_OPTIONS = grain.ReadOptions(num_threads=1, prefetch_buffer_size=16)
 _PACKING_BINS = 16  # first-fit packing for span corruption: more bins, less padding
 SOURCE_TOKENS = 'source_tokens'  # a mixture's batches: real tokens per source (not model input)
+NEXT_DOCUMENT = 'next_document'  # track_documents: the stream position after the batch's last
+TAGS = ('source', 'document')  # per-token features that follow tokens into rows (make_rows)
 
 
 # ---------------------------------------------------------------------- objectives
@@ -126,12 +128,11 @@ def span_corruption_piece(piece, rng, *, data_config, eos_id, sentinels):
   """T5 span corruption (Raffel et al. 2020, sec. 3.1.4) of one raw piece of the
   concatenated documents (span_lengths' raw length; shorter only at the end of an eval
   pass): noise spans become sentinels in the inputs; targets are each sentinel followed by
-  its span, then EOS. Span i is `sentinels[i]` (tokenizer.sentinel_ids: <extra_id_i>). A
-  mixture's per-token `source` follows the tokens into the inputs (a sentinel takes its
-  span's source)."""
+  its span, then EOS. Span i is `sentinels[i]` (tokenizer.sentinel_ids: <extra_id_i>). The
+  per-token TAGS follow the tokens into the inputs (a sentinel takes its span's)."""
   real = piece['inputs_segment_ids'] > 0
   body = piece['inputs'][real]
-  source = piece['source'][real] if 'source' in piece else None
+  tags = {k: piece[k][real] for k in TAGS if k in piece}
   n = len(body)
   noise, spans = _span_lengths(n, data_config)
   noise_lengths = _partition(noise, spans, rng)
@@ -147,8 +148,8 @@ def span_corruption_piece(piece, rng, *, data_config, eos_id, sentinels):
   decoder_inputs = np.concatenate([[0], targets[:-1]]).astype(np.int32)  # 0 starts decoding
   example = {'encoder_inputs': inputs, 'decoder_inputs': decoder_inputs,
              'decoder_targets': targets}
-  if source is not None:
-    example['source'] = source[np.asarray(taken + [n - 1])].astype(np.int32)
+  for k, tag in tags.items():
+    example[k] = tag[np.asarray(taken + [n - 1])].astype(np.int32)
   return example
 
 
@@ -162,7 +163,7 @@ def _span_corruption_contract(packed):
       'decoder_segment_ids': packed['decoder_inputs_segment_ids'],
       'decoder_positions': packed['decoder_inputs_positions'],
       'decoder_loss_weights': (packed['decoder_targets_segment_ids'] > 0).astype(np.float32),
-      **({'source': packed['source']} if 'source' in packed else {}),
+      **{k: packed[k] for k in TAGS if k in packed},
   }
 
 
@@ -180,16 +181,17 @@ def _contract(packed):
       'segment_ids': segment_ids, 'positions': packed['inputs_positions'],
       'loss_weights': packed['loss_weights'] if 'loss_weights' in packed else
                       (segment_ids > 0).astype(np.float32),
-      **({'source': packed['source']} if 'source' in packed else {}),
+      **{k: packed[k] for k in TAGS if k in packed},
   }
 
 
-def _conform(batch, spec, num_sources=0):
+def conform(batch, spec, num_sources=0):
   """The batch checked against the spec (keys and dtypes: a mismatch is a bug in an
   objective, named here), short batches (the last of an eval pass) padded with
   all-padding rows (segment 0, weight 0). A mixture's batch also says how many real tokens
-  each source gave (SOURCE_TOKENS)."""
-  source = batch.pop('source', None)
+  each source gave (SOURCE_TOKENS); one with `document` tags, where the stream goes on
+  after it (NEXT_DOCUMENT: the position after its last document)."""
+  source, document = batch.pop('source', None), batch.pop('document', None)
   if set(batch) != set(spec) or any(batch[k].dtype != d for k, (_, d) in spec.items()):
     raise ValueError(f'the pipeline made {({k: str(v.dtype) for k, v in batch.items()})}, '
                      f'the batch spec says {({k: str(d) for k, (_, d) in spec.items()})}')
@@ -199,6 +201,8 @@ def _conform(batch, spec, num_sources=0):
          for key, (shape, dtype) in spec.items()}
   if num_sources:
     out[SOURCE_TOKENS] = np.bincount(source.ravel(), minlength=num_sources + 1)[1:]
+  if document is not None:
+    out[NEXT_DOCUMENT] = int(document.max())
   return out
 
 
@@ -220,95 +224,118 @@ def _stream(documents, train, seed, stream, num_streams):
   return documents[stream::num_streams]
 
 
-def _pieces(item, tokenizer, mixture):
-  """A document (or a mixture's (document, source)) -> its pieces without BOS and EOS, and
-  for a mixture the source of each."""
-  document, source = item if mixture else (item, None)
+def _pieces(item, tokenizer):
+  """A (document, tags) item -> its pieces without BOS and EOS, each tag on every piece."""
+  document, tags = item
   body = _body(document, tokenizer).astype(np.int32)
-  return {'inputs': body, **({'source': np.full(len(body), source, np.int32)}
-                             if mixture else {})}
+  return {'inputs': body, **{k: np.full(len(body), v, np.int32) for k, v in tags.items()}}
 
 
 def _tagged(example, key):
-  """example(document, ...) -> example((document, source), ...) with a `source` feature:
-  the source (1, 2, ...) on each real token of example[key]."""
+  """example(document, ...) -> example((document, tags), ...): each tag (a mixture's
+  `source` 1, 2, ...; the `document`'s position in the stream + 1) a feature holding it on
+  each real token of example[key]."""
   def tagged(item, *args):
-    document, source = item
+    document, tags = item
     out = example(document, *args)
     real = out['segment_ids'] > 0 if 'segment_ids' in out else np.ones(len(out[key]), bool)
-    return {**out, 'source': (real * source).astype(np.int32)}
+    return {**out, **{k: (real * v).astype(np.int32) for k, v in tags.items()}}
   return tagged
 
 
-def make_dataset(tokens, data_config, spec, *, train, seed=0, stream=0, num_streams=1,
-                 tokenizer=None):
-  """One input stream's batches, each as `spec` ({key: (shape, dtype)}, the family's batch
-  spec for the stream's rows) says, as a grain IterDataset.
+def _seed(seed, stream, start):
+  """The random objectives' seed of stream `stream` from document `start` on."""
+  if not start:
+    return seed + stream
+  return int(np.random.SeedSequence([seed, stream, start]).generate_state(1)[0] >> 1)
+
+
+def make_rows(tokens, data_config, *, train, seed=0, stream=0, num_streams=1, tokenizer=None,
+              start=0, track_documents=False):
+  """One input stream's rows (model rows, not yet batched) as a grain IterDataset.
 
   `tokens`: the documents (a grain MapDataset or a list of int32 arrays), or for training a
   Mixture of sources: each its own stream (seed + k for source k), interleaved in
-  proportion to the weights (grain's MapDataset.mix), and every batch says how many real
-  tokens each source gave (SOURCE_TOKENS). Streams as _stream says (zoo/data/streams.py
-  puts them side by side into global batches); random objectives draw from seed + s.
-  causal_lm rows are packed (concat-then-split); span_corruption cuts the concatenated
-  documents into raw pieces (span_lengths), corrupts each, and packs the examples whole
-  (first-fit); mlm rows hold one sentence pair each. mlm and span_corruption need the
-  tokenizer.
+  proportion to the weights (grain's MapDataset.mix), each token tagged with its `source`.
+  Streams as _stream says (zoo/data/streams.py puts them side by side into global
+  batches); random objectives draw from seed + s. causal_lm rows are packed
+  (concat-then-split); span_corruption cuts the concatenated documents into raw pieces
+  (span_lengths), corrupts each, and packs the examples whole (first-fit); mlm rows hold
+  one sentence pair each. mlm and span_corruption need the tokenizer.
+  start: the stream's first document (a phase that changes the length starts at the
+  document after the previous phase's last); track_documents: each token also tagged with
+  its `document`'s position in the stream + 1, which tells the next phase where to start.
   """
-  d, rows = data_config, next(iter(spec.values()))[0][0]
+  d = data_config
   mixture = isinstance(tokens, Mixture)
   if mixture:
     ds = grain.MapDataset.mix([
-        _stream(docs, train, seed + k, stream, num_streams).map(lambda t, k=k: (t, k + 1))
+        _stream(docs, train, seed + k, stream, num_streams).map(
+            lambda t, k=k: (t, {'source': k + 1}))
         for k, docs in enumerate(tokens.datasets)], tokens.weights)
     documents = grain.MapDataset.concatenate(list(tokens.datasets))
   else:
     documents = tokens if isinstance(tokens, grain.MapDataset) else grain.MapDataset.source(tokens)
-    ds = _stream(documents, train, seed, stream, num_streams)
-  tag = _tagged if mixture else (lambda example, _: example)
-  seed += stream
+    ds = _stream(documents, train, seed, stream, num_streams).map(lambda t: (t, {}))
+  if track_documents:
+    ds = ds.map_with_index(lambda i, item: (item[0], {**item[1], 'document': i + 1}))
+  if start:
+    ds = ds[start:]
+  tags = (('source',) if mixture else ()) + (('document',) if track_documents else ())
+  seed = _seed(seed, stream, start)
   if d.objective == 'mlm':
-    example = tag(functools.partial(mlm_example, documents=documents, seq_len=d.seq_len,
-                                    tokenizer=tokenizer, mask_rate=d.mask_rate,
-                                    pieces=tokenizer.piece_ids()), 'inputs')
-    ds = ds.random_map(example, seed=seed).to_iter_dataset(_READ_OPTIONS)
-  elif d.objective == 'span_corruption':
+    example = _tagged(functools.partial(mlm_example, documents=documents, seq_len=d.seq_len,
+                                        tokenizer=tokenizer, mask_rate=d.mask_rate,
+                                        pieces=tokenizer.piece_ids()), 'inputs')
+    return ds.random_map(example, seed=seed).to_iter_dataset(_READ_OPTIONS)
+  if d.objective == 'span_corruption':
     # T5's reduce_concat_tokens and split_tokens: the documents' pieces joined into one
     # stream (no separator, as T5) and cut into raw pieces, so every token is read once an
     # epoch and a full piece's inputs fill data.seq_len
     check_span_lengths(d)
     raw = span_lengths(d)[0]
-    body = lambda item: _pieces(item, tokenizer, mixture)
-    ds = ds.map(body).to_iter_dataset(_READ_OPTIONS)
+    ds = ds.map(functools.partial(_pieces, tokenizer=tokenizer)).to_iter_dataset(_READ_OPTIONS)
     ds = grain.experimental.ConcatThenSplitIterDataset(
-        ds, length_struct={'inputs': raw, **({'source': raw} if mixture else {})})
+        ds, length_struct={'inputs': raw, **{k: raw for k in tags}})
     ds = ds.random_map(functools.partial(
         span_corruption_piece, data_config=d, eos_id=tokenizer.eos_id,
         sentinels=tokenizer.sentinel_ids(d.num_sentinels)), seed=seed)
     lengths = {'encoder_inputs': d.seq_len, 'decoder_inputs': d.target_seq_len,
-               'decoder_targets': d.target_seq_len, **({'source': d.seq_len} if mixture else {})}
-    ds = grain.experimental.FirstFitPackIterDataset(
+               'decoder_targets': d.target_seq_len, **{k: d.seq_len for k in tags}}
+    return grain.experimental.FirstFitPackIterDataset(
         ds, length_struct=lengths, num_packing_bins=_PACKING_BINS, shuffle_bins=False
     ).map(_span_corruption_contract)
-  else:
-    ds = ds.map(tag(OBJECTIVES[d.objective], 'inputs')).to_iter_dataset(_READ_OPTIONS)
-    lengths = {'inputs': d.seq_len, 'targets': d.seq_len,
-               **({'source': d.seq_len} if mixture else {})}
-    ds = grain.experimental.ConcatThenSplitIterDataset(ds, length_struct=lengths).map(_contract)
-  ds = ds.batch(rows, drop_remainder=train)
-  return ds.map(functools.partial(_conform, spec=spec,
-                                  num_sources=len(tokens.datasets) if mixture else 0))
+  ds = ds.map(_tagged(OBJECTIVES[d.objective], 'inputs')).to_iter_dataset(_READ_OPTIONS)
+  lengths = {'inputs': d.seq_len, 'targets': d.seq_len, **{k: d.seq_len for k in tags}}
+  return grain.experimental.ConcatThenSplitIterDataset(ds, length_struct=lengths).map(_contract)
 
 
-def make_task_dataset(examples, spec, example_fn, *, train, packed, seed=0, stream=0,
-                      num_streams=1):
-  """A fine-tuning task's batches for one input stream (zoo/data/task.py), as
-  make_dataset's: `examples` (a grain MapDataset of tokenized examples) streamed as
-  _stream says, each made a model row by `example_fn` (the family's task_example).
-  packed: the rows are generated text (a completion, T5's targets), packed whole
-  (first-fit: an example never spans two rows, and attends only to itself); else each row
-  holds one example, padded (segment 0), with its label."""
-  rows = next(iter(spec.values()))[0][0]
+def make_dataset(tokens, data_config, spec, *, train, seed=0, stream=0, num_streams=1,
+                 tokenizer=None):
+  """One input stream's batches, each as `spec` ({key: (shape, dtype)}, the family's batch
+  spec for the stream's rows) says, as a grain IterDataset: make_rows' rows batched; a
+  mixture's batches say how many real tokens each source gave (SOURCE_TOKENS)."""
+  rows = make_rows(tokens, data_config, train=train, seed=seed, stream=stream,
+                   num_streams=num_streams, tokenizer=tokenizer)
+  return batched(rows, spec, train=train,
+                 num_sources=len(tokens.datasets) if isinstance(tokens, Mixture) else 0)
+
+
+def batched(rows, spec, *, train, num_sources=0):
+  """Rows -> batches of spec's row count (train: whole batches only), conformed."""
+  count = next(iter(spec.values()))[0][0]
+  return rows.batch(count, drop_remainder=train).map(
+      functools.partial(conform, spec=spec, num_sources=num_sources))
+
+
+def make_task_rows(examples, spec, example_fn, *, train, packed, seed=0, stream=0,
+                   num_streams=1):
+  """A fine-tuning task's rows for one input stream (zoo/data/task.py), as make_rows':
+  `examples` (a grain MapDataset of tokenized examples) streamed as _stream says, each made
+  a model row by `example_fn` (the family's task_example). packed: the rows are generated
+  text (a completion, T5's targets), packed whole (first-fit: an example never spans two
+  rows, and attends only to itself); else each row holds one example, padded (segment 0),
+  with its label. spec: the family's batch spec (its row lengths)."""
   ds = _stream(examples, train, seed, stream, num_streams).map(example_fn)
   ds = ds.to_iter_dataset(_READ_OPTIONS)
   if packed:
@@ -317,8 +344,15 @@ def make_task_dataset(examples, spec, example_fn, *, train, packed, seed=0, stre
         ds, length_struct={k: spec[k][0][1] for k in features},
         num_packing_bins=_PACKING_BINS, shuffle_bins=False)
     ds = ds.map(_span_corruption_contract if 'encoder_inputs' in spec else _contract)
-  ds = ds.batch(rows, drop_remainder=train)
-  return ds.map(functools.partial(_conform, spec=spec))
+  return ds
+
+
+def make_task_dataset(examples, spec, example_fn, *, train, packed, seed=0, stream=0,
+                      num_streams=1):
+  """make_task_rows' rows in batches as `spec` says."""
+  return batched(make_task_rows(examples, spec, example_fn, train=train, packed=packed,
+                                seed=seed, stream=stream, num_streams=num_streams),
+                 spec, train=train)
 
 
 def packing_efficiency(batch):

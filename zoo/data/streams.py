@@ -10,6 +10,7 @@ import numpy as np
 
 from zoo.data import pipeline
 from zoo.errors import ConfigError
+from zoo.train import phases as phases_lib
 
 
 def local_streams(row_blocks, batch_size, num_streams):
@@ -39,34 +40,79 @@ def _concat(parts):
           else np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
-class TrainBatches:
-  """Endless local batches: this process's streams, concatenated row-wise.
+def _from_json(state):
+  """A grain iterator state as JSON gave it back, with the tuples grain compares against
+  (grain 0.2.18's concat-then-split takes a list [-1, -1] for a remainder:
+  docs/contracts.md, Known problems)."""
+  if isinstance(state, dict):
+    return {k: {n: tuple(v) for n, v in s.items()} if k == 'remainder_slices' else
+            _from_json(s) for k, s in state.items()}
+  return state
 
+
+def _stack(rows):
+  return {k: np.stack([r[k] for r in rows]) for k in rows[0]}
+
+
+class TrainBatches:
+  """Endless local batches: this process's streams, concatenated row-wise, in the run's
+  phases (zoo/train/phases.py). batch(step) holds step's phase's rows: its batch /
+  num_streams from each stream. A batch change takes the streams' next rows; a length
+  change starts each stream anew at the document after the last one its rows held (a
+  document split by the boundary gives up its tail), so no row is lost or repeated.
+
+  rows(stream, phase, start) opens a stream's rows (pipeline.make_rows) for a phase from
+  document `start`; specs[phase]: the batch spec of one stream's rows in that phase.
   Its state is one entry per stream, so a checkpoint written by any number of processes
   restores onto any other, as long as num_streams is the same.
   """
 
-  def __init__(self, datasets, num_streams):
-    self.num_streams = num_streams
-    self._iters = {s: iter(ds) for s, ds in datasets.items()}
+  def __init__(self, rows, specs, phases, streams, num_streams, num_sources=0):
+    self.rows, self.specs, self.phases = rows, specs, phases
+    self.num_streams, self.num_sources = num_streams, num_sources
+    self.phase = 0
+    self._at = {s: {'start': 0, 'next_document': 0} for s in streams}
+    self._iters = {s: iter(rows(s, 0, 0)) for s in streams}
 
-  def __iter__(self):
-    return self
-
-  def __next__(self):
-    return _concat([next(it) for it in self._iters.values()])
+  def batch(self, step):
+    """The local batch of step `step` (steps count from 1, in order)."""
+    phase = phases_lib.at(self.phases, step)
+    if self.phases[phase].seq_len != self.phases[self.phase].seq_len:
+      for s, at in self._at.items():
+        at['start'] = at['next_document']
+        self._iters[s] = iter(self.rows(s, phase, at['start']))
+    self.phase = phase
+    count = self.phases[phase].batch_size // self.num_streams
+    parts = []
+    for s, it in self._iters.items():
+      part = pipeline.conform(_stack([next(it) for _ in range(count)]), self.specs[phase],
+                              self.num_sources)
+      if pipeline.NEXT_DOCUMENT in part:
+        self._at[s]['next_document'] = part.pop(pipeline.NEXT_DOCUMENT)
+      parts.append(part)
+    return _concat(parts)
 
   def get_state(self):
-    return {_key(s, self.num_streams): it.get_state() for s, it in self._iters.items()}
+    return {_key(s, self.num_streams): {'phase': self.phase, **self._at[s],
+                                        'rows': it.get_state()}
+            for s, it in self._iters.items()}
 
   def set_state(self, state):
     """Moves each stream to its saved position; returns the streams the state lacked."""
     missing = []
-    for s, it in self._iters.items():
-      if _key(s, self.num_streams) in state:
-        it.set_state(state[_key(s, self.num_streams)])
-      else:
+    for s in self._iters:
+      saved = state.get(_key(s, self.num_streams))
+      if saved is None:
         missing.append(s)
+        continue
+      if 'rows' not in saved:  # written before phases: the rows' state alone
+        saved = {'phase': 0, 'start': 0, 'next_document': 0, 'rows': saved}
+      self.phase = saved['phase']
+      self._at[s] = {'start': saved['start'], 'next_document': saved['next_document']}
+      self._iters[s] = iter(self.rows(s, self.phase, saved['start']))
+      self._iters[s].set_state(_from_json(saved['rows']))
+    for s in missing:  # from their first document, at the phase's length
+      self._iters[s] = iter(self.rows(s, self.phase, 0))
     return missing
 
 

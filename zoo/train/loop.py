@@ -15,10 +15,10 @@ from zoo import counting
 from zoo.train import runtime
 from zoo import sharding
 from zoo.data import pipeline
-from zoo.data import streams as streams_lib
 from zoo.train import evaluate as evaluate_lib
 from zoo.train import goodput as goodput_lib
 from zoo.train import metrics as metrics_lib
+from zoo.train import phases as phases_lib
 from zoo.train import profile as profile_lib
 from zoo.train import run_config
 from zoo.train import state as state_lib
@@ -30,10 +30,10 @@ class TrainingError(RuntimeError):
 
 
 def _describe(config, workdir, place, streams, corpus, params, start_step, cache, init,
-              notes):
+              notes, phases):
   """The run header (written to metrics.jsonl whole, with the compile's seconds added) and a
-  few lines for people: model, mesh, batch, attention kernel, workdir, fresh or resumed,
-  then `notes` (what changed since the last start)."""
+  few lines for people: model, mesh, batch (and phases), attention kernel, workdir, fresh or
+  resumed, then `notes` (what changed since the last start)."""
   header = {
       'event': 'start', 'step': start_step, 'workdir': workdir,
       'processes': jax.process_count(),
@@ -51,6 +51,8 @@ def _describe(config, workdir, place, streams, corpus, params, start_step, cache
   elif config.data.objective == 'span_corruption':
     header['span_lengths'] = dict(zip(('raw', 'inputs', 'targets'),
                                       pipeline.span_lengths(config.data)))
+  if len(phases) > 1:
+    header['phases'] = [[p.last, p.batch_size, p.seq_len] for p in phases]
   if init:
     header.update(init_params=config.train.init_params, init_params_held=len(init.held),
                   new_params=','.join(init.new) or 'none',
@@ -60,7 +62,8 @@ def _describe(config, workdir, place, streams, corpus, params, start_step, cache
   processes = f', {h["processes"]} processes' if h['processes'] > 1 else ''
   lines = [
       f'model   {m.family}, {h["params"]:,} parameters; {config.optim.name}, '
-      f'{config.train.steps} steps of {h["batch_global"]} x {h["seq_len"]} tokens',
+      f'{config.train.steps} steps of {h["batch_global"]} x {h["seq_len"]} tokens' +
+      (f' (first {phases_lib.describe(phases[:-1])})' if len(phases) > 1 else ''),
       f'mesh    {mesh + " on " if mesh else ""}{h["devices"]} {h["device_kind"]} device'
       f'{"s" if h["devices"] > 1 else ""}{processes}; {h["batch_per_device"]} sequences '
       'per device',
@@ -84,11 +87,11 @@ class _Log:
   mixture the real tokens each source gave the steps since the last row, this one's included
   (tokens_NAME, all processes)."""
 
-  def __init__(self, config, writer, goodput, sources=()):
+  def __init__(self, config, writer, goodput, phases, sources=()):
     self.t, self.writer, self.goodput, self.sources = config.train, writer, goodput, sources
     self.source_tokens = np.zeros(len(sources), np.int64)
     self.flops_per_token = counting.flops_per_token(config)
-    self.tokens_per_step = config.train.batch_size * config.data.seq_len
+    self.phases, self.window_tokens = phases, 0
     self.alarms = metrics_lib.Alarms(config)
     self.last_row, self.window_steps, self.window_start = None, 0, time.time()
 
@@ -102,6 +105,7 @@ class _Log:
     if source_tokens is not None:  # the real tokens of this step's batch, per source
       self.source_tokens += source_tokens
     self.window_steps += 1
+    self.window_tokens += self.phases[phases_lib.at(self.phases, step)].tokens_per_step
     if metrics['nonfinite_streak'] >= t.max_nonfinite_steps:
       raise TrainingError(
           f'{int(metrics["nonfinite_streak"])} updates in a row had a NaN/Inf loss or gradient '
@@ -110,7 +114,7 @@ class _Log:
     if step % t.log_every and step not in (1, t.steps):  # step 1 shows the initial loss
       return
     elapsed = time.time() - self.window_start
-    tokens_per_sec = self.window_steps * self.tokens_per_step / elapsed
+    tokens_per_sec = self.window_tokens / elapsed
     row = {'step': step, 'tokens_per_sec': tokens_per_sec,
            'mfu': metrics_lib.mfu(tokens_per_sec * self.flops_per_token, jax.devices())}
     row.update({k: np.round(v, 4).tolist() if np.ndim(v) else v for k, v in metrics.items()})
@@ -123,11 +127,13 @@ class _Log:
     row.update(self.goodput.window_row())
     self.alarms.check(step, metrics)
     self.writer.write(row)
-    eta = (t.steps - step) * elapsed / self.window_steps
+    eta = (phases_lib.total_tokens(self.phases) -
+           phases_lib.tokens_before(self.phases, step)) / tokens_per_sec
     print(f'step {step}/{t.steps} loss {row["loss"]:.4f} lr {row["learning_rate"]:.2e} '
           f'grad_norm {row["grad_norm"]:.3f} tokens/s {tokens_per_sec:,.0f} '
           f'eta {eta:,.0f}s', flush=True)
-    self.last_row, self.window_start, self.window_steps = row, time.time(), 0
+    self.last_row, self.window_start = row, time.time()
+    self.window_steps = self.window_tokens = 0
 
 
 def _start(config, place, state, saved, data_iter):
@@ -143,12 +149,37 @@ def _start(config, place, state, saved, data_iter):
   return 0, fresh
 
 
-def _next_batch(config, place, data_iter):
-  """-> (the next global batch, a mixture's real tokens per source in this process's part
-  of it, or None)."""
-  local = next(data_iter)
+def _next_batch(phases, place, data_iter, step):
+  """-> (step's global batch, a mixture's real tokens per source in this process's part of
+  it, or None)."""
+  local = data_iter.batch(step)
   tokens = local.pop(pipeline.SOURCE_TOKENS, None)
-  return sharding.to_global(local, place.mesh, config.train.batch_size), tokens
+  batch_size = phases[phases_lib.at(phases, step)].batch_size
+  return sharding.to_global(local, place.mesh, batch_size), tokens
+
+
+class _Steps:
+  """The train step compiled once per batch shape (one per phase's shape), each ahead of its
+  first use, its seconds charged to compile and kept out of the throughput."""
+
+  def __init__(self, jitted, goodput, log, cache):
+    self.jitted, self.goodput, self.log, self.cache = jitted, goodput, log, cache
+    self.compiled, self.seconds = {}, 0.0
+
+  def __call__(self, state, batch):
+    shape = tuple(sorted((k, v.shape) for k, v in batch.items()))
+    if shape not in self.compiled:
+      with self.goodput.charge('compile'):
+        rows, length = next(iter(batch.values())).shape[:2]
+        print(f'compiling the train step for {rows} x {length} (compile cache: '
+              f'{self.cache or "off"})', flush=True)
+        start = time.perf_counter()
+        self.compiled[shape] = self.jitted.compile(state, batch)
+        seconds = time.perf_counter() - start
+        print(f'compiled in {seconds:.1f} s', flush=True)
+      self.log.pause(seconds)
+      self.seconds += seconds
+    return self.compiled[shape]
 
 
 def train(config, workdir, task_eval=None):
@@ -175,8 +206,8 @@ def _train(config, workdir, task_eval, signals):
     run_config.check_shapes(changed, workdir, parts.abstract['params'])  # before a restore
     init = runtime.init_plan(config, parts)
     saved = runtime.checkpointer(config, workdir)
-    data_iter = streams_lib.TrainBatches(runtime.datasets(
-        config, streams, corpus.train, corpus.tokenizer, train=True), streams.num_streams)
+    phases = phases_lib.resolve(config)
+    data_iter = runtime.train_batches(config, streams, corpus)
 
     # --- state: resume from the newest readable checkpoint, else initialise sharded
     start_step, state = _start(config, place, parts, saved, data_iter)
@@ -188,23 +219,18 @@ def _train(config, workdir, task_eval, signals):
   with goodput.charge('setup'):
     evaluate = evaluate_lib.evaluator(config, place, streams, corpus, parts, task_eval)
     writer = metrics_lib.Writer(workdir, enabled=jax.process_index() == 0)
-  log = _Log(config, writer, goodput, corpus.sources)
+  log = _Log(config, writer, goodput, phases, corpus.sources)
   with goodput.charge('data'):
-    batch, tokens = _next_batch(config, place, data_iter)
+    batch, tokens = _next_batch(phases, place, data_iter, start_step + 1)
   header = _describe(config, workdir, place, streams, corpus, state['params'], start_step,
-                     cache, init, run_config.describe(changed, previous, config, start_step))
-  with goodput.charge('compile'):  # ahead of the first step, so the header can say how long
-    print(f'compiling the train step (compile cache: {cache or "off"})', flush=True)
-    compile_start = time.perf_counter()
-    train_step = place.jit(
-        parts.train_step(config),
-        (parts.shardings, sharding.batch_sharding(place.mesh)),
-        (parts.shardings, sharding.replicated(place.mesh)), donate_argnums=(0,)
-    ).compile(state, batch)
-    compile_seconds = time.perf_counter() - compile_start
-    print(f'compiled in {compile_seconds:.1f} s', flush=True)
-  log.pause(compile_seconds)
-  writer.write({**header, 'compile_seconds': round(compile_seconds, 2)})
+                     cache, init, run_config.describe(changed, previous, config, start_step),
+                     phases)
+  train_steps = _Steps(place.jit(
+      parts.train_step(config), (parts.shardings, sharding.batch_sharding(place.mesh)),
+      (parts.shardings, sharding.replicated(place.mesh)), donate_argnums=(0,)),
+      goodput, log, cache)
+  train_steps(state, batch)  # ahead of the first step, so the header can say how long
+  writer.write({**header, 'compile_seconds': round(train_steps.seconds, 2)})
   profiler = profile_lib.Profiler(t.profile_steps, workdir, start_step)
 
   # --- loop: dispatch step n, then read step n-1's metrics while n runs
@@ -214,7 +240,8 @@ def _train(config, workdir, task_eval, signals):
     for step in range(start_step + 1, (start_step if stopped else t.steps) + 1):
       if batch is None:
         with goodput.charge('data'):
-          batch, tokens = _next_batch(config, place, data_iter)
+          batch, tokens = _next_batch(phases, place, data_iter, step)
+      train_step = train_steps(state, batch)  # a new phase's shape compiles here
       profiler.start(step)
       with goodput.charge('step'):
         state, metrics = train_step(state, batch)

@@ -9,7 +9,8 @@ what it uses. Training builds them all; --mode=eval skips nothing but the train 
   corpus(config, workdir)      the prepared corpus: tokenizer, train and eval documents
                                (or data.task's examples: zoo/data/task.py)
   tokenizer(config, workdir)   the run's existing tokenizer, for generation
-  datasets(...)                {stream: grain dataset} of this process's streams
+  datasets(...)                {stream: grain dataset} of this process's eval streams
+  train_batches(...)           this process's train batches, phase by phase
   model_state(config, mesh)    model, optimizer and the abstract sharded train state
   check_workdir(config, workdir)  never a workdir inside train.init_params
   init_plan(config, state)     what train.init_params gives the model
@@ -41,6 +42,7 @@ from zoo.errors import ConfigError
 from zoo.models import dims
 from zoo.train import checkpoint
 from zoo.train import optim
+from zoo.train import phases
 from zoo.train import state as state_lib
 from zoo.train import step as step_lib
 
@@ -150,8 +152,12 @@ def pallas_attention(config, context, on=None):
 def placement(config):
   """The mesh (fails on a device-count or divisibility mismatch before any compile)."""
   mesh = sharding.make_mesh(config.mesh)
-  sharding.check_batch(config.train.batch_size, mesh, _num_streams(config))
-  sharding.check_divisible(config, dict(mesh.shape), families.get(config.model))
+
+  def check(shape_config):
+    sharding.check_batch(shape_config.train.batch_size, mesh, _num_streams(config))
+    sharding.check_divisible(shape_config, dict(mesh.shape), families.get(config.model))
+  check(config)
+  phases.check_each(config, check)
   return Placement(mesh, sharding.rules(config),
                    attention_kernel(config, mesh.shape.get('context', 1)))
 
@@ -219,20 +225,47 @@ def tokenizer(config, workdir):
                                                                            workdir)))
 
 
-def datasets(config, streams, tokens, tokenizer, train):
-  """{stream: grain dataset} of this process's streams, batches as the family's spec says."""
+def _rows(config, stream, streams, tokens, tokenizer, train, start=0, track_documents=False):
+  """One stream's rows (pipeline.make_rows or, for a task, make_task_rows)."""
   family = families.get(config.model)
-  spec = family.batch_spec(config.data, streams.rows)
   kind = config.data.task.kind
   if kind:
     example = lambda e: family.task_example(kind, e, tokenizer, config.data)
-    return {s: pipeline.make_task_dataset(
-        tokens, spec, example, train=train, packed=kind in task_lib.GENERATED,
-        seed=config.train.seed, stream=s, num_streams=streams.num_streams)
-            for s in streams.local}
-  return {s: pipeline.make_dataset(
-      tokens, config.data, spec, train=train, seed=config.train.seed, stream=s,
-      num_streams=streams.num_streams, tokenizer=tokenizer) for s in streams.local}
+    return pipeline.make_task_rows(
+        tokens, family.batch_spec(config.data, 1), example, train=train,
+        packed=kind in task_lib.GENERATED, seed=config.train.seed, stream=stream,
+        num_streams=streams.num_streams)
+  return pipeline.make_rows(
+      tokens, config.data, train=train, seed=config.train.seed, stream=stream,
+      num_streams=streams.num_streams, tokenizer=tokenizer, start=start,
+      track_documents=track_documents)
+
+
+def _num_sources(tokens):
+  return len(tokens.datasets) if isinstance(tokens, pipeline.Mixture) else 0
+
+
+def datasets(config, streams, tokens, tokenizer, train):
+  """{stream: grain dataset} of this process's streams, batches as the family's spec says
+  (eval reads these; training reads train_batches)."""
+  spec = families.get(config.model).batch_spec(config.data, streams.rows)
+  return {s: pipeline.batched(_rows(config, s, streams, tokens, tokenizer, train), spec,
+                              train=train, num_sources=_num_sources(tokens))
+          for s in streams.local}
+
+
+def train_batches(config, streams, corpus):
+  """This process's train batches, phase by phase (zoo/data/streams.py: TrainBatches)."""
+  resolved = phases.resolve(config)
+  shaped = [phases.config_for(config, p) for p in resolved[:-1]] + [config]
+  track = len({p.seq_len for p in resolved}) > 1  # where each stream starts a new length
+  family = families.get(config.model)
+  rows = lambda stream, phase, start: _rows(shaped[phase], stream, streams, corpus.train,
+                                            corpus.tokenizer, True, start, track)
+  specs = [family.batch_spec(c.data, c.train.batch_size // streams.num_streams)
+           for c in shaped]
+  return streams_lib.TrainBatches(rows, specs, resolved, streams.local, streams.num_streams,
+                                  _num_sources(corpus.train))
 
 
 # -------------------------------------------------------------------------- state
