@@ -154,6 +154,44 @@ def test_resume_after_sigkill_repeats_the_uninterrupted_losses(reference, tmp_pa
   assert {s: resumed[s] for s in resumed} == {s: want[s] for s in resumed}
 
 
+PHASED = ('train.steps=20', 'train.phases=8:4:32,16:8:32', 'train.checkpoint_every=1',
+          'train.log_every=1', 'train.eval_every=1000')  # batch, then length changes
+
+
+def _kill_after(workdir, step, *args):
+  """Starts a run and SIGKILLs it once it logs `step` -> the newest checkpoint then."""
+  process = subprocess.Popen(_command(workdir, *args), env=_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+  for line in process.stdout:
+    if line.startswith(f'step {step}/'):
+      break
+  process.send_signal(signal.SIGKILL)
+  process.communicate()
+  return _saved_steps(workdir)[-1]
+
+
+def test_a_run_killed_in_each_phase_resumes_to_the_uninterrupted_losses(tmp_path):
+  reference = launch(tmp_path / 'reference', *PHASED)
+  assert reference.returncode == 0, reference.stderr[-3000:]
+  assert 'first 4 x 32 to step 8, 8 x 32 to step 16' in reference.stdout
+  assert [line for line in reference.stdout.splitlines() if line.startswith('compiling')] == [
+      f'compiling the train step for {shape} (compile cache: {os.environ["JAX_COMPILATION_CACHE_DIR"]})'
+      for shape in ('4 x 32', '8 x 32', '8 x 64')]
+  run = tmp_path / 'run'
+  killed = [_kill_after(run, 2, *PHASED)]  # in the first phase, then in the second
+  killed.append(_kill_after(run, 10, *PHASED))
+  assert killed[0] < 8 and 8 <= killed[1] < 16, killed
+  result = launch(run, *PHASED)
+  assert result.returncode == 0, result.stderr[-3000:]
+  starts = [r['step'] for r in metrics_lib.read(run) if r.get('event') == 'start']
+  assert starts[1:] == killed
+  want, got = _losses(metrics_lib.read(tmp_path / 'reference')), {}
+  for row in metrics_lib.read(run):  # each step's loss as its last start logged it
+    if 'loss' in row:
+      got[row['step']] = row['loss']
+  assert got == want
+
+
 def test_a_second_start_loads_the_train_step_from_the_compile_cache(tmp_path):
   cache, args = tmp_path / 'cache', ('train.steps=4', 'train.checkpoint_every=2',
                                      'train.eval_every=1000')

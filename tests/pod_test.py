@@ -63,14 +63,18 @@ def test_a_two_process_pod_trains_like_one_process_and_resumes(tmp_path):
   assert [resumed[6], resumed[7]] == pytest.approx([expected[6], expected[7]], rel=2e-5)
 
 
-def _signal_process_1(workdir, signal_name, timeout):
-  """A pod training until told; once both processes train, `signal_name` goes to process 1
-  alone -> (the pod's exit code, its whole output, seconds from the signal to the end)."""
-  pod = _pod(workdir, 'train.steps=100000', wait=False)
-  output = []
+def _signal_process_1(workdir, signal_name, timeout, overrides=('train.steps=100000',),
+                      after_step=1):
+  """A pod training until told; once both processes log `after_step`, `signal_name` goes to
+  process 1 alone -> (the pod's exit code, its whole output, seconds from the signal to the
+  end)."""
+  pod = _pod(workdir, *overrides, wait=False)
+  output, logged = [], set()
   for line in pod.stdout:  # wait until both processes train
     output.append(line)
-    if line.startswith('[1] step 1/'):
+    if line[4:].startswith(f'step {after_step}/'):
+      logged.add(line[:3])
+    if len(logged) == 2:
       break
   subprocess.run(['pkill', f'-{signal_name}', '-f', f'workdir={workdir} .*process_id=1'],
                  check=True)
@@ -97,6 +101,29 @@ def test_ctrl_c_on_one_process_stops_the_whole_pod_after_one_save(tmp_path):
   assert sorted(os.listdir(tmp_path / 'checkpoints' / str(step) / 'data')) == [
       'commit_success.txt', 'process_0-of-2.json', 'process_1-of-2.json']
   assert 'Traceback' not in text
+
+
+PHASED = ('train.steps=14', 'train.batch_size=16', 'train.phases=5:8:32,10:16:32',
+          'train.checkpoint_every=1', 'train.log_every=1')  # batch, then length changes
+
+
+def test_a_pod_killed_in_each_phase_resumes_to_the_one_process_losses(tmp_path):
+  reference = tmp_path / 'one_process'
+  loop.train(config_lib.load(SMOKE, [*OVERRIDES, *PHASED]), str(reference))
+  expected = _losses(reference)
+  pod, killed = tmp_path / 'pod', []
+  for step in (3, 7):  # in the first phase, then in the second
+    code, text, _ = _signal_process_1(pod, 'KILL', 120, PHASED, after_step=step)
+    assert code == 137, text[-3000:]
+    killed.append(max(int(n) for n in os.listdir(pod / 'checkpoints') if n.isdigit()))
+  assert killed[0] < 5 and 5 <= killed[1] < 10, killed
+  result = _pod(pod, *PHASED)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  assert [r['step'] for r in metrics_lib.read(str(pod)) if r.get('event') == 'start'][1:] == \
+      killed
+  losses = _losses(pod)
+  assert sorted(losses) == list(range(1, 15))
+  assert [losses[s] for s in losses] == pytest.approx([expected[s] for s in losses], rel=2e-5)
 
 
 def test_each_process_reads_only_the_streams_of_its_rows():
