@@ -52,6 +52,9 @@ def _after_last_start(workdir):
                           'give the others a size, e.g. --config.mesh.data=1 to keep mesh.fsdp=-1'),
     (['train.batch_size=12'], 8,
      'train.batch_size=12 does not split over data x fsdp x expert = 8'),
+    (['train.phases=2:12:32'], 8, r'train.phases: phase 1 \(12 x 32, steps 1..2\): '
+                                  'train.batch_size=12 does not split over data x fsdp x '
+                                  'expert = 8'),
     (['data.path=/nonexistent/corpus.txt'], 1, "data.path='/nonexistent/corpus.txt' does not"),
     (['data.path=EMPTY'], 1, 'holds no text'),
     (['train.profile_steps=(5,3)'], 1,
@@ -63,7 +66,7 @@ def _after_last_start(workdir):
     (['data.task.kind=classification', 'data.task.path=TASK'], 1,
      r"task/train.jsonl:1: no field 'text'"),
 ], ids=['misspelt', 'heads', 'kv_heads', 'lr', 'steps', 'max_length', 'mesh', 'mesh_rest',
-        'batch', 'no_corpus', 'empty_corpus', 'profile_steps', 'scan_unroll', 'task_field',
+        'batch', 'phase_batch', 'no_corpus', 'empty_corpus', 'profile_steps', 'scan_unroll', 'task_field',
         'task_kind'])
 def test_bad_input_is_one_line_naming_the_field(tmp_path, overrides, devices, message):
   empty = tmp_path / 'empty.txt'

@@ -261,9 +261,15 @@ def _optim():
   # warmup_steps, then 1/sqrt(step)) | 'wsd' (warmup, stable, decay over decay_fraction)
   o.schedule = 'cosine'
   o.warmup_steps = 100
+  # the schedule in tokens trained (train.phases' batches counted), not steps: warmup over
+  # warmup_tokens (warmup_steps 0), decayed by decay_tokens (0 = the run's total), the
+  # floor after it (GPT-3: 375e6, 260e9); both 0 = the schedule runs in steps
+  o.warmup_tokens = 0.0
+  o.decay_tokens = 0.0
   o.min_learning_rate_ratio = 0.1  # end of decay, as a share of the peak
   o.decay_fraction = 0.1  # wsd: the share of train.steps spent decaying
   o.weight_decay = 0.1  # decoupled, times the learning rate; not on norm scales or biases
+  o.weight_decay_power = 1  # each step decays weights by weight_decay x lr^this (2: PaLM)
   o.b1 = 0.9  # AdamW
   o.b2 = 0.95  # AdamW
   o.eps = 1e-8  # AdamW
@@ -635,6 +641,17 @@ def _validate_optim(o, t):
   _one_of('optim.schedule', o.schedule, SCHEDULES)
   if o.warmup_steps < 0 or o.warmup_steps >= t.steps:
     raise ConfigError(f'optim.warmup_steps={o.warmup_steps} must be in [0, train.steps={t.steps})')
+  if o.warmup_tokens < 0 or o.decay_tokens < 0 or (
+      o.decay_tokens and o.warmup_tokens >= o.decay_tokens):
+    raise ConfigError(f'optim.warmup_tokens={o.warmup_tokens:g} and optim.decay_tokens='
+                      f'{o.decay_tokens:g} must be >= 0, warmup below the decay horizon')
+  if o.warmup_tokens and o.warmup_steps:
+    raise ConfigError(f'optim.warmup_tokens={o.warmup_tokens:g} and optim.warmup_steps='
+                      f'{o.warmup_steps} are both set; a schedule in tokens warms up in '
+                      'tokens: set optim.warmup_steps=0')
+  if o.weight_decay_power not in (1, 2):
+    raise ConfigError(f'optim.weight_decay_power={o.weight_decay_power} must be 1 (weight_decay '
+                      'x lr, decoupled) or 2 (weight_decay x lr^2, PaLM)')
   for name in ('weight_decay', 'clip_norm', 'eps', 'min_learning_rate_ratio'):
     if o[name] < 0:
       raise ConfigError(f'optim.{name}={o[name]} must be >= 0')

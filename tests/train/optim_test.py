@@ -8,6 +8,7 @@ import pytest
 from tests import helpers
 from zoo import families
 from zoo.train import optim
+from zoo.train import phases
 
 
 def _boxed_params(config):
@@ -159,3 +160,34 @@ def test_adafactor_first_updates_match_a_float64_reference_per_layer(momentum):
       np.testing.assert_allclose(got[name], want[name], rtol=2e-5, atol=1e-9,
                                  err_msg=f'{name} at step {step}')
     params = optax.apply_updates(params, updates)
+
+
+@pytest.mark.parametrize('name', ['adamw', 'adafactor'])
+def test_weight_decay_power_2_takes_lr_squared_of_each_weight(name):
+  o = helpers.tiny_config().optim
+  o.name, o.schedule, o.warmup_steps, o.clip_norm = name, 'constant', 0, 0.0
+  o.learning_rate, o.weight_decay, o.weight_decay_power = 0.1, 1.0, 2
+  params = _params()
+  tx = optim.make(o, 10)
+  state = tx.init(params)
+  zeros = jax.tree.map(jnp.zeros_like, params)  # the moments' updates are 0: decay alone
+  for _ in range(2):
+    updates, state = tx.update(zeros, state, params)
+    params = optax.apply_updates(params, updates)
+  before, after = _flat(_params()), _flat(params)
+  np.testing.assert_allclose(after['logits/kernel'], before['logits/kernel'] * (1 - 0.01) ** 2,
+                             rtol=1e-6)
+  np.testing.assert_array_equal(after['final_norm/scale'], before['final_norm/scale'])
+
+
+def test_a_schedule_in_tokens_follows_the_phases_batches():
+  config = helpers.tiny_config()  # 4 x 16 tokens a step, 10 steps
+  config.train.steps, config.train.phases = 10, '4:2:16'  # 32 tokens a step to step 4
+  o = config.optim
+  o.learning_rate, o.schedule, o.min_learning_rate_ratio = 1.0, 'linear', 0.1
+  o.warmup_steps, o.warmup_tokens, o.decay_tokens = 0, 64.0, 320.0
+  lr = optim.schedule(o, 10, phases.resolve(config))
+  # tokens before update k+1: 0, 32, 64, 96, 128, 192, 256, 320, 384 (steps 5.. run 64)
+  want = [0.0, 0.5, 1.0, 1.0 - 0.9 * 32 / 256, 1.0 - 0.9 * 64 / 256, 1.0 - 0.9 * 128 / 256,
+          1.0 - 0.9 * 192 / 256, 0.1, 0.1]
+  np.testing.assert_allclose([float(lr(jnp.int32(k))) for k in range(9)], want, rtol=1e-6)

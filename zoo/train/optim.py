@@ -13,30 +13,45 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from zoo.train import phases as phases_lib
+
 NO_DECAY_LEAVES = ('scale', 'bias')  # norm gains and biases; Flax names them so
 PARAM_SCALE_FLOOR = 1e-3  # Adafactor's epsilon_2: the smallest parameter RMS a step scales by
 
 
 # --------------------------------------------------------------------------- schedules
 
-def schedule(optim_config, total_steps):
+def schedule(optim_config, total_steps, phases=None):
   """Learning rate per step (optim.schedule):
   cosine / linear / constant: 0 -> peak over warmup_steps, then decay to the floor
     (peak x min_learning_rate_ratio) at total_steps;
   rsqrt (T5): the peak up to warmup_steps, then peak x sqrt(warmup_steps / step);
   wsd: warmup, the peak held, then a linear decay to the floor over the last
-    decay_fraction of the steps."""
+    decay_fraction of the steps.
+  With optim.warmup_tokens or optim.decay_tokens the same shapes run on the tokens trained
+  so far (phases: zoo/train/phases.py resolved): warmup over warmup_tokens, the decay done
+  at decay_tokens (0 = the run's total), the floor after it (GPT-3, Brown et al. 2020
+  sec. 2.3 and App. B)."""
   o = optim_config
+  if not (o.warmup_tokens or o.decay_tokens):
+    return _shape(o, total_steps, o.warmup_steps)
+  horizon = o.decay_tokens or phases_lib.total_tokens(phases)
+  by_tokens = _shape(o, horizon, o.warmup_tokens)
+  return lambda step: by_tokens(phases_lib.tokens_before(phases, step))
+
+
+def _shape(o, total, warmup):
+  """The schedule over `total` units (steps or tokens), `warmup` of them warming up."""
   peak, floor = o.learning_rate, o.learning_rate * o.min_learning_rate_ratio
   if o.schedule == 'rsqrt':
-    start = max(o.warmup_steps, 1)
+    start = max(warmup, 1)
     return lambda step: peak * jnp.sqrt(start / jnp.maximum(step, start))
-  decay_steps = max(total_steps - o.warmup_steps, 1)
+  decay_steps = max(total - warmup, 1)
   if o.schedule == 'wsd':
-    decay_steps = wsd_decay_steps(o, total_steps)
+    decay_steps = wsd_decay_steps(o, total)
     decay = optax.join_schedules(
         [optax.constant_schedule(peak), optax.linear_schedule(peak, floor, decay_steps)],
-        [total_steps - decay_steps - o.warmup_steps])
+        [total - decay_steps - warmup])
   else:
     decay = {
         'cosine': optax.cosine_decay_schedule(peak, decay_steps,
@@ -44,13 +59,14 @@ def schedule(optim_config, total_steps):
         'linear': optax.linear_schedule(peak, floor, decay_steps),
         'constant': optax.constant_schedule(peak),
     }[o.schedule]
-  warmup = optax.linear_schedule(0.0, peak, o.warmup_steps)
-  return optax.join_schedules([warmup, decay], [o.warmup_steps])
+  if not warmup:
+    return decay
+  return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), decay], [warmup])
 
 
-def wsd_decay_steps(optim_config, total_steps):
-  """Steps of the warmup-stable-decay schedule's final decay."""
-  return max(int(round(optim_config.decay_fraction * total_steps)), 1)
+def wsd_decay_steps(optim_config, total):
+  """Steps (or tokens) of the warmup-stable-decay schedule's final decay."""
+  return max(int(round(optim_config.decay_fraction * total)), 1)
 
 
 # ---------------------------------------------------------------------------- AdamW
@@ -61,9 +77,33 @@ def decay_mask(params):
       lambda path, _: getattr(path[-1], 'key', None) not in NO_DECAY_LEAVES, params)
 
 
+def _decayed_weights(o, learning_rate):
+  """Adds weight_decay x the weight (x the learning rate too at optim.weight_decay_power=2)
+  to the update, which the learning rate then scales: each step takes weight_decay x
+  lr^power of every weight but norm scales and biases (power 2: PaLM's lr^2, sec. 5)."""
+  if o.weight_decay_power == 1:
+    return optax.add_decayed_weights(o.weight_decay, mask=decay_mask)
+
+  def init(params):
+    del params
+    return optax.ScaleByScheduleState(count=jnp.zeros([], jnp.int32))
+
+  def update(updates, state, params):
+    rate = o.weight_decay * learning_rate(state.count)
+    updates = jax.tree.map(lambda u, p, decays: u + rate * p if decays else u, updates,
+                           params, decay_mask(params))
+    return updates, optax.ScaleByScheduleState(count=optax.safe_increment(state.count))
+
+  return optax.GradientTransformation(init, update)
+
+
 def _adamw(o, learning_rate):
-  return optax.adamw(learning_rate, b1=o.b1, b2=o.b2, eps=o.eps,
-                     weight_decay=o.weight_decay, mask=decay_mask)
+  if o.weight_decay_power == 1:
+    return optax.adamw(learning_rate, b1=o.b1, b2=o.b2, eps=o.eps,
+                       weight_decay=o.weight_decay, mask=decay_mask)
+  return optax.chain(optax.scale_by_adam(b1=o.b1, b2=o.b2, eps=o.eps),
+                     _decayed_weights(o, learning_rate),
+                     optax.scale_by_learning_rate(learning_rate))
 
 
 # ------------------------------------------------------------------------- Adafactor
@@ -161,7 +201,7 @@ def _adafactor(o, learning_rate, stacked):
   if a.momentum:
     chain.append(optax.ema(a.momentum, debias=False))
   if o.weight_decay:
-    chain.append(optax.add_decayed_weights(o.weight_decay, mask=decay_mask))
+    chain.append(_decayed_weights(o, learning_rate))
   chain.append(optax.scale_by_learning_rate(learning_rate))
   return optax.chain(*chain)
 
@@ -188,11 +228,12 @@ def stacked_leaves(param_axes):
                       is_leaf=is_spec)
 
 
-def make(optim_config, total_steps, stacked=None):
+def make(optim_config, total_steps, stacked=None, phases=None):
   """The optimizer: optim.name with the schedule, after global-norm clipping (clip_norm).
-  stacked: stacked_leaves(...) of the parameters; Adafactor needs it (None = no stacks)."""
+  stacked: stacked_leaves(...) of the parameters; Adafactor needs it (None = no stacks).
+  phases: the run's (zoo/train/phases.py), for a schedule in tokens."""
   o = optim_config
-  learning_rate = schedule(o, total_steps)
+  learning_rate = schedule(o, total_steps, phases)
   if o.name == 'adamw':
     tx = _adamw(o, learning_rate)
   else:

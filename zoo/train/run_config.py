@@ -11,17 +11,19 @@ says what the learning rate of the remaining steps will be against the run so fa
 import json
 
 import jax
-import ml_collections
 
 from zoo import storage
 from zoo.errors import ConfigError
 from zoo.train import checkpoint
 from zoo.train import optim
+from zoo.train import phases
 
 FILE = 'config.json'
-_SCHEDULE_FIELDS = ('train.steps', 'optim.learning_rate', 'optim.schedule',
-                    'optim.warmup_steps', 'optim.min_learning_rate_ratio',
+_SCHEDULE_FIELDS = ('train.steps', 'train.phases', 'train.batch_ramp', 'optim.learning_rate',
+                    'optim.schedule', 'optim.warmup_steps', 'optim.warmup_tokens',
+                    'optim.decay_tokens', 'optim.min_learning_rate_ratio',
                     'optim.decay_fraction')
+_SHAPE_FIELDS = ('train.batch_size', 'data.seq_len')  # a schedule in tokens counts them
 
 
 def as_dict(config):
@@ -88,14 +90,30 @@ def describe(changed, previous, config, step):
   lines = ['changed since the last start: ' + ', '.join(
       f'{k} {before!r} -> {now!r}' for k, (before, now) in changed.items())]
   if any(k in changed for k in _SCHEDULE_FIELDS):
-    old = optim.schedule(ml_collections.ConfigDict(previous['optim']),
-                         previous['train']['steps'])
-    new = optim.schedule(config.optim, config.train.steps)
+    new = optim.schedule(config.optim, config.train.steps, phases.resolve(config))
+    old = _previous_schedule(previous, config)
+    if old is None:
+      return lines
     lines.append(
         f'the learning rate schedule changed: step {step + 1} runs at {float(new(step)):.3g} '
         f'(the run so far would have used {float(old(step)):.3g}) and step '
         f'{config.train.steps} at {float(new(config.train.steps - 1)):.3g}')
   return lines
+
+
+def _previous_schedule(previous, config):
+  """The learning rate the previous start's schedule fields gave (this config's elsewhere),
+  or None where they make no schedule for this run."""
+  old = config.copy_and_resolve_references()
+  flat = _flat(previous)
+  for field in (*_SCHEDULE_FIELDS, *_SHAPE_FIELDS):
+    section, name = field.split('.')
+    if field in flat:
+      old[section][name] = flat[field]
+  try:
+    return optim.schedule(old.optim, old.train.steps, phases.resolve(old))
+  except ConfigError:
+    return None
 
 
 def _flat(tree, prefix=''):

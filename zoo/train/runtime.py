@@ -292,7 +292,8 @@ class ModelState:
 def model_state(config, mesh):
   model = families.build(config.model)
   optimizer, init_fn, abstract, shardings = state_lib.make(model, config, mesh)
-  return ModelState(model, optimizer, optim.schedule(config.optim, config.train.steps),
+  return ModelState(model, optimizer, optim.schedule(config.optim, config.train.steps,
+                                                    phases.resolve(config)),
                     init_fn, abstract, shardings)
 
 

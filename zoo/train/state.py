@@ -13,6 +13,7 @@ from zoo import families
 from zoo import models
 from zoo import sharding
 from zoo.train import optim
+from zoo.train import phases
 
 
 def model_variables(state):
@@ -27,7 +28,8 @@ def make(model, config, mesh):
   batch = families.example_batch(config.model, 1, config.data.seq_len)
   rng = jax.random.PRNGKey(0)
   param_specs = nn.get_partition_spec(jax.eval_shape(model.init, rng, batch)['params'])
-  optimizer = optim.make(config.optim, config.train.steps, optim.stacked_leaves(param_specs))
+  optimizer = optim.make(config.optim, config.train.steps, optim.stacked_leaves(param_specs),
+                         phases.resolve(config))
 
   def init_fn(rng):
     params_rng, state_rng = jax.random.split(rng)
