@@ -18,6 +18,6 @@ def get_config(arg=None):
   m.d_model = 18432
   m.num_heads = 48  # head_dim 256 (set by the preset), multi-query
   presets.palm(c)
-  recipes.palm(c, batch_size=2048)  # sec. 5: batch ramped 512 -> 1024 -> 2048 sequences
+  recipes.palm(c, batch_size=2048, doublings=2)  # sec. 5: 512 -> 1024 -> 2048 sequences
 
   return presets.variant(c, arg)

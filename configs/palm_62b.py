@@ -18,6 +18,6 @@ def get_config(arg=None):
   m.d_model = 8192
   m.num_heads = 32  # head_dim 256 (set by the preset), multi-query
   presets.palm(c)
-  recipes.palm(c, batch_size=1024)  # sec. 5: batch ramped 512 -> 1024 sequences
+  recipes.palm(c, batch_size=1024, doublings=1)  # Table 1: 512 -> 1024 sequences
 
   return presets.variant(c, arg)

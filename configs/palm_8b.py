@@ -18,6 +18,6 @@ def get_config(arg=None):
   m.d_model = 4096
   m.num_heads = 16  # head_dim 256 (set by the preset), multi-query
   presets.palm(c)
-  recipes.palm(c, batch_size=512)  # sec. 5: batch ramped 256 -> 512 sequences
+  recipes.palm(c, batch_size=512, doublings=1)  # Table 1: 256 -> 512 sequences
 
   return presets.variant(c, arg)

@@ -122,5 +122,10 @@ def smoke(c):
   t = c.train
   t.steps, t.batch_size, t.log_every, t.eval_every, t.eval_batches = 6, 8, 1, 3, 2
   t.checkpoint_every = 3
-  c.optim.learning_rate, c.optim.warmup_steps = 3e-3, 2
+  if t.phases or t.batch_ramp:  # the switch kept: one earlier phase of half the batch and length
+    t.phases, t.batch_ramp = '3:4:32', ''
+  o = c.optim
+  o.learning_rate, o.warmup_steps = 3e-3, 2
+  if o.warmup_tokens or o.decay_tokens:  # a schedule in tokens stays one: 2 steps' warmup
+    o.warmup_tokens, o.decay_tokens, o.warmup_steps = 2 * 4 * 32, 0.0, 0
   return c

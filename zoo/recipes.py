@@ -2,11 +2,13 @@
 betas, clipping, dropout, global batch, sequence length and steps, each beside its source.
 
 A config file calls its recipe after its shape's preset (zoo/presets.py). Where a paper does
-not say, the comment says so and names the documented practice chosen instead. Batch-size
-ramps (GPT-3, PaLM, Llama 3) and BERT's two sequence lengths are not modelled: the final
-batch and the longer length run from the first step, and the step count keeps the paper's
-token budget.
+not say, the comment says so and names the documented practice chosen instead. Batch ramps
+(GPT-3, PaLM) and BERT's two sequence lengths are train.phases / train.batch_ramp
+(zoo/train/phases.py); the step count keeps the paper's token budget (or its steps). Llama
+3's ramp (405B only, sec. 3.4.1) is not modelled: its final batch runs from the first step.
 """
+
+from zoo.train import phases
 
 
 def _adamw(c, learning_rate, warmup_steps, b2, eps, weight_decay, schedule='cosine',
@@ -20,6 +22,13 @@ def _steps_for(c, tokens):
   return round(tokens / (c.train.batch_size * c.data.seq_len))
 
 
+def _steps_with_phases(c, tokens):
+  """train.steps that trains `tokens` in all, the phases' tokens counted."""
+  c.train.steps = 10 ** 15  # past every boundary, to resolve them
+  last = phases.resolve(c)[-1]
+  return last.first - 1 + max(1, round((tokens - last.tokens_before) / last.tokens_per_step))
+
+
 def bert(c):
   """Devlin et al. 2019, "BERT", appendix A.2, and the released optimization.py."""
   _adamw(c, learning_rate=1e-4,  # A.2
@@ -31,7 +40,8 @@ def bert(c):
   c.optim.clip_norm = 1.0  # optimization.py: clip_by_global_norm(grads, clip_norm=1.0)
   c.model.dropout_rate = 0.1  # A.2: dropout 0.1 on all layers
   c.train.batch_size = 256  # A.2: 256 sequences
-  c.data.seq_len = 512  # A.2: 512 tokens (the paper ran 90% of steps at 128 first)
+  c.data.seq_len = 512  # A.2: 512 tokens ...
+  c.train.phases = '900000:256:128'  # ... after 90% of the steps at 128 (A.2; its batch too)
   c.train.steps = 1_000_000  # A.2: 1,000,000 steps, ~40 epochs over 3.3B words
   return c
 
@@ -54,19 +64,38 @@ def t5(c, version):
   return c
 
 
+GPT3_RAMP_START = 16  # App. B: the batch ramps up "from a small value (32k tokens)"
+
+
+def gpt3_ramp(batch_size):
+  """GPT-3's batch ramp as train.batch_ramp, by a rule (App. B gives "over the first 4-12
+  billion tokens of training, depending on the model size" and no increment): the ramp's
+  length grows linearly with the final batch, from 4B tokens at the smallest sizes' 256
+  sequences to 12B at 175B's 1536; the batch grows by the smallest multiple of 16
+  sequences that divides the ramp into at most 32 equal increments (each increment
+  compiles one more step): 256 -> 16, 512 -> 16, 1024 -> 48, 1536 -> 80."""
+  tokens = 4e9 + 8e9 * (batch_size - 256) / (1536 - 256)
+  span = batch_size - GPT3_RAMP_START
+  increment = next(k for k in range(16, span + 1, 16) if span % k == 0 and span // k <= 32)
+  return f'{GPT3_RAMP_START}:{increment}:{tokens / 1e9:.4g}Btokens'
+
+
 def gpt3(c, batch_size, learning_rate):
   """Brown et al. 2020, "GPT-3", Table 2.1 (batch, learning rate) and appendix B."""
-  c.train.batch_size = batch_size  # Table 2.1 (App. B ramps it up over the first 4-12B tokens)
+  c.train.batch_size = batch_size  # Table 2.1
+  c.train.batch_ramp = gpt3_ramp(batch_size)  # App. B: from 32k tokens, over 4-12B tokens
   c.data.seq_len = 2048  # sec. 2.1: n_ctx 2048
   _adamw(c, learning_rate=learning_rate,  # Table 2.1
-         warmup_steps=_steps_for(c, 375e6),  # App. B: linear warmup over 375M tokens
+         warmup_steps=0,  # in tokens:
          b2=0.95, eps=1e-8,  # App. B: beta1 0.9, beta2 0.95, eps 1e-8
          weight_decay=0.1,  # App. B: 0.1
-         floor=0.1)  # App. B: cosine down to 10% (over 260B tokens; here over the whole run)
+         floor=0.1)  # App. B: cosine down to 10% ...
+  c.optim.warmup_tokens = 375e6  # App. B: linear warmup over the first 375M tokens
+  c.optim.decay_tokens = 260e9  # App. B: ... over 260B tokens, then 10% to the end
   c.optim.clip_norm = 1.0  # App. B: global norm clipping at 1.0
   # dropout: not stated; 0.1 as OPT (Zhang et al. 2022, sec. 2.2), the open replication
   c.model.dropout_rate = 0.1
-  c.train.steps = _steps_for(c, 300e9)  # sec. 2.2: 300B training tokens
+  c.train.steps = _steps_with_phases(c, 300e9)  # sec. 2.2: 300B training tokens
   return c
 
 
@@ -98,7 +127,22 @@ def llama(c, learning_rate, tokens, warmup_steps=2000, floor=0.1, batch_tokens=4
   return c
 
 
-def palm(c, batch_size, tokens=780e9):
+# sec. 5, for 540B: batch 512 until step 50k, 1024 until step 115k, then 2048 (sequences of
+# 2048): the doublings at these token counts
+PALM_DOUBLINGS = (50_000 * 512 * 2048, (50_000 * 512 + 65_000 * 1024) * 2048)
+
+
+def palm_phases(batch_size, doublings):
+  """PaLM's batch phases as train.phases: the final batch halved `doublings` times at the
+  start, doubled at PALM_DOUBLINGS' token counts. sec. 5 states the boundaries for 540B
+  (two doublings: steps 50k and 115k) and says the smaller models "followed similar
+  schedules"; Table 1 gives them one doubling (8B: 256 -> 512, 62B: 512 -> 1024), which
+  the zoo puts at 540B's first boundary in tokens (52.4B)."""
+  return ','.join(f'{tokens:.0f}tokens:{batch_size >> (doublings - k)}:2048'
+                  for k, tokens in enumerate(PALM_DOUBLINGS[:doublings]))
+
+
+def palm(c, batch_size, doublings, tokens=780e9):
   """Chowdhery et al. 2022, "PaLM", sec. 5 (Training setup)."""
   o, a = c.optim, c.optim.adafactor
   o.name, o.schedule = 'adafactor', 'rsqrt'  # sec. 5: Adafactor; 1e-2 for 10k steps, then
@@ -108,13 +152,12 @@ def palm(c, batch_size, tokens=780e9):
   a.decay_rate = 0.8  # sec. 5: beta2 = 1 - k^-0.8
   a.clipping_threshold = 1.0  # sec. 5: update clipping at 1.0 (per parameter, as Adafactor)
   o.clip_norm = 1.0  # sec. 5: global norm gradient clipping at 1.0
-  # sec. 5: "dynamic weight decay of lr^2.0"; the zoo's decay is a fixed coefficient times
-  # the learning rate, so it is left out here
-  o.weight_decay = 0.0
+  o.weight_decay, o.weight_decay_power = 1.0, 2  # sec. 5: "dynamic weight decay of lr^2.0"
   c.model.dropout_rate = 0.0  # sec. 5: no dropout in pre-training
-  c.train.batch_size = batch_size  # sec. 5: the largest of its ramp (Table 1)
+  c.train.batch_size = batch_size  # sec. 5: the largest of its ramp (Table 1) ...
   c.data.seq_len = 2048  # sec. 5: 2048-token sequences
-  c.train.steps = _steps_for(c, tokens)  # sec. 5 / Table 1: 780B tokens for every size
+  c.train.phases = palm_phases(batch_size, doublings)  # ... after the smaller ones
+  c.train.steps = _steps_with_phases(c, tokens)  # sec. 5 / Table 1: 780B tokens, every size
   return c
 
 

@@ -56,7 +56,8 @@ def _compiled(config, result, devices, tpu_slice):
           uncounted / len(devices) / chip.peak_flops,
           out['hbm_bytes_per_step_per_device'] / chip.hbm_bandwidth)
     result['fits'] = out['per_device_bytes']['total'] <= chip.hbm_bytes
-    result['run']['estimated_seconds'] = result['estimated_step_seconds'] * config.train.steps
+    result['run']['estimated_seconds'] = (result['estimated_step_seconds'] *
+                                          result['run']['step_equivalents'])
 
 
 def run(config, json_path=None, compile_step=False, topology_name=None, sweep=False,
@@ -88,7 +89,8 @@ def run(config, json_path=None, compile_step=False, topology_name=None, sweep=Fa
     result['sweep'] = sweep_lib.sweep(config, tpu_slice)
     fitting = [r for r in result['sweep'] if not r['invalid'] and r['fits']]
     if fitting:  # the whole run at the fastest mesh that fits, by the analytic estimate
-      result['run'].update(estimated_seconds=fitting[0]['step_seconds'] * config.train.steps,
+      result['run'].update(estimated_seconds=(fitting[0]['step_seconds'] *
+                                              result['run']['step_equivalents']),
                            estimated_mesh=fitting[0]['mesh'])
     if sweep_compile:
       sweep_lib.confirm(config, fitting[:sweep_compile], topology.devices(tpu_slice),

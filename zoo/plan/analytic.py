@@ -28,6 +28,7 @@ from zoo import sharding
 from zoo.data import pipeline
 from zoo.models import dims
 from zoo.train import optim
+from zoo.train import phases
 
 
 def mesh_sizes_for(mesh_config, num_devices):
@@ -166,9 +167,16 @@ def run_plan(config, sizes, per_device):
   reduce-scattered, once per microbatch)."""
   t = config.train
   tokens_per_step = t.batch_size * config.data.seq_len
+  resolved = phases.resolve(config)
   out = {'tokens_per_step': tokens_per_step, 'steps': t.steps,
-         'tokens': tokens_per_step * t.steps, 'microbatches': t.microbatches,
-         'rows_per_microbatch': t.batch_size // t.microbatches}
+         'tokens': phases.total_tokens(resolved), 'microbatches': t.microbatches,
+         'rows_per_microbatch': t.batch_size // t.microbatches,
+         # the whole run in steps of the final shape, by tokens: what a time estimate of
+         # the final shape's step is multiplied by
+         'step_equivalents': phases.total_tokens(resolved) / tokens_per_step}
+  if len(resolved) > 1:
+    out['phases'] = [{'steps': [p.first, p.last], 'batch_size': p.batch_size,
+                      'seq_len': p.seq_len, 'tokens': p.tokens} for p in resolved]
   if config.data.objective == 'span_corruption':  # T5 reads raw pieces longer than its inputs
     raw, inputs, targets = pipeline.span_lengths(config.data)
     out['span_corruption'] = {'raw_tokens': raw, 'inputs': inputs, 'targets': targets,
@@ -296,6 +304,10 @@ def _run_lines(result):
   run = result['run']
   line = (f"run: {run['tokens_per_step']:,} tokens/step x {run['steps']:,} steps = "
           f"{run['tokens']:.4g} tokens")
+  if 'phases' in run:
+    line = (f"run: {run['steps']:,} steps in {len(run['phases'])} phases, " + ', '.join(
+        f"{p['batch_size']} x {p['seq_len']} to step {p['steps'][1]:,}"
+        for p in run['phases']) + f" = {run['tokens']:.4g} tokens")
   if 'estimated_seconds' in run:
     where = result['topology']['name']
     if 'estimated_mesh' in run:

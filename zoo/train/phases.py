@@ -28,7 +28,7 @@ import numpy as np
 from zoo.data import pipeline
 from zoo.errors import ConfigError
 
-_UNTIL = re.compile(r'^(?:(\d+)|([0-9.]+(?:e\d+)?)([KMBT]?)tokens)$')
+_UNTIL = re.compile(r'^(?:(\d+)|(\d+(?:\.\d*)?(?:e\+?\d+)?)([KMBT]?)tokens)$')
 _SCALE = {'': 1, 'K': 1e3, 'M': 1e6, 'B': 1e9, 'T': 1e12}
 
 
