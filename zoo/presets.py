@@ -122,8 +122,8 @@ def smoke(c):
   t = c.train
   t.steps, t.batch_size, t.log_every, t.eval_every, t.eval_batches = 6, 8, 1, 3, 2
   t.checkpoint_every = 3
-  if t.phases or t.batch_ramp:  # the switch kept: one earlier phase of half the batch and length
-    t.phases, t.batch_ramp = '3:4:32', ''
+  if t.phases or t.batch_ramp:  # the switch kept: the first 3 steps at half the length
+    t.phases, t.batch_ramp = '3:8:32', ''
   o = c.optim
   o.learning_rate, o.warmup_steps = 3e-3, 2
   if o.warmup_tokens or o.decay_tokens:  # a schedule in tokens stays one: 2 steps' warmup

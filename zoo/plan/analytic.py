@@ -305,9 +305,12 @@ def _run_lines(result):
   line = (f"run: {run['tokens_per_step']:,} tokens/step x {run['steps']:,} steps = "
           f"{run['tokens']:.4g} tokens")
   if 'phases' in run:
-    line = (f"run: {run['steps']:,} steps in {len(run['phases'])} phases, " + ', '.join(
-        f"{p['batch_size']} x {p['seq_len']} to step {p['steps'][1]:,}"
-        for p in run['phases']) + f" = {run['tokens']:.4g} tokens")
+    shown = [f"{p['batch_size']} x {p['seq_len']} to step {p['steps'][1]:,}"
+             for p in run['phases']]
+    if len(shown) > 6:
+      shown[3:-2] = [f'... ({len(shown) - 5} more)']
+    line = (f"run: {run['steps']:,} steps in {len(run['phases'])} phases, " + ', '.join(shown)
+            + f" = {run['tokens']:.4g} tokens")
   if 'estimated_seconds' in run:
     where = result['topology']['name']
     if 'estimated_mesh' in run:
