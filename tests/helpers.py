@@ -3,6 +3,8 @@
 import itertools
 import os
 import re
+import signal
+import subprocess
 
 import jax
 import jax.numpy as jnp
@@ -139,3 +141,20 @@ def assert_resumes_exactly(dataset, skip, count=5):
     got = next(resumed)
     for key in want:
       np.testing.assert_array_equal(got[key], want[key])
+
+
+def kill_after_step(command, step, env):
+  """Starts `command` (a zoo.launch run that logs every step) and SIGKILLs it once it has
+  logged `step`."""
+  process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+  for line in process.stdout:
+    if line.startswith(f'step {step}/'):
+      break
+  process.send_signal(signal.SIGKILL)
+  process.communicate()
+
+
+def rows_by_step(rows):
+  """{step: its train row as the last start logged it}."""
+  return {row['step']: row for row in rows if 'loss' in row}

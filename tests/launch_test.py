@@ -163,13 +163,7 @@ PHASED = ('train.steps=20', 'train.phases=8:4:32,16:8:32', 'train.checkpoint_eve
 
 def _kill_after(workdir, step, *args):
   """Starts a run and SIGKILLs it once it logs `step` -> the newest checkpoint then."""
-  process = subprocess.Popen(_command(workdir, *args), env=_env(), stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True)
-  for line in process.stdout:
-    if line.startswith(f'step {step}/'):
-      break
-  process.send_signal(signal.SIGKILL)
-  process.communicate()
+  helpers.kill_after_step(_command(workdir, *args), step, _env())
   return _saved_steps(workdir)[-1]
 
 
@@ -188,10 +182,8 @@ def test_a_run_killed_in_each_phase_resumes_to_the_uninterrupted_losses(tmp_path
   assert result.returncode == 0, result.stderr[-3000:]
   starts = [r['step'] for r in metrics_lib.read(run) if r.get('event') == 'start']
   assert starts[1:] == killed
-  want, got = _losses(metrics_lib.read(tmp_path / 'reference')), {}
-  for row in metrics_lib.read(run):  # each step's loss as its last start logged it
-    if 'loss' in row:
-      got[row['step']] = row['loss']
+  want = _losses(metrics_lib.read(tmp_path / 'reference'))
+  got = {s: row['loss'] for s, row in helpers.rows_by_step(metrics_lib.read(run)).items()}
   assert got == want
 
 

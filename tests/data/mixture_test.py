@@ -1,6 +1,9 @@
 """Mixtures: two sources interleaved in the configured proportions, per-source token counts
 in every batch, exact resume, and the one-line errors."""
 
+import subprocess
+import sys
+
 import grain
 import numpy as np
 import pytest
@@ -135,3 +138,26 @@ def test_each_row_counts_the_tokens_of_its_own_steps(two_sources, tmp_path):
   per_step = config.train.batch_size * config.data.seq_len  # causal_lm rows: no padding
   assert [r['step'] for r in rows] == [1, 2, 3, 4, 5, 6]
   assert [r['tokens_short'] + r['tokens_long'] for r in rows] == [per_step] * 6
+
+
+def test_source_token_totals_after_a_sigkill_and_resume_equal_an_uninterrupted_runs(
+    two_sources, tmp_path):
+  from zoo.train import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
+  overrides = [f'data.mixture={two_sources / "short"}:0.8,{two_sources / "long"}:0.2',
+               'train.steps=16', 'train.log_every=1', 'train.checkpoint_every=1',
+               'train.eval_every=1000']
+  command = lambda workdir: [sys.executable, '-m', 'zoo.launch',
+                             f'--config={helpers.config_file("gpt_shakespeare")}',
+                             f'--workdir={workdir}', *[f'--config.{o}' for o in overrides]]
+  for workdir in ('reference', 'run'):
+    if workdir == 'run':
+      helpers.kill_after_step(command(tmp_path / workdir), 6, helpers.cpu_env())
+    result = subprocess.run(command(tmp_path / workdir), env=helpers.cpu_env(),
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+  rows = {w: helpers.rows_by_step(metrics_lib.read(str(tmp_path / w))) for w in ('reference', 'run')}
+  starts = [r['step'] for r in metrics_lib.read(str(tmp_path / 'run')) if r.get('event') == 'start']
+  assert len(starts) == 2 and 0 < starts[1] < 16  # killed mid-run, resumed
+  for name in ('tokens_short', 'tokens_long'):
+    assert [rows['run'][s][name] for s in range(1, 17)] == \
+        [rows['reference'][s][name] for s in range(1, 17)]
