@@ -1,5 +1,6 @@
-"""zoo.bench: the numbers it measures on a tiny decoder, the table it prints, and what bad
-input gets. (Speed itself is never asserted: benchmarks print it.)"""
+"""zoo.bench: the numbers it measures on a tiny decoder, the table it prints, what bad
+input gets, and the next-sentence length leak. (Speed itself is never asserted: benchmarks
+print it.)"""
 
 import importlib.util
 import os
@@ -17,6 +18,7 @@ from zoo import counting
 from zoo.bench import __main__ as bench
 from zoo.bench import jax_side
 from zoo.bench import machine
+from zoo.bench import nsp_leak
 from zoo.bench import torch_side
 from zoo.errors import ConfigError
 
@@ -168,3 +170,17 @@ def test_xla_options_lays_variants_over_the_zoos_and_refuses_bad_ones_in_one_lin
   assert unknown.returncode == 2 and unknown.stderr.strip().splitlines() == [
       "error: --variant={\"xla_cpu_nope\": true}: No such compile option: 'xla_cpu_nope'; "
       "see XLA's DebugOptions for the names and values"]
+
+
+def test_the_length_threshold_accuracy_is_balanced_over_labels():
+  # lengths 1..4 IsNext, 3..6 NotNext: `length > 2` gets every IsNext 1, 2 and every NotNext
+  assert nsp_leak.threshold_accuracy([1, 2, 3, 4, 3, 4, 5, 6], [0, 0, 0, 0, 1, 1, 1, 1]) == \
+      pytest.approx((2 / 4 + 4 / 4) / 2)
+  assert nsp_leak.threshold_accuracy([5] * 6, [0, 1, 1, 1, 1, 1]) == 0.5  # no information
+
+
+def test_bert_pairs_leak_little_of_their_label_through_their_length(tmp_path):
+  config = helpers.smoke('bert_base', 'data.seq_len=128', 'model.max_length=128')
+  out = nsp_leak.measure(config, str(tmp_path), rows=2000)
+  assert 0.45 < out['not_next_share'] < 0.55
+  assert out['threshold_accuracy'] < 0.6, out  # 0.65 with a split at any piece

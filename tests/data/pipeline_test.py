@@ -143,7 +143,8 @@ def test_mlm_masks_15_percent_80_10_10_and_pairs_half_random_next():
 
 
 def test_mlm_next_segment_continues_the_document_when_labelled_so():
-  docs = [f'{letter} ' * 20 for letter in 'abcdefghij']  # pieces unique to each document
+  # pieces unique to each document, in sentences (a lone sentence is always a random next)
+  docs = [' '.join([f'{letter} {letter} {letter}.'] * 5) for letter in 'bcdefghjkm']
   tok, tokens, it = _mlm_dataset(docs, seq_len=24, batch=32)
   b = next(it)
   for row in range(32):
@@ -155,6 +156,71 @@ def test_mlm_next_segment_continues_the_document_when_labelled_so():
     if b['next_sentence_labels'][row] == 0:
       assert sentence_b <= source[0]
   assert 0 < b['next_sentence_labels'].sum() < 32
+
+
+class _PairTokens:  # a stand-in tokenizer: [CLS] 2, [SEP] 3, [MASK] 4, sentence end 9
+  bos_id, eos_id, mask_id, special_ids = 2, 3, 4, frozenset(range(5))
+
+
+def _sentence_documents(count, sentences, seed=0):
+  """Documents of sentences, each 2..7 distinct ids then the sentence end 9; document k's
+  ids are 1000 k + ..., so an id says its document and sentence."""
+  rng, docs = np.random.default_rng(seed), []
+  for k in range(count):
+    body = []
+    for j in range(sentences):
+      body += [1000 * (k + 1) + 10 * j + i for i in range(rng.integers(2, 8))] + [9]
+    docs.append(np.asarray([2, *body, 3], np.int32))
+  return docs
+
+
+def _pair(docs, k, seq_len, seed):
+  row = pipeline.mlm_example(docs[k], np.random.default_rng(seed), documents=docs,
+                             seq_len=seq_len, tokenizer=_PairTokens, mask_rate=0.15,
+                             pieces=np.arange(5, 100), sentence_ends=np.asarray([9]))
+  ids = row['targets'][row['segment_ids'] > 0]
+  first, second = np.flatnonzero(ids == 3)[:2]
+  return ids[1:first], ids[first + 1:second], int(row['next_sentence_labels'])
+
+
+def test_bert_pairs_are_whole_sentences_with_b_next_or_from_another_document():
+  docs = _sentence_documents(20, sentences=12)
+  labels, truncated = [], 0
+  for seed in range(400):
+    k = seed % 20
+    a, b, label = _pair(docs, k, seq_len=64, seed=seed)
+    labels.append(label)
+    assert {t // 1000 - 1 for t in a if t != 9} == {k}  # A: this document
+    whole = lambda x: x[0] % 10 == 0 and x[-1] == 9  # from a sentence's start to an end
+    if len(a) + len(b) == 64 - 3 and not (whole(a) and whole(b)):
+      truncated += 1  # cut to fit: the longer side lost pieces
+      continue
+    assert whole(a) and whole(b)
+    b_documents = {t // 1000 - 1 for t in b if t != 9}
+    if label:  # B from one other document, from a sentence's start
+      assert len(b_documents) == 1 and k not in b_documents
+    else:  # B: the sentences right after A's
+      assert b_documents == {k} and b[0] == (a[-2] // 10 + 1) * 10
+  assert 0.4 < np.mean(labels) < 0.6 and truncated > 0
+
+
+def test_a_tenth_of_bert_pairs_are_built_to_a_shorter_random_length():
+  docs = _sentence_documents(10, sentences=60)  # every document far longer than a row
+  pairs = [_pair(docs, seed % 10, seq_len=128, seed=seed) for seed in range(3000)]
+  # IsNext pairs (a NotNext B may also end short, where its document does, as in BERT's)
+  lengths = np.asarray([len(a) + len(b) for a, b, label in pairs if not label])
+  assert 0.06 < np.mean(lengths < 125 - 8) < 0.14  # 8: one sentence's overshoot
+  assert np.median(lengths) == 125
+
+
+def test_a_pair_too_long_loses_pieces_from_its_longer_side():
+  rng = np.random.default_rng(0)
+  for sizes, room, want in [((10, 3), 8, (5, 3)), ((6, 6), 8, (4, 4)), ((2, 9), 6, (2, 4))]:
+    a, b = np.arange(sizes[0]), 100 + np.arange(sizes[1])
+    cut_a, cut_b = pipeline._truncate_pair(a, b, room, rng)
+    assert (len(cut_a), len(cut_b)) == want
+    for cut, whole in ((cut_a, a), (cut_b, b)):  # a contiguous run of the original
+      assert np.array_equal(cut, whole[cut[0] - whole[0]:][:len(cut)]) if len(cut) else True
 
 
 class _IDS:  # the special ids of the documents _docs makes

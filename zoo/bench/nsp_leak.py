@@ -4,8 +4,8 @@
 How much a BERT pretraining row's length alone tells its next-sentence label: over --rows
 train rows of the config's corpus (default: the embedded one) at --seq_len, the mean
 length (real tokens, [CLS] and [SEP]s included) of IsNext and NotNext rows, and the
-accuracy of the best length threshold as a label predictor (0.5 = no leak; BERT's own
-construction leaks where documents are shorter than the target length, as here).
+balanced accuracy of the best length threshold as a label predictor (0.5 = no leak; BERT's
+own construction leaks where documents are shorter than the target length, as here).
 """
 
 import sys
@@ -19,19 +19,17 @@ from zoo import families
 from zoo.data import pipeline
 from zoo.train import runtime
 
-_CONFIG = flags.DEFINE_string('config', 'configs/bert_base.py:smoke', 'an mlm config')
-_SEQ_LEN = flags.DEFINE_integer('seq_len', 128, 'row length')
-_ROWS = flags.DEFINE_integer('rows', 4000, 'train rows to read')
-_WORKDIR = flags.DEFINE_string('workdir', '/tmp/zoo/nsp_leak', 'where the corpus is prepared')
-
 
 def threshold_accuracy(lengths, labels):
-  """The best accuracy of predicting the label from `length > t` (or <= t) over every t."""
+  """The best balanced accuracy (the mean of each label's recall: 0.5 = no information,
+  whatever the labels' shares) of predicting the label from `length > t` (or <= t), over
+  every t."""
   lengths, labels = np.asarray(lengths), np.asarray(labels).astype(bool)
   best = 0.5
   for t in np.unique(lengths):
-    agree = np.mean((lengths > t) == labels)
-    best = max(best, agree, 1 - agree)
+    said = lengths > t
+    balanced = (np.mean(said[labels]) + np.mean(~said[~labels])) / 2
+    best = max(best, balanced, 1 - balanced)
   return float(best)
 
 
@@ -54,17 +52,21 @@ def measure(config, workdir, rows):
 
 
 def run(overrides):
-  config = config_lib.load(_CONFIG.value, [f'data.seq_len={_SEQ_LEN.value}',
-                                           f'model.max_length={max(_SEQ_LEN.value, 64)}',
-                                           *overrides])
-  out = measure(config, _WORKDIR.value, _ROWS.value)
-  print(f'{_CONFIG.value} at data.seq_len={_SEQ_LEN.value}, corpus '
+  f = flags.FLAGS
+  config = config_lib.load(f.config, [f'data.seq_len={f.seq_len}',
+                                      f'model.max_length={max(f.seq_len, 64)}', *overrides])
+  out = measure(config, f.workdir, f.rows)
+  print(f'{f.config} at data.seq_len={f.seq_len}, corpus '
         f'{config.data.path or "embedded"}, {out["rows"]} train rows: IsNext rows average '
         f'{out["is_next_mean_length"]:.1f} tokens, NotNext {out["not_next_mean_length"]:.1f} '
         f'({out["not_next_share"]:.1%} NotNext); the best length threshold predicts the '
-        f'label {out["threshold_accuracy"]:.1%} of the time')
+        f'label with a balanced accuracy of {out["threshold_accuracy"]:.1%}')
   print('command: python -m zoo.bench.nsp_leak ' + ' '.join(sys.argv[1:]))
 
 
 if __name__ == '__main__':
+  flags.DEFINE_string('config', 'configs/bert_base.py:smoke', 'an mlm config')
+  flags.DEFINE_integer('seq_len', 128, 'row length')
+  flags.DEFINE_integer('rows', 4000, 'train rows to read')
+  flags.DEFINE_string('workdir', '/tmp/zoo/nsp_leak', 'where the corpus is prepared')
   start(run)

@@ -35,29 +35,81 @@ def _body(document, tokenizer):
   return document[int(tokenizer.bos_id is not None):-1]
 
 
-def mlm_example(tokens, rng, *, documents, seq_len, tokenizer, mask_rate, pieces):
-  """BERT pretraining example from one document (Devlin et al. 2019, sec. 3.1).
+SHORT_PAIR_RATE = 0.1  # BERT's short_seq_prob: pairs built to a random shorter length
+_OTHER_DOCUMENT_TRIES = 10  # BERT's: draws of a random document that is not this one
 
-  [CLS] A [SEP] B [SEP] with B the rest of the document half the time (label 0) and a span
-  of another document otherwise (label 1); `mask_rate` of the non-special tokens are chosen,
-  of which 80% become [MASK], 10% a random piece and 10% stay; the loss reads only those.
-  Rows are not packed (the next-sentence head reads the first token); padding is segment 0.
-  [CLS] and [SEP] are the tokenizer's BOS and EOS; random pieces are drawn from `pieces`
-  (the tokenizer's non-special ids).
-  """
-  body = _body(tokens, tokenizer)
-  room = seq_len - 3
-  if len(body) > room:
-    start = rng.integers(0, len(body) - room + 1)
-    body = body[start:start + room]
-  split = int(rng.integers(1, len(body))) if len(body) > 1 else len(body)
-  first, second = body[:split], body[split:]
-  is_random_next = len(second) == 0 or rng.random() < 0.5
+
+def _segments(body, sentence_ends):
+  """A document's pieces cut after every sentence end (tokenizer.sentence_end_ids)."""
+  cuts = np.flatnonzero(np.isin(body, sentence_ends)) + 1
+  return [part for part in np.split(body, cuts) if len(part)]
+
+
+def _truncate_pair(first, second, room, rng):
+  """BERT's truncate_seq_pair: a piece off the longer side, its front or its back at
+  random, until the pair fits `room`."""
+  while len(first) + len(second) > room:
+    longer = 0 if len(first) > len(second) else 1
+    side = (first, second)[longer]
+    side = side[1:] if rng.random() < 0.5 else side[:-1]
+    first, second = (side, second) if longer == 0 else (first, side)
+  return first, second
+
+
+def _sentence_pair(body, rng, documents, room, tokenizer, sentence_ends):
+  """BERT's create_instances_from_document for one pair: sentences of the document until a
+  target length (`room`, or 10% of the time a random 2..room), A their first 1..n-1, B the
+  rest or (half the time, and always for one sentence) sentences of another document from a
+  random one on until the target -> (A, B, is_random_next)."""
+  segments = _segments(body, sentence_ends) or [body]
+  target = int(rng.integers(2, room + 1)) if rng.random() < SHORT_PAIR_RATE else room
+  # BERT walks a document in chunks of sentences reaching the target (the last chunk what
+  # is left); one pair a document an epoch starts at a sentence with the target still
+  # ahead of it, or at the first one (a document shorter than the target is one chunk)
+  ahead = np.cumsum([len(x) for x in segments][::-1])[::-1]
+  starts = np.flatnonzero(ahead >= target)
+  chunk, length = [], 0
+  for segment in segments[int(rng.choice(starts)) if len(starts) else 0:]:
+    chunk.append(segment)
+    length += len(segment)
+    if length >= target:
+      break
+  split = int(rng.integers(1, len(chunk))) if len(chunk) > 1 else 1
+  first = np.concatenate(chunk[:split])
+  is_random_next = len(chunk) == 1 or rng.random() < 0.5
   if is_random_next:
-    other = _body(documents[int(rng.integers(len(documents)))], tokenizer)
-    length = max(1, min(room - len(first), len(other)))
-    offset = int(rng.integers(0, len(other) - length + 1)) if len(other) >= length else 0
-    second = other[offset:offset + length]
+    for _ in range(_OTHER_DOCUMENT_TRIES):
+      other = _body(documents[int(rng.integers(len(documents)))], tokenizer)
+      if not np.array_equal(other, body):
+        break
+    others = _segments(other, sentence_ends) or [other]
+    second, wanted = [], max(1, target - len(first))
+    for segment in others[int(rng.integers(len(others))):]:
+      second.append(segment)
+      if sum(map(len, second)) >= wanted:
+        break
+    second = np.concatenate(second)
+  else:
+    second = np.concatenate(chunk[split:])
+  first, second = _truncate_pair(first, second, room, rng)
+  return first, second, is_random_next
+
+
+def mlm_example(tokens, rng, *, documents, seq_len, tokenizer, mask_rate, pieces,
+                sentence_ends):
+  """BERT pretraining example from one document (Devlin et al. 2019, sec. 3.1 and A.2; the
+  released create_pretraining_data.py).
+
+  [CLS] A [SEP] B [SEP]: A and B whole sentences (segments cut at `sentence_ends`, the
+  tokenizer's sentence_end_ids) as _sentence_pair builds them, B following A (label 0) or
+  from another document (label 1), the longer side truncated to fit; `mask_rate` of the
+  non-special tokens are chosen, of which 80% become [MASK], 10% a random piece and 10%
+  stay; the loss reads only those. Rows are not packed (the next-sentence head reads the
+  first token); padding is segment 0. [CLS] and [SEP] are the tokenizer's BOS and EOS;
+  random pieces are drawn from `pieces` (the tokenizer's non-special ids).
+  """
+  first, second, is_random_next = _sentence_pair(
+      _body(tokens, tokenizer), rng, documents, seq_len - 3, tokenizer, sentence_ends)
   cls, sep = tokenizer.bos_id, tokenizer.eos_id
   ids = np.concatenate([[cls], first, [sep], second, [sep]]).astype(np.int32)
   token_type_ids = np.concatenate([np.zeros(len(first) + 2), np.ones(len(second) + 1)])
@@ -286,7 +338,8 @@ def make_rows(tokens, data_config, *, train, seed=0, stream=0, num_streams=1, to
   if d.objective == 'mlm':
     example = _tagged(functools.partial(mlm_example, documents=documents, seq_len=d.seq_len,
                                         tokenizer=tokenizer, mask_rate=d.mask_rate,
-                                        pieces=tokenizer.piece_ids()), 'inputs')
+                                        pieces=tokenizer.piece_ids(),
+                                        sentence_ends=tokenizer.sentence_end_ids()), 'inputs')
     return ds.random_map(example, seed=seed).to_iter_dataset(_READ_OPTIONS)
   if d.objective == 'span_corruption':
     # T5's reduce_concat_tokens and split_tokens: the documents' pieces joined into one

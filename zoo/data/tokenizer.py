@@ -24,6 +24,7 @@ TRAINING_DOCUMENTS = 200_000  # a tokenizer trained by the zoo sees at most this
 # SentencePiece's result depends on its thread count: fixed, every machine (and every
 # process of a pod) trains the same model from the same documents
 TRAINING_THREADS = 8
+_CLOSING = ' \'")]}\u2019\u201d\u00bb'  # after a sentence's last mark
 # the names special tokens go by in tokenizer.json files, by role (first match wins)
 _ROLES = {
     'bos': ('<s>', '<|begin_of_text|>', '<|startoftext|>', '[CLS]'),
@@ -53,6 +54,17 @@ class Tokenizer:
   def piece_ids(self):
     """The ids of ordinary pieces (all but the special ones)."""
     return np.setdiff1d(np.arange(self.vocab_size), sorted(self.special_ids))
+
+  def sentence_end_ids(self):
+    """The ordinary pieces that end a sentence or a line (their text, closing quotes and
+    brackets aside, ends with . ! or ?, or holds a newline): where BERT's pairs split a
+    document into segments."""
+    if getattr(self, '_sentence_ends', None) is None:
+      def ends(text):
+        return '\n' in text or text.rstrip(_CLOSING).endswith(('.', '!', '?'))
+      self._sentence_ends = np.asarray(
+          [i for i in self.piece_ids() if ends(self.decode([i]))], np.int32)
+    return self._sentence_ends
 
   def sentinel_ids(self, count):
     """T5's sentinels <extra_id_0..count-1>: the tokenizer's own pieces of those names, else
