@@ -45,6 +45,14 @@ def test_t5_base_is_refused_on_a_small_machine_naming_needed_available_and_fixes
     assert fix in message
 
 
+def test_a_phase_larger_than_the_final_shape_is_the_one_estimated(small_machine):
+  # the default job's step fits; an earlier phase of 64 x its batch does not
+  spec = helpers.config_file('gpt_shakespeare', arg=None)
+  preflight.check(_one_device(spec), jax.devices()[:1])
+  with pytest.raises(ConfigError, match='the train step needs'):
+    preflight.check(_one_device(spec, 'train.phases=10:2048:128'), jax.devices()[:1])
+
+
 def test_train_preflight_false_skips_the_estimate(small_machine):
   config = _one_device(helpers.config_file('t5_base', arg=None), 'train.preflight=False')
   preflight.check(config, jax.devices()[:1])

@@ -18,13 +18,15 @@ from zoo import counting
 from zoo.errors import ConfigError
 from zoo.plan import analytic
 from zoo.plan import sweep
+from zoo.train import phases
 
 GIB = 2**30
 
 
 def check(config, devices=None):
   """A ConfigError when the train step's estimated bytes per device on the configured mesh
-  of `devices` (default: all) exceed what one of this process's devices has."""
+  of `devices` (default: all) exceed what one of this process's devices has; with phases,
+  the step of the most tokens is estimated."""
   if not config.train.preflight:
     return
   devices = devices or jax.devices()
@@ -33,6 +35,10 @@ def check(config, devices=None):
   if available is None:
     return  # a device that reports no limit (some plugins): nothing to compare with
   sizes = analytic.mesh_sizes_for(config.mesh, len(devices))
+  resolved = phases.resolve(config)
+  largest = max(reversed(resolved), key=lambda p: p.tokens_per_step)  # the final on a tie
+  if largest is not resolved[-1]:
+    config = phases.config_for(config, largest)
   needed = estimate(config, sizes, local[0].platform)
   if needed['total'] <= available:
     return
