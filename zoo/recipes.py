@@ -86,7 +86,7 @@ def gpt3(c, batch_size, learning_rate):
   c.train.batch_ramp = gpt3_ramp(batch_size)  # App. B: from 32k tokens, over 4-12B tokens
   c.data.seq_len = 2048  # sec. 2.1: n_ctx 2048
   _adamw(c, learning_rate=learning_rate,  # Table 2.1
-         warmup_steps=0,  # in tokens:
+         warmup_steps=0,  # the warmup is in tokens (below)
          b2=0.95, eps=1e-8,  # App. B: beta1 0.9, beta2 0.95, eps 1e-8
          weight_decay=0.1,  # App. B: 0.1
          floor=0.1)  # App. B: cosine down to 10% ...

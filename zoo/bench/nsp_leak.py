@@ -14,8 +14,8 @@ import numpy as np
 from absl import flags
 
 from zoo import config as config_lib
-from zoo.cli import start
 from zoo import families
+from zoo.cli import start
 from zoo.data import pipeline
 from zoo.train import runtime
 

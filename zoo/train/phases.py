@@ -7,7 +7,7 @@ given one of two ways:
       tokens until UNTIL (PaLM: '50000:512:2048,115000:1024:2048'; BERT: '900000:256:128');
   train.batch_ramp = 'START:INCREMENT:UNTIL'  the batch grows from START by INCREMENT in
       equal slices of UNTIL until it reaches train.batch_size (Megatron's
-      --rampup-batch-size; GPT-3's ramp, Brown et al. 2020 sec. 2.3).
+      --rampup-batch-size; GPT-3's ramp, Brown et al. 2020 App. B).
 
 UNTIL is a step (an integer: the phase's last step) or a token count ('4Btokens',
 '375Mtokens', '2.6e11tokens': the phase ends at the first step whose tokens, counted from
@@ -156,11 +156,11 @@ def config_for(config, phase):
   return out
 
 
-def check_each(config, check, resolved=None):
+def check_each(config, check):
   """check(phase's config) for every phase before the run's own shape; a ConfigError it
   raises is prefixed with the phase it is about."""
   field = 'train.phases' if config.train.phases else 'train.batch_ramp'
-  for k, phase in enumerate((resolved or resolve(config))[:-1]):
+  for k, phase in enumerate(resolve(config)[:-1]):
     try:
       check(config_for(config, phase))
     except ConfigError as e:
@@ -169,5 +169,5 @@ def check_each(config, check, resolved=None):
 
 
 def describe(phases):
-  """'batch 512 x 2048 to step 50,000, ...' for the run header."""
+  """'512 x 2048 to step 50,000, ...' for the run header."""
   return ', '.join(f'{p.batch_size} x {p.seq_len} to step {p.last:,}' for p in phases)
