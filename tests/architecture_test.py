@@ -14,6 +14,7 @@ LAYERS = (
     ('collectives',),
     ('models',),
     ('families',),
+    ('phases',),
     ('config', 'presets', 'recipes', 'counting', 'data'),
     ('train',),
     ('infer', 'plan', 'convert'),

@@ -13,6 +13,7 @@ import ml_collections
 
 from zoo import families
 from zoo import kernels
+from zoo import phases as phases_lib
 from zoo import sharding
 from zoo import storage
 from zoo.errors import ConfigError  # the error of every layer, raised here the most
@@ -20,7 +21,6 @@ from zoo.kernels import flash_bias
 from zoo.kernels import splash
 from zoo.models import dims
 from zoo.models import transformer
-from zoo.train import phases as phases_lib
 
 ACTIVATIONS = ('relu', 'gelu', 'gelu_tanh', 'swiglu', 'geglu')
 NORMS = ('layernorm', 'rmsnorm')

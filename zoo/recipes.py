@@ -4,11 +4,11 @@ betas, clipping, dropout, global batch, sequence length and steps, each beside i
 A config file calls its recipe after its shape's preset (zoo/presets.py). Where a paper does
 not say, the comment says so and names the documented practice chosen instead. Batch ramps
 (GPT-3, PaLM) and BERT's two sequence lengths are train.phases / train.batch_ramp
-(zoo/train/phases.py); the step count keeps the paper's token budget (or its steps). Llama
+(zoo/phases.py); the step count keeps the paper's token budget (or its steps). Llama
 3's ramp (405B only, sec. 3.4.1) is not modelled: its final batch runs from the first step.
 """
 
-from zoo.train import phases
+from zoo import phases
 
 
 def _adamw(c, learning_rate, warmup_steps, b2, eps, weight_decay, schedule='cosine',

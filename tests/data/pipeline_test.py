@@ -8,6 +8,7 @@ from tests import helpers
 from zoo import config as config_lib
 from zoo.data import pipeline
 from zoo.data import tokenizer as tokenizer_lib
+from zoo.families import spans
 
 
 def _spec(data_config, rows):
@@ -251,8 +252,8 @@ def _restore(inputs, targets):
 
 
 def test_span_lengths_are_t5s_and_a_full_piece_fills_the_inputs_exactly():
-  assert pipeline.span_lengths(_span_config(512, 114)) == (568, 512, 114)  # T5's helper
-  assert pipeline.span_lengths(_span_config(64, 24)) == (70, 64, 14)
+  assert spans.lengths(_span_config(512, 114)) == (568, 512, 114)  # T5's helper
+  assert spans.lengths(_span_config(64, 24)) == (70, 64, 14)
   data, rng = _span_config(512, 114), np.random.default_rng(0)
   for _ in range(20):
     piece = np.arange(100, 668, dtype=np.int32)
@@ -313,7 +314,7 @@ def test_span_corruption_reconstructs_the_text_with_sentinels_from_the_top():
 def test_span_lengths_that_cannot_fit_are_one_line_naming_the_fields():
   with pytest.raises(config_lib.ConfigError, match=r'makes 14-token targets, past '
                                                    r'data.target_seq_len=12; raise it to 14'):
-    pipeline.check_span_lengths(_span_config(64, 12))
+    spans.check(_span_config(64, 12))
 
 
 def test_span_corruption_batches_follow_the_encoder_decoder_contract():

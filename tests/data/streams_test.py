@@ -7,9 +7,9 @@ import numpy as np
 
 from tests import helpers
 from zoo import config as config_lib
+from zoo import phases
 from zoo.data import pipeline
 from zoo.data import streams
-from zoo.train import phases
 
 
 class _Counter:

@@ -7,8 +7,8 @@ import pytest
 
 from tests import helpers
 from zoo import families
+from zoo import phases
 from zoo.train import optim
-from zoo.train import phases
 
 
 def _boxed_params(config):

@@ -15,6 +15,7 @@ import grain
 import numpy as np
 
 from zoo.errors import ConfigError
+from zoo.families import spans as spans_lib
 
 _READ_OPTIONS = grain.ReadOptions(num_threads=1, prefetch_buffer_size=16)
 _PACKING_BINS = 16  # first-fit packing for span corruption: more bins, less padding
@@ -141,44 +142,9 @@ def _partition(total, parts, rng):
   return np.diff(np.concatenate([[0], cuts, [total]]))
 
 
-def _span_lengths(n, data_config):
-  """(noise tokens, spans) for an n-token text, as in T5's random_spans_noise_mask."""
-  noise = min(max(1, round(n * data_config.noise_density)), n)
-  spans = max(1, min(round(noise / data_config.mean_noise_span_length), noise,
-                     max(n - noise, 1), data_config.num_sentinels))
-  return noise, spans
-
-
-def span_lengths(data_config):
-  """T5's rule (random_spans_helper): the raw piece length whose inputs (its kept tokens, a
-  sentinel per noise span, EOS) just fill data.seq_len -> (raw, inputs, targets) lengths;
-  512 inputs at noise 0.15 and mean span 3: 568 raw tokens, 114 targets."""
-  def lengths(n):
-    noise, spans = _span_lengths(n, data_config)
-    return n - noise + spans + 1, noise + spans + 1
-  n = 1
-  while lengths(n + 1)[0] <= data_config.seq_len:
-    n += 1
-  return (n, *lengths(n))
-
-
-def check_span_lengths(data_config):
-  """A ConfigError when span corruption's pieces cannot fit the configured lengths."""
-  raw, inputs, targets = span_lengths(data_config)
-  if inputs > data_config.seq_len or raw < 2:
-    raise ConfigError(f'data.seq_len={data_config.seq_len} holds no span-corruption example '
-                      '(a kept token, a sentinel and EOS); raise it')
-  if targets > data_config.target_seq_len:
-    raise ConfigError(f'span corruption of {raw}-token pieces (data.seq_len='
-                      f'{data_config.seq_len}, data.noise_density={data_config.noise_density}, '
-                      f'data.mean_noise_span_length={data_config.mean_noise_span_length}) '
-                      f'makes {targets}-token targets, past data.target_seq_len='
-                      f'{data_config.target_seq_len}; raise it to {targets}')
-
-
 def span_corruption_piece(piece, rng, *, data_config, eos_id, sentinels):
   """T5 span corruption (Raffel et al. 2020, sec. 3.1.4) of one raw piece of the
-  concatenated documents (span_lengths' raw length; shorter only at the end of an eval
+  concatenated documents (spans.lengths' raw length; shorter only at the end of an eval
   pass): noise spans become sentinels in the inputs; targets are each sentinel followed by
   its span, then EOS. Span i is `sentinels[i]` (tokenizer.sentinel_ids: <extra_id_i>). The
   per-token TAGS follow the tokens into the inputs (a sentinel takes its span's)."""
@@ -186,7 +152,7 @@ def span_corruption_piece(piece, rng, *, data_config, eos_id, sentinels):
   body = piece['inputs'][real]
   tags = {k: piece[k][real] for k in TAGS if k in piece}
   n = len(body)
-  noise, spans = _span_lengths(n, data_config)
+  noise, spans = spans_lib.noise_and_spans(n, data_config)
   noise_lengths = _partition(noise, spans, rng)
   keep_lengths = _partition(n - noise, spans, rng)
   inputs, targets, taken, offset = [], [], [], 0
@@ -312,7 +278,7 @@ def make_rows(tokens, data_config, *, train, seed=0, stream=0, num_streams=1, to
   Streams as _stream says (zoo/data/streams.py puts them side by side into global
   batches); random objectives draw from seed + s. causal_lm rows are packed
   (concat-then-split); span_corruption cuts the concatenated documents into raw pieces
-  (span_lengths), corrupts each, and packs the examples whole (first-fit); mlm rows hold
+  (zoo/families/spans.py), corrupts each, and packs the examples whole (first-fit); mlm rows hold
   one sentence pair each. mlm and span_corruption need the tokenizer.
   start: the stream's first document (a phase that changes the length starts at the
   document after the previous phase's last); track_documents: each token also tagged with
@@ -345,8 +311,8 @@ def make_rows(tokens, data_config, *, train, seed=0, stream=0, num_streams=1, to
     # T5's reduce_concat_tokens and split_tokens: the documents' pieces joined into one
     # stream (no separator, as T5) and cut into raw pieces, so every token is read once an
     # epoch and a full piece's inputs fill data.seq_len
-    check_span_lengths(d)
-    raw = span_lengths(d)[0]
+    spans_lib.check(d)
+    raw = spans_lib.lengths(d)[0]
     ds = ds.map(functools.partial(_pieces, tokenizer=tokenizer)).to_iter_dataset(_READ_OPTIONS)
     ds = grain.experimental.ConcatThenSplitIterDataset(
         ds, length_struct={'inputs': raw, **{k: raw for k in tags}})

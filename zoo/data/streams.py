@@ -8,9 +8,9 @@ depends on num_streams and the seed, not on the mesh or the number of processes.
 
 import numpy as np
 
+from zoo import phases as phases_lib
 from zoo.data import pipeline
 from zoo.errors import ConfigError
-from zoo.train import phases as phases_lib
 
 
 def local_streams(row_blocks, batch_size, num_streams):
@@ -56,7 +56,7 @@ def _stack(rows):
 
 class TrainBatches:
   """Endless local batches: this process's streams, concatenated row-wise, in the run's
-  phases (zoo/train/phases.py). batch(step) holds step's phase's rows: its batch /
+  phases (zoo/phases.py). batch(step) holds step's phase's rows: its batch /
   num_streams from each stream. A batch change takes the streams' next rows; a length
   change starts each stream anew at the document after the last one its rows held (a
   document split by the boundary gives up its tail), so no row is lost or repeated.

@@ -24,11 +24,11 @@ import numpy as np
 from zoo import config as config_lib
 from zoo import counting
 from zoo import families
+from zoo import phases
 from zoo import sharding
-from zoo.data import pipeline
+from zoo.families import spans
 from zoo.models import dims
 from zoo.train import optim
-from zoo.train import phases
 
 
 def mesh_sizes_for(mesh_config, num_devices):
@@ -178,7 +178,7 @@ def run_plan(config, sizes, per_device):
     out['phases'] = [{'steps': [p.first, p.last], 'batch_size': p.batch_size,
                       'seq_len': p.seq_len, 'tokens': p.tokens} for p in resolved]
   if config.data.objective == 'span_corruption':  # T5 reads raw pieces longer than its inputs
-    raw, inputs, targets = pipeline.span_lengths(config.data)
+    raw, inputs, targets = spans.lengths(config.data)
     out['span_corruption'] = {'raw_tokens': raw, 'inputs': inputs, 'targets': targets,
                               'corpus_tokens_per_step': t.batch_size * raw}
   fsdp = sizes.get('fsdp', 1)

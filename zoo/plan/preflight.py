@@ -15,10 +15,10 @@ import os
 import jax
 
 from zoo import counting
+from zoo import phases
 from zoo.errors import ConfigError
 from zoo.plan import analytic
 from zoo.plan import sweep
-from zoo.train import phases
 
 GIB = 2**30
 

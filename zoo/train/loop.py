@@ -12,15 +12,16 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from zoo import counting
-from zoo.train import runtime
+from zoo import phases as phases_lib
 from zoo import sharding
 from zoo.data import pipeline
+from zoo.families import spans
 from zoo.train import evaluate as evaluate_lib
 from zoo.train import goodput as goodput_lib
 from zoo.train import metrics as metrics_lib
-from zoo.train import phases as phases_lib
 from zoo.train import profile as profile_lib
 from zoo.train import run_config
+from zoo.train import runtime
 from zoo.train import state as state_lib
 from zoo.train import stop as stop_lib
 
@@ -50,7 +51,7 @@ def _describe(config, workdir, place, streams, corpus, params, start_step, cache
     header.update(task=config.data.task.kind, num_labels=config.model.num_labels)
   elif config.data.objective == 'span_corruption':
     header['span_lengths'] = dict(zip(('raw', 'inputs', 'targets'),
-                                      pipeline.span_lengths(config.data)))
+                                      spans.lengths(config.data)))
   if len(phases) > 1:
     header['phases'] = [[p.last, p.batch_size, p.seq_len] for p in phases]
   if init:

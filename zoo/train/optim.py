@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from zoo.train import phases as phases_lib
+from zoo import phases as phases_lib
 
 NO_DECAY_LEAVES = ('scale', 'bias')  # norm gains and biases; Flax names them so
 PARAM_SCALE_FLOOR = 1e-3  # Adafactor's epsilon_2: the smallest parameter RMS a step scales by
@@ -29,7 +29,7 @@ def schedule(optim_config, total_steps, phases=None):
   wsd: warmup, the peak held, then a linear decay to the floor over the last
     decay_fraction of the steps.
   With optim.warmup_tokens or optim.decay_tokens the same shapes run on the tokens trained
-  so far (phases: zoo/train/phases.py resolved): warmup over warmup_tokens, the decay done
+  so far (phases: zoo/phases.py resolved): warmup over warmup_tokens, the decay done
   at decay_tokens (0 = the run's total), the floor after it (GPT-3, Brown et al. 2020
   sec. 2.3 and App. B)."""
   o = optim_config
@@ -231,7 +231,7 @@ def stacked_leaves(param_axes):
 def make(optim_config, total_steps, stacked=None, phases=None):
   """The optimizer: optim.name with the schedule, after global-norm clipping (clip_norm).
   stacked: stacked_leaves(...) of the parameters; Adafactor needs it (None = no stacks).
-  phases: the run's (zoo/train/phases.py), for a schedule in tokens."""
+  phases: the run's (zoo/phases.py), for a schedule in tokens."""
   o = optim_config
   learning_rate = schedule(o, total_steps, phases)
   if o.name == 'adamw':

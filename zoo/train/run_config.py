@@ -12,11 +12,11 @@ import json
 
 import jax
 
+from zoo import phases
 from zoo import storage
 from zoo.errors import ConfigError
 from zoo.train import checkpoint
 from zoo.train import optim
-from zoo.train import phases
 
 FILE = 'config.json'
 _SCHEDULE_FIELDS = ('train.steps', 'train.phases', 'train.batch_ramp', 'optim.learning_rate',

@@ -30,6 +30,7 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from zoo import families
 from zoo import kernels
+from zoo import phases
 from zoo import platform
 from zoo import sharding
 from zoo import storage
@@ -42,7 +43,6 @@ from zoo.errors import ConfigError
 from zoo.models import dims
 from zoo.train import checkpoint
 from zoo.train import optim
-from zoo.train import phases
 from zoo.train import state as state_lib
 from zoo.train import step as step_lib
 

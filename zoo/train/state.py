@@ -11,9 +11,9 @@ from jax.sharding import PartitionSpec as P
 
 from zoo import families
 from zoo import models
+from zoo import phases
 from zoo import sharding
 from zoo.train import optim
-from zoo.train import phases
 
 
 def model_variables(state):

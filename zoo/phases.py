@@ -25,8 +25,8 @@ import re
 import jax.numpy as jnp
 import numpy as np
 
-from zoo.data import pipeline
 from zoo.errors import ConfigError
+from zoo.families import spans
 
 _UNTIL = re.compile(r'^(?:(\d+)|(\d+(?:\.\d*)?(?:e\+?\d+)?)([KMBT]?)tokens)$')
 _SCALE = {'': 1, 'K': 1e3, 'M': 1e6, 'B': 1e9, 'T': 1e12}
@@ -152,7 +152,7 @@ def config_for(config, phase):
   if phase.seq_len != config.data.seq_len:
     out.data.seq_len = phase.seq_len
     if config.data.objective == 'span_corruption':
-      out.data.target_seq_len = pipeline.span_lengths(out.data)[2]
+      out.data.target_seq_len = spans.lengths(out.data)[2]
   return out
 
 

@@ -7,8 +7,8 @@ import pytest
 
 from tests import helpers
 from zoo import config as config_lib
+from zoo import phases
 from zoo.errors import ConfigError
-from zoo.train import phases
 
 
 def _config(*overrides):
