@@ -6,7 +6,9 @@ against the zoo's (needs the `hf-check` extra: transformers and a CPU torch).
 
 Prints, per prompt, whether the ids agree; whether byte pieces decode alike; the largest
 logit difference (float32); and, for a decoder or T5, greedy generation by both: the new
-tokens, and where each stopped (the exported EOS id against the zoo's).
+tokens, and where each stopped (the exported EOS id against the zoo's). A classifier
+(model.num_labels): its task's eval split through AutoTokenizer and
+AutoModelForSequenceClassification against the zoo: ids, label logits, predictions.
 """
 
 import argparse
@@ -20,6 +22,7 @@ from zoo import config as config_lib
 from zoo import families
 from zoo import platform
 from zoo.convert import hf
+from zoo.data import task as task_lib
 from zoo.infer import run as infer_run
 from zoo.train import runtime
 
@@ -43,6 +46,7 @@ def main():
     parser.add_argument(flag, required=True)
   args, overrides = parser.parse_known_args()
   config = config_lib.load(args.config, [o.removeprefix('--config.') for o in overrides])
+  runtime.size_label_head(config)
   tokenizer = runtime.tokenizer(config, args.workdir)
   auto = transformers.AutoTokenizer.from_pretrained(args.out)
   for text in PROMPTS:
@@ -52,6 +56,9 @@ def main():
     ids = [tokenizer.processor.piece_to_id(f'<0x{b:02X}>') for b in (0xE2, 0x31, 0x6D)]
     print(f'byte pieces decode alike: {auto.decode(ids) == tokenizer.decode(ids)} '
           f'({auto.decode(ids)!r})')
+  if config.model.num_labels:
+    _classifier(config, args.workdir, args.out, auto)
+    return
   family = config.model.family
   model = _AUTO[family].from_pretrained(args.out, dtype=torch.float32).eval()
   ids = np.asarray([auto(PROMPTS[-1])['input_ids']])
@@ -73,6 +80,37 @@ def main():
         f'transformers {transformers.__version__}, torch {torch.__version__}')
   if family != 'encoder':
     _generation(config, args.workdir, tokenizer, auto, model)
+
+
+def _classifier(config, workdir, out, auto):
+  """A classifier on its task's eval split: transformers from the texts (AutoTokenizer,
+  AutoModelForSequenceClassification, right-padded batches) against the zoo's rows: the
+  ids, the label logits and the predictions."""
+  task = task_lib.open_task(config.data, workdir, config.model.num_labels)
+  family = families.get(config.model)
+  rows = [family.task_example(config.data.task.kind, e, task.tokenizer, config.data)
+          for e in task.eval]
+  records = task_lib.read_split(config.data.task, 'eval')
+  fields = [f for f in ('text', 'text_pair') if f in records[0]]
+  batch = {k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0] if k != 'labels'}
+  ours = np.asarray(families.build(config.model).apply(
+      {'params': hf.load(out)[1]}, batch)['label_logits'])
+  model = transformers.AutoModelForSequenceClassification.from_pretrained(
+      out, dtype=torch.float32).eval()
+  encoded = auto(*[[r[f] for r in records] for f in fields], padding='max_length',
+                 truncation=True, max_length=config.data.seq_len, return_tensors='pt')
+  same_ids = all(list(e[:int(m.sum())]) == list(r['inputs'][:int(r['segment_ids'].sum())])
+                 for e, m, r in zip(encoded['input_ids'].numpy(),
+                                    encoded['attention_mask'].numpy(), rows))
+  with torch.no_grad():
+    theirs = model(**encoded).logits.numpy()
+  print(f'{len(rows)} eval examples of {config.data.task.path}: ids equal {same_ids}; '
+        f'AutoModelForSequenceClassification ({model.config.architectures[0]}, labels '
+        f'{list(model.config.id2label.values())}): max |zoo - transformers| label logits '
+        f'{np.abs(ours - theirs).max():.2e}; the same prediction for '
+        f'{np.mean(ours.argmax(-1) == theirs.argmax(-1)):.1%}, accuracy '
+        f'{np.mean(theirs.argmax(-1) == [r["label"] for r in records]):.1%}; transformers '
+        f'{transformers.__version__}, torch {torch.__version__}')
 
 
 def _generation(config, workdir, tokenizer, auto, model):

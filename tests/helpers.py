@@ -1,6 +1,7 @@
 """Tiny configs and batches shared by the tests (kept small so compiled steps are cheap)."""
 
 import itertools
+import json
 import os
 import re
 import signal
@@ -14,6 +15,7 @@ from zoo import config as config_lib
 from zoo import families
 from zoo import sharding
 from zoo.data import readers
+from zoo.data import speakers
 from zoo.train import runtime
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -158,3 +160,20 @@ def kill_after_step(command, step, env):
 def rows_by_step(rows):
   """{step: its train row as the last start logged it}."""
   return {row['step']: row for row in rows if 'loss' in row}
+
+
+def speakers_task(directory, form, train, eval_):
+  """A small task of the worked example's two most frequent speakers (zoo/data/speakers.py)
+  in `form` ('classification', 'text_to_text', 'prompt_completion' or 'regression': the
+  speech's line count / 4), labels alternating 0, 1, ...; -> directory."""
+  names, splits = speakers.build(speakers=2)
+  os.makedirs(directory, exist_ok=True)
+  for split, count in (('train', train), ('eval', eval_)):
+    by_label = [[x for x in splits[split] if x[0] == k] for k in (0, 1)]
+    balanced = [by_label[k % 2][k // 2] for k in range(count)]
+    with open(os.path.join(directory, f'{split}.jsonl'), 'w', encoding='utf-8') as f:
+      for label, speech in balanced:
+        example = speakers.forms(names, label, speech[:200])
+        example['regression'] = {'text': speech[:200], 'label': speech.count('\n') / 4}
+        f.write(json.dumps(example[form]) + '\n')
+  return directory

@@ -410,3 +410,11 @@ def test_an_encoder_does_not_generate(tmp_path):
   result = _generate(tmp_path, '--prompt=hi',
                      config=helpers.config_file('bert_base'))
   assert result.returncode == 2 and "model.family='encoder' does not" in result.stderr
+
+
+def test_eval_of_another_model_shape_is_one_line_and_moves_no_checkpoint(reference):
+  before = sorted(os.listdir(reference / 'checkpoints'))
+  result = launch(reference, 'model.d_model=128', mode='eval')
+  _assert_one_line_error(result, 'holds a run whose parameters have other shapes .* changed: '
+                                 'model.d_model=128 \\(was 64\\)')
+  assert sorted(os.listdir(reference / 'checkpoints')) == before  # none moved aside

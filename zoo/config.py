@@ -126,6 +126,7 @@ def _model():
   # first token, on a decoder's last real token; 0 = none, or for data.task.kind
   # 'classification' the task's label count (the train split's largest label + 1)
   m.num_labels = 0
+  m.label_names = ()  # the classes' names, in label order (a Hugging Face id2label); () = none
   m.dropout_rate = 0.0
   m.dtype = 'float32'  # compute dtype ('bfloat16' on accelerators)
   m.param_dtype = 'float32'
@@ -214,7 +215,7 @@ def _train():
   t = ml_collections.ConfigDict()
   t.steps = 1000
   t.batch_size = 16  # global, in sequences
-  # shapes the run trains at before train.batch_size x data.seq_len (zoo/train/phases.py):
+  # shapes the run trains at before train.batch_size x data.seq_len (zoo/phases.py):
   # 'UNTIL:BATCH:SEQ_LEN,...', UNTIL a step or a token count ('4Btokens'); '' = none
   t.phases = ''
   # or a batch ramp, 'START:INCREMENT:UNTIL': from START sequences up by INCREMENT in equal
@@ -447,7 +448,7 @@ def validate(config):
 
 
 def _validate_phases(config):
-  """Each phase checked as a run of its own shape (zoo/train/phases.py)."""
+  """Each phase checked as a run of its own shape (zoo/phases.py)."""
   def check(phase_config):
     if config.data.task.kind and phase_config.data.seq_len != config.data.seq_len:
       raise ConfigError(f'a fine-tuning task trains at data.seq_len={config.data.seq_len} '
@@ -599,6 +600,9 @@ def _validate_task(task, m, family):
   if task.kind == 'regression' and m.num_labels not in (0, 1):
     raise ConfigError(f'model.num_labels={m.num_labels}: a regression head predicts one '
                       'value; set model.num_labels=1 or 0')
+  if m.label_names and m.num_labels and len(m.label_names) != m.num_labels:
+    raise ConfigError(f'model.label_names has {len(m.label_names)} names for '
+                      f'model.num_labels={m.num_labels}; give one per label, or ()')
   if task.kind == 'classification' and m.num_labels == 1:
     raise ConfigError('model.num_labels=1 cannot classify; set 2 or more, or 0 for the '
                       "task's label count")

@@ -152,3 +152,38 @@ def test_export_writes_the_checkpoint_weights_and_a_tokenizer_with_the_zoo_ids(t
   assert imported.data.seq_len == 64
   again = runtime.tokenizer(imported, str(tmp_path / 'imported'))
   assert again.encode([literal]) == zoo.encode([literal])
+
+
+def test_a_decoder_classifier_exports_as_its_hugging_face_class(tmp_path):
+  task = helpers.speakers_task(str(tmp_path / 'task'), 'classification', 16, 8)
+  make = lambda: helpers.smoke('gpt_shakespeare', 'data.task.kind=classification',
+                               f'data.task.path={task}', "model.label_names=('first', 'second')",
+                               'train.steps=3', 'optim.warmup_steps=1')
+  workdir, out = str(tmp_path / 'run'), str(tmp_path / 'hf')
+  loop.train(make(), workdir)
+  config = make()
+  assert export.export(config, workdir, out) == 3  # num_labels 0: sized from the task
+  hf_config = json.loads(open(f'{out}/config.json', encoding='utf-8').read())
+  zoo = runtime.tokenizer(config, workdir)
+  assert hf_config['architectures'] == ['LlamaForSequenceClassification']
+  assert hf_config['id2label'] == {'0': 'first', '1': 'second'}
+  assert hf_config['pad_token_id'] == zoo.pad_id != zoo.eos_id
+  # the exported tokenizer writes the rows the head was trained on: [BOS] text [EOS]
+  exported = tokenizers.Tokenizer.from_file(f'{out}/tokenizer.json')
+  exported.enable_truncation(config.data.seq_len)  # as transformers' truncation=True
+  family = families.get(config.model)
+  for example in runtime.corpus(config, workdir).eval:
+    row = family.task_example('classification', example, zoo, config.data)
+    text = zoo.decode(example['text'])
+    assert exported.encode(text).ids == list(row['inputs'][:row['segment_ids'].sum()])
+  settings = json.loads(open(f'{out}/tokenizer_config.json', encoding='utf-8').read())
+  assert settings['model_input_names'] == ['input_ids', 'attention_mask']  # no token types
+
+  _, params = hf.load(out)  # the export's label logits are the checkpoint's
+  place = runtime.placement(config)
+  _, variables = runtime.restore_variables(config, workdir,
+                                           runtime.model_state(config, place.mesh), 'test')
+  batch = helpers.family_batch(config, 4)
+  model = families.build(config.model)
+  np.testing.assert_allclose(model.apply({'params': params}, batch)['label_logits'],
+                             model.apply(variables, batch)['label_logits'], atol=1e-6, rtol=0)

@@ -28,7 +28,15 @@ NAMES = ['gpt2', 'bert', 'bert_mlm', 't5_v1_0', 't5_v1_1', 'mt5', 'llama', 'mist
          'llama3_1']
 
 
+CLASSIFIERS = ['bert_cls', 'gpt2_cls', 'llama_cls', 'mistral_cls']  # 3 labels, padded rows
+
+
 def _batch(name, ref):
+  if name.endswith('_cls'):  # right-padded rows: the zoo reads segment ids, not the pad id
+    ids = ref['input_ids']
+    return {'inputs': ids, 'segment_ids': ref['attention_mask'],
+            'positions': np.broadcast_to(np.arange(ids.shape[1]), ids.shape),
+            **({'token_type_ids': ref['token_type_ids']} if 'token_type_ids' in ref else {})}
   if name.startswith('bert'):
     ids = ref['input_ids']
     return {'inputs': ids, 'token_type_ids': ref['token_type_ids'],
@@ -53,6 +61,32 @@ def test_zoo_logits_equal_the_pytorch_logits(name):
     np.testing.assert_allclose(out['nsp_logits'], ref['nsp_logits'], atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize('name', CLASSIFIERS)
+def test_classifier_label_logits_equal_the_pytorch_ones_on_padded_rows(name):
+  config, params = hf.load(os.path.join(FIXTURES, name))
+  m = config.model
+  assert (m.num_labels, m.label_names) == (3, ('comedy', 'history', 'tragedy'))
+  assert config.data.task.kind == 'classification'
+  ref = np.load(os.path.join(FIXTURES, name, 'reference.npz'))
+  assert ref['attention_mask'][1].sum() < ref['attention_mask'].shape[1]  # a padded row
+  out = families.build(m).apply({'params': params}, jax.tree.map(jnp.asarray, _batch(name, ref)))
+  np.testing.assert_allclose(out['label_logits'], ref['label_logits'], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize('name', CLASSIFIERS)
+def test_a_classifier_saves_as_its_hugging_face_class_with_its_labels(name, tmp_path):
+  config, params = hf.load(os.path.join(FIXTURES, name))
+  hf.save(config, params, str(tmp_path))
+  with open(tmp_path / 'config.json', encoding='utf-8') as f:
+    written = json.load(f)
+  with open(os.path.join(FIXTURES, name, 'config.json'), encoding='utf-8') as f:
+    original = json.load(f)
+  assert written['architectures'] == original['architectures']
+  assert written['id2label'] == original['id2label'] and written['num_labels'] == 3
+  assert set(safetensors_np.load_file(str(tmp_path / 'model.safetensors'))) == set(
+      safetensors_np.load_file(os.path.join(FIXTURES, name, 'model.safetensors')))
+
+
 def test_the_mixtral_router_picks_the_pytorch_experts():
   config, params = hf.load(os.path.join(FIXTURES, 'mixtral'))
   ref = np.load(os.path.join(FIXTURES, 'mixtral', 'reference.npz'))
@@ -74,10 +108,12 @@ def test_the_mixtral_router_picks_the_pytorch_experts():
     np.testing.assert_array_equal(picked, np.sort(ref['experts'][layer], axis=-1))
 
 
-@pytest.mark.parametrize('name', NAMES)
+@pytest.mark.parametrize('name', NAMES + CLASSIFIERS)
 def test_load_save_load_gives_identical_params(name, tmp_path):
   config, params = hf.load(os.path.join(FIXTURES, name))
   hf.save(config, params, str(tmp_path))
+  if name.endswith('_cls'):  # the pad id comes with the tokenizer (as zoo.convert.export)
+    hf.set_token_ids(str(tmp_path), {'pad_token_id': 0})
   again_config, again = hf.load(str(tmp_path))
   assert again_config.model.to_dict() == config.model.to_dict()
   chex.assert_trees_all_equal(again, params)
@@ -130,6 +166,26 @@ def test_bad_checkpoints_name_the_tensor_or_field(tmp_path):
     hf.load(str(path))
   _edit_config(path, model_type='falcon')
   with pytest.raises(hf.ConvertError, match="model_type='falcon' is not supported"):
+    hf.load(str(path))
+
+  path = _copy('gpt2_cls', tmp_path / 'no_pad')
+  _edit_config(path, pad_token_id=None)
+  with pytest.raises(hf.ConvertError, match='config.json has no pad_token_id; '
+                                            'GPT2ForSequenceClassification reads'):
+    hf.load(str(path))
+  path = _copy('bert_cls', tmp_path / 'token_head')
+  _edit_config(path, architectures=['BertForTokenClassification'])
+  with pytest.raises(hf.ConvertError, match="architectures 'BertForTokenClassification' "
+                                            r"\(model_type='bert'\) is not a head the zoo "
+                                            'builds; it reads BertForMaskedLM, BertForPreTraining'):
+    hf.load(str(path))
+  path = _copy('bert', tmp_path / 'extra')  # every tensor without a place is named
+  tensors = safetensors_np.load_file(str(path / 'model.safetensors'))
+  tensors.update({'cls.extra.weight': np.zeros(2, np.float32),
+                  'bert.adapter.weight': np.zeros(2, np.float32)})
+  safetensors_np.save_file(tensors, str(path / 'model.safetensors'))
+  with pytest.raises(hf.ConvertError, match=r'2 tensors have no place in the zoo bert '
+                                            r'\(bert.adapter.weight, cls.extra.weight\)'):
     hf.load(str(path))
 
 

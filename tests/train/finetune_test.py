@@ -18,7 +18,6 @@ from zoo import config as config_lib
 from zoo import counting
 from zoo import families
 from zoo.convert import hf
-from zoo.data import speakers
 from zoo.errors import ConfigError
 from zoo.infer import task_eval
 from zoo.train import loop
@@ -27,20 +26,6 @@ from zoo.train import metrics as metrics_lib
 BERT = os.path.join(helpers.REPO, 'tests', 'fixtures', 'hf', 'bert')
 FAST = ['train.log_every=1', 'train.eval_batches=0', 'train.batch_size=8',
         'optim.warmup_steps=2', 'train.compile_cache_dir=']
-
-
-def _write(directory, form, train, eval_):
-  names, splits = speakers.build(speakers=2)
-  os.makedirs(directory, exist_ok=True)
-  for split, count in (('train', train), ('eval', eval_)):
-    by_label = [[x for x in splits[split] if x[0] == k] for k in (0, 1)]
-    balanced = [by_label[k % 2][k // 2] for k in range(count)]  # labels 0, 1, 0, 1, ...
-    with open(os.path.join(directory, f'{split}.jsonl'), 'w') as f:
-      for label, speech in balanced:
-        example = speakers.forms(names, label, speech[:200])
-        example['regression'] = {'text': speech[:200], 'label': speech.count('\n') / 4}
-        f.write(json.dumps(example[form]) + '\n')
-  return directory
 
 
 @pytest.fixture(scope='module')
@@ -52,7 +37,8 @@ def imported(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def classification(tmp_path_factory):
-  return _write(str(tmp_path_factory.mktemp('task') / 'speakers'), 'classification', 16, 16)
+  return helpers.speakers_task(str(tmp_path_factory.mktemp('task') / 'speakers'),
+                               'classification', 16, 16)
 
 
 def _bert(imported, task, *overrides):
@@ -117,7 +103,7 @@ def test_a_decoder_run_fine_tunes_on_completions_from_its_checkpoint(tmp_path):
   pretrained = str(tmp_path / 'pretrained')
   loop.train(helpers.smoke('gpt_shakespeare', 'train.steps=3', 'train.compile_cache_dir='),
              pretrained)
-  task = _write(str(tmp_path / 'task'), 'prompt_completion', 16, 8)
+  task = helpers.speakers_task(str(tmp_path / 'task'), 'prompt_completion', 16, 8)
   tokenizer = os.path.join(pretrained, 'tokenizer', 'bpe_512.model')
   config = helpers.smoke('gpt_shakespeare', 'data.task.kind=prompt_completion',
                          f'data.task.path={task}', f'data.tokenizer.path={tokenizer}',
@@ -149,7 +135,7 @@ def _eval_row(config, workdir):
 
 
 def test_t5_and_regression_report_their_metrics(imported, tmp_path):
-  task = _write(str(tmp_path / 't2t'), 'text_to_text', 8, 8)
+  task = helpers.speakers_task(str(tmp_path / 't2t'), 'text_to_text', 8, 8)
   t5 = helpers.smoke('t5_small', 'data.task.kind=text_to_text', f'data.task.path={task}',
                      'train.steps=3', 'train.eval_every=3', 'generate.max_new_tokens=4',
                      'data.tokenizer.vocab_size=384', *FAST)
@@ -157,7 +143,7 @@ def test_t5_and_regression_report_their_metrics(imported, tmp_path):
   [row] = [r for r in _rows(str(tmp_path / 't5')) if 'eval_loss' in r]
   assert {'eval_exact_match', 'eval_bleu', 'eval_rouge_l'} <= set(row)
   assert 0 <= row['eval_bleu'] <= 100 and 0 <= row['eval_rouge_l'] <= 1
-  regression = _write(str(tmp_path / 'regression'), 'regression', 16, 8)
+  regression = helpers.speakers_task(str(tmp_path / 'regression'), 'regression', 16, 8)
   config = _bert(imported, regression, 'data.task.kind=regression', 'train.steps=3',
                  'train.eval_every=3', 'train.drop_unused_params=True')
   loop.train(config, str(tmp_path / 'bert'), task_eval.make)

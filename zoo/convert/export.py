@@ -31,17 +31,27 @@ def export(config, workdir, out):
   if storage.listdir(out):
     raise config_lib.ConfigError(f'--out={out} is not empty; export into a new directory '
                                  '(nothing is overwritten)')
+  runtime.size_label_head(config)
   tokenizer_path = corpus_lib.tokenizer_path(config.data, workdir)
-  runtime.tokenizer(config, workdir)  # readable and fits the model, or one line
+  tokenizer = runtime.tokenizer(config, workdir)  # readable and fits the model, or one line
+  if config.model.num_labels and families.get(config.model).LABEL_TOKEN == 'last' and (
+      tokenizer.pad_id == tokenizer.eos_id):
+    raise config_lib.ConfigError(
+        f"the tokenizer's pad id is its EOS ({tokenizer.eos_id}): transformers reads a "
+        "decoder classifier's last token that is not the pad id, and the zoo's rows end "
+        'with EOS, so the two would read different tokens; export a run whose tokenizer has '
+        'a pad token of its own (the zoo trains its tokenizers with one)')
   place = runtime.placement(config)
   state = runtime.model_state(config, place.mesh)
   step, variables = runtime.restore_variables(config, workdir, state, 'export')
   files = storage.Mirror(out)  # written locally, then copied when --out is in a bucket
   hf.save(config, jax.device_get(variables['params']), files.local)
-  d = config.data
-  special = hf_tokenizer.write(tokenizer_path, files.local,
-                               families.get(config.model).INPUT_SPECIALS, d.seq_len,
-                               d.num_sentinels if d.objective == 'span_corruption' else 0)
+  d, family = config.data, families.get(config.model)
+  special = hf_tokenizer.write(
+      tokenizer_path, files.local,
+      family.LABEL_SPECIALS if config.model.num_labels else family.INPUT_SPECIALS, d.seq_len,
+      d.num_sentinels if d.objective == 'span_corruption' else 0,
+      token_types=config.model.type_vocab_size > 0)
   hf.set_token_ids(files.local, special)
   files.close()
   return step

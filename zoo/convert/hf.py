@@ -4,7 +4,10 @@
     python -m zoo.launch --config=W/config.py --workdir=W   # fine-tunes from the import
 
 Architectures: GPT-2, BERT (ForPreTraining and ForMaskedLM), T5 v1.0 / v1.1 / mT5, Llama
-(1/2/3/3.1+: GQA, any rope_theta, 'llama3' rope scaling), Mistral, Mixtral. Each is a table
+(1/2/3/3.1+: GQA, any rope_theta, 'llama3' rope scaling), Mistral, Mixtral; the
+ForSequenceClassification heads of BERT, GPT-2, Llama and Mistral (model.num_labels,
+model.label_names: a decoder reads each row's last token, as transformers' last non-pad
+token on right-padded rows whose text holds no pad id). Each is a table
 of rules between a zoo parameter (its layers stacked on a leading axis, as the layer scan
 keeps them) and the Hugging Face tensor of each layer (and expert); `load` and `save` read
 the same table in opposite directions. Tensors are read with safetensors' numpy API (no
@@ -139,7 +142,13 @@ def _gpt2_rules(m):
           *_norm('layers/mlp_norm', f'{layer}.ln_2', bias=True),
           *_dense('layers/mlp/wi', f'{layer}.mlp.c_fc', bias=True, conv1d=True),
           *_dense('layers/mlp/wo', f'{layer}.mlp.c_proj', bias=True, conv1d=True),
-          *_norm('final_norm', f'{t}.ln_f', bias=True)]
+          *_norm('final_norm', f'{t}.ln_f', bias=True),
+          *_score(m)]
+
+
+def _score(m):
+  """A decoder's classification head: transformers' `score` (no bias) <-> 'classifier'."""
+  return _dense('classifier', 'score') if m.num_labels else []
 
 
 def _gpt2_split(tensors, m):
@@ -187,6 +196,11 @@ def _bert(hf, names):
 
 def _bert_rules(m):
   b, layer = 'bert', 'bert.encoder.layer.{i}'
+  head = ([*_dense('pooler', f'{b}.pooler.dense', bias=True),
+           *_dense('classifier', 'classifier', bias=True)] if m.num_labels else
+          [*_dense('mlm_transform', 'cls.predictions.transform.dense', bias=True),
+           *_norm('mlm_norm', 'cls.predictions.transform.LayerNorm', bias=True),
+           _rule('mlm_bias', 'cls.predictions.bias')])
   rules = [_rule('token_embed/embedding', f'{b}.embeddings.word_embeddings.weight'),
            _rule('embeddings/position_embed/embedding',
                  f'{b}.embeddings.position_embeddings.weight'),
@@ -198,10 +212,8 @@ def _bert_rules(m):
            *_dense('layers/mlp/wi', f'{layer}.intermediate.dense', bias=True),
            *_dense('layers/mlp/wo', f'{layer}.output.dense', bias=True),
            *_norm('layers/mlp_norm', f'{layer}.output.LayerNorm', bias=True),
-           *_dense('mlm_transform', 'cls.predictions.transform.dense', bias=True),
-           *_norm('mlm_norm', 'cls.predictions.transform.LayerNorm', bias=True),
-           _rule('mlm_bias', 'cls.predictions.bias')]
-  if m.nsp_head:
+           *head]
+  if m.nsp_head and not m.num_labels:
     rules += [*_dense('pooler', f'{b}.pooler.dense', bias=True),
               *_dense('nsp', 'cls.seq_relationship', bias=True)]
   return rules
@@ -319,7 +331,9 @@ def _llama_rules(m):
     rules += [*_dense('layers/mlp/wi_0', f'{layer}.mlp.gate_proj'),
               *_dense('layers/mlp/wi_1', f'{layer}.mlp.up_proj'),
               *_dense('layers/mlp/wo', f'{layer}.mlp.down_proj')]
-  if not m.tie_embeddings:
+  if m.num_labels:
+    rules += _score(m)
+  elif not m.tie_embeddings:
     rules += _dense('logits', 'lm_head')
   return rules
 
@@ -336,18 +350,61 @@ class Architecture:
   to_rules: Callable = lambda tensors, m: tensors  # fused HF tensors -> one per rule
   from_rules: Callable = lambda tensors, m: tensors
   aliases: tuple = ()  # (name, name it must equal): copies some files keep of a tied tensor
+  classifier: str = ''  # the class of its ForSequenceClassification head, if the zoo has one
+  others: tuple = ()  # more classes whose weights it reads (the bare model's, other heads')
 
 
 ARCHITECTURES = {
-    'gpt2': Architecture(_gpt2, _gpt2_rules, ('GPT2LMHeadModel',), _gpt2_split, _gpt2_join),
-    'bert': Architecture(_bert, _bert_rules, ('BertForPreTraining',)),
+    'gpt2': Architecture(_gpt2, _gpt2_rules, ('GPT2LMHeadModel',), _gpt2_split, _gpt2_join,
+                         classifier='GPT2ForSequenceClassification', others=('GPT2Model',)),
+    'bert': Architecture(_bert, _bert_rules, ('BertForPreTraining',),
+                         classifier='BertForSequenceClassification',
+                         others=('BertForMaskedLM', 'BertModel')),
     't5': Architecture(_t5, _t5_rules, ('T5ForConditionalGeneration',), aliases=_T5_ALIASES),
     'mt5': Architecture(_t5, _t5_rules, ('MT5ForConditionalGeneration',),
                         aliases=_T5_ALIASES),
-    'llama': Architecture(_llama, _llama_rules, ('LlamaForCausalLM',)),
-    'mistral': Architecture(_llama, _llama_rules, ('MistralForCausalLM',)),
-    'mixtral': Architecture(_llama, _llama_rules, ('MixtralForCausalLM',)),
+    'llama': Architecture(_llama, _llama_rules, ('LlamaForCausalLM',),
+                          classifier='LlamaForSequenceClassification', others=('LlamaModel',)),
+    'mistral': Architecture(_llama, _llama_rules, ('MistralForCausalLM',),
+                            classifier='MistralForSequenceClassification',
+                            others=('MistralModel',)),
+    'mixtral': Architecture(_llama, _llama_rules, ('MixtralForCausalLM',),
+                            others=('MixtralModel',)),
 }
+HEAD_TENSORS = ('classifier.weight', 'score.weight')  # BERT's, a decoder's
+
+
+def _classes(hf, arch):
+  """config.json's architectures -> whether it is the classification head; a class the zoo
+  does not read is a ConvertError naming it."""
+  names = hf.get('architectures') or list(arch.architectures)
+  known = {*arch.architectures, *arch.others, *([arch.classifier] if arch.classifier else [])}
+  unknown = [n for n in names if n not in known]
+  if unknown:
+    raise ConvertError(f"architectures {unknown[0]!r} (model_type={hf['model_type']!r}) is not "
+                       f'a head the zoo builds; it reads {", ".join(sorted(known))}')
+  return bool(arch.classifier) and arch.classifier in names
+
+
+def _headed(config, hf, tensors, path):
+  """A ForSequenceClassification checkpoint's head in the zoo config: model.num_labels (the
+  head tensor's rows), model.label_names (id2label, unless transformers' LABEL_k
+  defaults), data.task.kind (regression for problem_type 'regression'). A decoder's head
+  reads each row's last non-pad token: config.json must name the pad id."""
+  head = next((n for n in HEAD_TENSORS if n in tensors), None)
+  if head is None:
+    raise ConvertError(f"{path}: {hf['architectures'][0]} without a {' or '.join(HEAD_TENSORS)} "
+                       'tensor; the checkpoint lacks its head')
+  if families.get(config.model).LABEL_TOKEN == 'last' and hf.get('pad_token_id') is None:
+    raise ConvertError(f"{path}: config.json has no pad_token_id; {hf['architectures'][0]} "
+                       "reads each row's last token that is not the pad id, so the checkpoint "
+                       'must name it (set pad_token_id in config.json)')
+  m, count = config.model, int(tensors[head].shape[0])
+  names = [str((hf.get('id2label') or {}).get(str(k), f'LABEL_{k}')) for k in range(count)]
+  m.num_labels, m.nsp_head = count, False
+  m.label_names = () if names == [f'LABEL_{k}' for k in range(count)] else tuple(names)
+  config.data.task.kind = ('regression' if hf.get('problem_type') == 'regression' else
+                           'classification')
 
 
 # ------------------------------------------------------------------------- reading
@@ -416,7 +473,10 @@ def load(path):
   hf = read_config(path)
   arch = ARCHITECTURES[hf['model_type']]
   tensors = read_tensors(path)
-  config = config_lib.validate(arch.config(hf, set(tensors)))
+  config = arch.config(hf, set(tensors))
+  if _classes(hf, arch):
+    _headed(config, hf, tensors, path)
+  _validate(config)
   m = config.model
   rules = arch.rules(m)
   tensors = arch.to_rules(_add_prefix(tensors, rules), m)
@@ -452,10 +512,19 @@ def load(path):
       used.add(alias)
   unused = sorted(n for n in tensors if n not in used and not IGNORED.match(n))
   if unused:
-    raise ConvertError(f'{path}: tensor {unused[0]!r} (and {len(unused) - 1} more) has no place '
-                       f'in the zoo {hf["model_type"]}; an option the zoo does not build')
+    raise ConvertError(f'{path}: {len(unused)} tensors have no place in the zoo '
+                       f'{hf["model_type"]} ({", ".join(unused)}); an option or head the zoo '
+                       'does not build')
   _check_shapes(config, params, path)
   return config, params
+
+
+def _validate(config):
+  """config.validate, a classifier's task aside from its path (named at fine-tuning)."""
+  checked = config.copy_and_resolve_references()
+  if checked.data.task.kind:
+    checked.data.task.path = 'the task named at fine-tuning'
+  config_lib.validate(checked)
 
 
 def _set(tree, path, value):
@@ -546,6 +615,17 @@ def _hf_config(config):
   return hf
 
 
+def _labels(config):
+  """A classifier's config.json fields: its labels (model.label_names, else LABEL_k) and
+  problem type."""
+  m = config.model
+  names = list(m.label_names) or [f'LABEL_{k}' for k in range(m.num_labels)]
+  return {'num_labels': m.num_labels, 'id2label': {str(k): n for k, n in enumerate(names)},
+          'label2id': {n: k for k, n in enumerate(names)},
+          'problem_type': ('regression' if config.data.task.kind == 'regression' else
+                           'single_label_classification')}
+
+
 def _model_type(config):
   return families.get(config.model).hf_model_type(config.model)
 
@@ -562,6 +642,11 @@ def save(config, params, path):
                        'experts) have a Hugging Face layout')
   hf = _hf_config(config)
   hf.setdefault('architectures', list(arch.architectures))
+  if m.num_labels:
+    if not arch.classifier:
+      raise ConvertError(f'save: a {family} classifier has no Hugging Face layout; the zoo '
+                         'writes the heads of BERT, GPT-2, Llama and Mistral')
+    hf.update(_labels(config), architectures=[arch.classifier])
   tensors = {}
 
   def put(rule, names, value):

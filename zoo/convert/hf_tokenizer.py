@@ -84,11 +84,13 @@ def from_sentencepiece(model_proto):
   return tok
 
 
-def write(tokenizer_path, out, input_specials, max_length, sentinels=0):
+def write(tokenizer_path, out, input_specials, max_length, sentinels=0, token_types=True):
   """Writes out/tokenizer.json and out/tokenizer_config.json for the tokenizer file ->
   the special-token ids ({'bos_token_id': ..., 'eos_token_id': ..., 'pad_token_id': ...},
   None where it has none) for the model's config.json. `sentinels`: T5's <extra_id_k>
-  count, added with the ids the zoo gives them where the tokenizer lacks those pieces."""
+  count, added with the ids the zoo gives them where the tokenizer lacks those pieces.
+  token_types: the model reads token_type_ids (BERT); else the tokenizer gives none (GPT-2
+  would add them to its embeddings)."""
   zoo_tokenizer = tokenizer_lib.from_file(tokenizer_path)
   data = storage.read_bytes(tokenizer_path)
   split = True  # a SentencePiece model reads '<s>' in a text as text: so should the export
@@ -115,6 +117,8 @@ def write(tokenizer_path, out, input_specials, max_length, sentinels=0):
              'unk_token': _unknown_id(zoo_tokenizer)}
   config = {'tokenizer_class': 'PreTrainedTokenizerFast', 'model_max_length': max_length,
             'clean_up_tokenization_spaces': False, 'split_special_tokens': split,
+            'model_input_names': ['input_ids', *(['token_type_ids'] if token_types else []),
+                                  'attention_mask'],
             **{k: tok.id_to_token(i) for k, i in special.items() if i is not None}}
   if sentinels:
     config['additional_special_tokens'] = [f'<extra_id_{k}>' for k in range(sentinels)]

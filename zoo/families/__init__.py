@@ -6,7 +6,9 @@ A family module (decoder.py is the worked example; docs/families.md) defines:
   SLIDING_WINDOW (what its model builds; config validation checks), CONTEXT_CHUNKS (the
   sequence chunks each device holds under mesh.context; 0 = not built), PROMPT_JOINT,
   PENALTIES_COUNT_PROMPT (generation penalties count the prompt's tokens as seen), TASKS
-  (data.task.kind values it fine-tunes on);
+  (data.task.kind values it fine-tunes on), INPUT_SPECIALS and LABEL_SPECIALS (the
+  tokenizer's specials around a text it reads, and around a classifier's text: an export's
+  tokenizer adds them), LABEL_TOKEN (which token a label head reads: 'first', 'last');
   build(model_config) -> Linen module;
   batch_spec(data_config, batch_size) -> {key: (shape, dtype)};
   counts(batch) -> the batch's loss normalisers (rows, tokens, ...);

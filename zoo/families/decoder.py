@@ -34,6 +34,8 @@ TASKS = ('classification', 'regression', 'prompt_completion', 'text_to_text')
 PROMPT_JOINT = ''  # printed between a prompt and its generated continuation
 PENALTIES_COUNT_PROMPT = True  # generation penalties count the prompt: it is the text continued
 INPUT_SPECIALS = ('bos',)  # around a text it reads: [BOS] text
+LABEL_SPECIALS = ('bos', 'eos')  # a classifier's row: [BOS] text [EOS] (the head reads EOS)
+LABEL_TOKEN = 'last'  # the label head reads each row's last real token
 
 
 def build(model_config):

@@ -23,6 +23,8 @@ TASKS = ('classification', 'regression')  # data.task.kind values it fine-tunes 
 PROMPT_JOINT = None
 PENALTIES_COUNT_PROMPT = None
 INPUT_SPECIALS = ('bos', 'eos')  # around a text it reads: [CLS] text [SEP]
+LABEL_SPECIALS = INPUT_SPECIALS  # a classifier's row
+LABEL_TOKEN = 'first'  # the label head reads the pooled [CLS]
 # BERT fills in masked tokens; it does not generate (--mode=generate says so).
 tokenize_prompts = start_generation = None
 

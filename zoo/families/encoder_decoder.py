@@ -23,6 +23,7 @@ TASKS = ('text_to_text',)  # data.task.kind values it fine-tunes on (T5: every t
 PROMPT_JOINT = '\n=> '  # an answer, not a continuation
 PENALTIES_COUNT_PROMPT = False  # the prompt is the encoder's input, not the text written
 INPUT_SPECIALS = ('eos',)  # around a text it reads: text [EOS]
+LABEL_SPECIALS = LABEL_TOKEN = None  # no label head: T5 writes its answers
 
 
 def build(model_config):

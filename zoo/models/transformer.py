@@ -248,9 +248,11 @@ class Embeddings(nn.Module):
     return nn.with_logical_constraint(x_BLD, ('batch', 'length', 'activation_embed'))
 
 
-def label_head(m, x_BD):
-  """Pooled states -> float32 logits [B, model.num_labels] (a regression's one value)."""
-  return layers.DenseGeneral(m.num_labels, ('embed', None), use_bias=True,
+def label_head(m, x_BD, use_bias):
+  """Pooled states -> float32 logits [B, model.num_labels] (a regression's one value); a
+  bias as the family's Hugging Face head has one (BERT's classifier; not a decoder's
+  score)."""
+  return layers.DenseGeneral(m.num_labels, ('embed', None), use_bias=use_bias,
                              init_std=m.kernel_init_std or 0.02, name='classifier',
                              **dtypes(m))(x_BD).astype(jnp.float32)
 
@@ -288,7 +290,7 @@ class Encoder(nn.Module):
     pool = lambda: jnp.tanh(dense('pooler', m.d_model, ('embed', 'mlp'))(x_BLD[:, 0]))
     if m.num_labels:  # fine-tuning: a label head on the pooled first token, no LM head
       pooled_BD = nn.Dropout(m.dropout_rate)(pool(), deterministic=not train)
-      return {'label_logits': label_head(m, pooled_BD)}
+      return {'label_logits': label_head(m, pooled_BD, use_bias=True)}
     # MLM head: transform, then logits against the (tied) word embeddings plus a bias.
     h_BLD = layers.ACTIVATION_FNS[m.activation](dense('mlm_transform', m.d_model,
                                                       ('embed', 'mlp'))(x_BLD))
@@ -363,7 +365,7 @@ class Decoder(nn.Module):
       last_B = jnp.maximum(jnp.sum((segment_ids_BL > 0).astype(jnp.int32), axis=1) - 1, 0)
       last_BD = jnp.take_along_axis(x_BLD, last_B[:, None, None], axis=1)[:, 0]
       last_BD = nn.Dropout(m.dropout_rate)(last_BD, deterministic=not train)
-      return {'label_logits': label_head(m, last_BD)}
+      return {'label_logits': label_head(m, last_BD, use_bias=False)}
     if m.tie_embeddings and m.scale_tied_logits:
       x_BLD = x_BLD * m.d_model ** -0.5
     if not head:

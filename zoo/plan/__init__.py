@@ -17,7 +17,6 @@ from zoo import counting
 from zoo import families
 from zoo import sharding
 from zoo import storage
-from zoo.data import task as task_lib
 from zoo.errors import ConfigError
 from zoo.plan import analytic
 from zoo.plan import compiled as compiled_lib
@@ -71,8 +70,7 @@ def run(config, json_path=None, compile_step=False, topology_name=None, sweep=Fa
   if sweep_compile < 0 or (sweep_compile and not sweep):
     raise ConfigError(f'--plan_sweep_compile={sweep_compile} compiles that many of the '
                       "sweep's best meshes: it needs --plan_sweep and a count >= 0")
-  if config.data.task.kind in task_lib.HEADED and not config.model.num_labels:
-    config.model.num_labels = task_lib.label_count(config.data)  # as training sizes the head
+  runtime.size_label_head(config)  # as training sizes the head
   result = analytic.plan(config, tpu_slice.chips if tpu_slice else None)
   # the kernel the step would use on the planned platform
   result['attention_kernel'], why = runtime.attention_kernel(

@@ -66,7 +66,7 @@ def check_shapes(changed, workdir, abstract_params):
                 if k.startswith('model.')] or ['(no model field in config.json changed)']
       raise ConfigError(f'--workdir={workdir} holds a run whose parameters have other '
                         f'shapes ({problem} at step {step}); changed: {", ".join(fields)}; '
-                        'restore those fields to resume it, or pass a new --workdir for a '
+                        'restore those fields to resume or read it, or pass a new --workdir for a '
                         'new run')
     return
 

@@ -14,6 +14,7 @@ what it uses. Training builds them all; --mode=eval skips nothing but the train 
   model_state(config, mesh)    model, optimizer and the abstract sharded train state
   check_workdir(config, workdir)  never a workdir inside train.init_params
   init_plan(config, state)     what train.init_params gives the model
+  size_label_head(config)      a classification task's label count, without its tokens
   restore_variables(...)       the newest checkpoint's model variables
 Everything here checks its input before anything compiles (ConfigError, one line).
 """
@@ -43,6 +44,7 @@ from zoo.errors import ConfigError
 from zoo.models import dims
 from zoo.train import checkpoint
 from zoo.train import optim
+from zoo.train import run_config
 from zoo.train import state as state_lib
 from zoo.train import step as step_lib
 
@@ -212,6 +214,10 @@ def corpus(config, workdir):
     task = task_lib.open_task(config.data, workdir, config.model.num_labels)
     _check_vocab(config, task.tokenizer)
     config.model.num_labels = task.num_labels
+    names = config.model.label_names
+    if names and len(names) != task.num_labels:
+      raise ConfigError(f'model.label_names has {len(names)} names and the task '
+                        f'{task.num_labels} labels; give one name per label, or ()')
     return task
   prepared = corpus_lib.open_corpus(config.data, workdir)
   _check_vocab(config, prepared.tokenizer)
@@ -352,10 +358,21 @@ def initial_params(config, state, fresh_params=None):
     raise ConfigError(str(e)) from None
 
 
+def size_label_head(config):
+  """model.num_labels = 0 with a classification task: the task's label count, as training
+  sets it (for what reads no task tokens: plan mode, export)."""
+  if config.data.task.kind in task_lib.HEADED and not config.model.num_labels:
+    with config.unlocked():
+      config.model.num_labels = task_lib.label_count(config.data)
+
+
 def restore_variables(config, workdir, state, mode):
   """For --mode=`mode`: the newest checkpoint's model variables, else train.init_params'
   (an imported model before any training; state collections start at zero)
-  -> (step, variables)."""
+  -> (step, variables). A checkpoint of other parameter shapes than this config's model is
+  a ConfigError naming the changed fields (never moved aside as unreadable)."""
+  run_config.check_shapes(run_config.changes(run_config.read(workdir), config), workdir,
+                          state.abstract['params'])
   saved = checkpointer(config, workdir)
   restored = saved.restore(state.abstract)
   saved.close()
