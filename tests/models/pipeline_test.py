@@ -18,11 +18,12 @@ from zoo.models import pipeline
 B, L = 8, 16
 
 
-def _model(family, repeats=1, remat='none'):
+def _model(family, repeats=1, remat='none', kernel='auto'):
   c = config_lib.base()
   c.model.update(family=family, vocab_size=64, d_model=32, num_layers=4, num_heads=4,
                  num_kv_heads=2, mlp_dim=64, max_length=64, pipeline_microbatches=4,
                  pipeline_repeats=repeats, remat=remat)
+  c.model.attention.kernel = kernel
   if family == 'encoder_decoder':
     c.model.update(num_encoder_layers=4, num_decoder_layers=4, position='t5_bias')
   return c, families.build(c.model)
@@ -38,15 +39,17 @@ def _batch(family):
 
 
 # (stage 2 x data 2 x tensor 2 for every family: the 5-step losses in tests/sharding_test.py)
-@pytest.mark.parametrize('family,mesh,repeats,remat', [
-    ('decoder', dict(stage=4, fsdp=2), 1, 'none'),
+@pytest.mark.parametrize('family,mesh,repeats,remat,kernel', [
+    ('decoder', dict(stage=4, fsdp=2), 1, 'none', 'auto'),
     # 4 layer groups of 1: stage 0 runs layers 0 and 2, stage 1 layers 1 and 3; 4
     # microbatches on 2 stages, so each waits in the buffer before its second round; each
     # layer rematerialised, its parameters taken inside the checkpoint
-    ('encoder_decoder', dict(stage=2, data=2, tensor=2), 2, 'full')])
+    ('encoder_decoder', dict(stage=2, data=2, tensor=2), 2, 'full', 'auto'),
+    # T5's bias computed in the kernel's blocks (flash_bias, interpreted on CPU) in each stage
+    ('encoder_decoder', dict(stage=2, data=2, tensor=2), 1, 'none', 'flash_bias')])
 def test_a_pipelined_model_gives_the_one_device_outputs_and_gradients(family, mesh, repeats,
-                                                                      remat):
-  config, model = _model(family, repeats, remat)
+                                                                      remat, kernel):
+  config, model = _model(family, repeats, remat, kernel)
   batch = _batch(family)
   params = jax.jit(model.init)(jax.random.PRNGKey(0), batch)
   loss = lambda p: jnp.sum(jax.tree.leaves(model.apply(p, batch))[0] ** 2)

@@ -173,8 +173,9 @@ def _pipelined(block, variables, x_BLD, args, stages, microbatches, repeats, rng
                checkpoint):
   """The scanned stack's layers on the pipeline: each layer `block` applied with its slice
   of the stacked variables (parameters, MoE biases read) -> (x, its MoE layers' sums
-  [layers, ...] over the whole batch, {} without experts); a position bias travels as its
-  positions (its table stays whole) and is made dense for each microbatch."""
+  [layers, ...] over the whole batch, {} without experts); a position bias the flash_bias
+  kernel computes (a bias.PositionBias) travels as its positions, its table whole, and is
+  described again for each microbatch, as the kernel takes it."""
   mask, positions_BL, bias, encoded_BSD, cross_mask = args
   table = bias if isinstance(bias, bias_lib.PositionBias) else None
   if table is not None:
@@ -183,7 +184,7 @@ def _pipelined(block, variables, x_BLD, args, stages, microbatches, repeats, rng
   def layer(variables_one, x_bLD, rows, key):
     mask, positions, bias, encoded, cross = rows
     if table is not None:
-      bias = table.replace(q_positions=bias[0], kv_positions=bias[1]).dense()
+      bias = table.replace(q_positions=bias[0], kv_positions=bias[1])
     rngs = None if key is None else {'dropout': key}
     (x_bLD, _), sown = block.apply(variables_one, x_bLD, mask, positions, bias, encoded,
                                    cross, rngs=rngs, mutable=['moe'])
