@@ -160,6 +160,20 @@ def test_the_sweep_ranks_every_factorization_and_says_why_it_skips_some():
   assert [r['pipeline_microbatches'] for r in staged if not r['invalid']] == [16, 8, 4, 2]
 
 
+def test_the_sweep_leaves_out_the_meshes_a_run_would_refuse():
+  # a ramp's first phase of 4 sequences splits over at most 4 batch shards; splash on a
+  # context axis needs chunks of 128 tokens, which 256 / 4 context chunks are not
+  config = _smoke('train.batch_size=16', 'train.steps=10', 'train.phases=4:4:128',
+                  'data.seq_len=256', 'model.max_length=256',
+                  'model.attention.kernel=splash')
+  skipped = {tuple(r['mesh'].values()): r['invalid']
+             for r in sweep.sweep(config, topology.parse('v5p-16')) if r['invalid']}
+  assert skipped[(8, 1, 1, 1, 1, 1)] == ("a phase's batch of 4 does not split over data x "
+                                         'fsdp x expert = 8')
+  assert 'splash' in skipped[(2, 1, 1, 1, 4, 1)]
+  assert (4, 1, 2, 1, 1, 1) not in skipped and (2, 2, 2, 1, 1, 1) not in skipped
+
+
 def test_across_slices_the_dcn_axis_traffic_goes_at_the_dcn_bandwidth():
   chip = topology.parse('2xv5p-16').chip
   MESH = dict(data=4, fsdp=2, tensor=1, expert=1, context=1, stage=1)

@@ -108,3 +108,17 @@ def test_a_stage_axis_from_minus_one_is_checked_against_the_layers_and_the_rows(
                                                    r'pipeline microbatches'):
     sharding.check_divisible(config, dict(data=4, fsdp=1, tensor=1, expert=1, context=1,
                                           stage=2), families.get(config.model))
+
+
+def test_t5_trains_on_a_stage_mesh_with_flash_bias_as_on_one_device():
+  # flash_bias interpreted on CPU, both stacks pipelined on 2 stages x data 4
+  config = helpers.smoke('t5_small', 'model.attention.kernel=flash_bias', 'train.batch_size=8')
+  want, _, _ = helpers.train_steps(config, {'data': 1}, 3)
+  got, _, _ = helpers.train_steps(config, {'stage': 2, 'data': 4}, 3)
+  np.testing.assert_allclose([r['loss'] for r in got], [r['loss'] for r in want], rtol=2e-5)
+
+
+def test_a_pipelined_stack_with_dropout_trains():
+  config = helpers.smoke('t5_small', 'model.dropout_rate=0.1', 'train.batch_size=8')
+  rows, _, _ = helpers.train_steps(config, {'stage': 2, 'data': 4}, 2)
+  assert all(np.isfinite(r['loss']) for r in rows)

@@ -171,7 +171,7 @@ def run(layer_fn, params, x_BLD, rows, stages, microbatches, rng=None, repeats=1
   # the sums' shapes: one layer on one microbatch, traced (not run) for them
   one_sums = jax.eval_shape(
       lambda: layer_fn(jax.tree.map(lambda p: p[0], params), x_MbLD[0],
-                       rows_of([r[0] for r in rows_M]), None)[1])
+                       rows_of([r[0] for r in rows_M]), rng)[1])
   sums = jax.tree.map(lambda a: _stage_constraint(jnp.zeros((S, R, G, *a.shape), jnp.float32)),
                       one_sums)
   (_, _, _, out_MbLD, sums_SRG), _ = jax.lax.scan(

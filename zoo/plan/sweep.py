@@ -50,12 +50,14 @@ from zoo import config as config_lib
 from zoo import counting
 from zoo import families
 from zoo import kernels
+from zoo import phases
 from zoo import sharding
 from zoo.errors import ConfigError
 from zoo.families import loss as loss_lib
 from zoo.models import layers as layers_lib
 from zoo.plan import analytic
 from zoo.plan import compiled
+from zoo.train import runtime
 
 
 def factorizations(n, axes):
@@ -66,12 +68,20 @@ def factorizations(n, axes):
           for rest in factorizations(n // d, axes[1:])]
 
 
-def _invalid(config, sizes, slices):
+def _invalid(config, sizes, slices, phase_batches=()):
+  """Why the zoo cannot build this mesh for the config (None: it can): the checks a run
+  makes before it compiles (the dims the mesh splits, the attention kernel on the mesh's
+  context axis, every phase's batch over the batch axes), the first failing one's message."""
   axis = config.mesh.dcn_axis
   if sizes[axis] % slices:
     return f'mesh.dcn_axis={axis}: {axis}={sizes[axis]} does not split over {slices} slices'
+  shards = sizes['data'] * sizes['fsdp'] * sizes['expert']
+  for batch in phase_batches:
+    if batch % shards:
+      return f'a phase\'s batch of {batch} does not split over data x fsdp x expert = {shards}'
   try:
     sharding.check_divisible(config, sizes, families.get(config.model))
+    runtime.attention_kernel(config, sizes['context'], on='tpu')
   except ConfigError as e:
     return str(e).split(';')[0]
   return None
@@ -258,13 +268,14 @@ def sweep(config, tpu_slice):
   boxed = counting.abstract_params(config)
   base = analytic.plan(config, mesh_sizes={a: 1 for a in sharding.MESH_AXES}, boxed=boxed)
   rows, variants = [], {}
+  phase_batches = sorted({p.batch_size for p in phases.resolve(config)[:-1]})
   for sizes in factorizations(tpu_slice.chips, axes):
     sizes = {a: sizes.get(a, 1) for a in sharding.MESH_AXES}
     for schedule in _pipeline_schedules(config, sizes['stage']):
       if schedule not in variants:
         variants[schedule] = _with_schedule(config, *schedule)
       meshed = variants[schedule]
-      reason = _invalid(meshed, sizes, tpu_slice.slices)
+      reason = _invalid(meshed, sizes, tpu_slice.slices, phase_batches)
       row = {'mesh': sizes, 'pipeline_microbatches': schedule[0],
              'pipeline_repeats': schedule[1], 'invalid': reason}
       if not reason:
