@@ -300,6 +300,9 @@ def _generate():
   g.seed = 0
   g.num_beams = 1  # > 1: beam search (deterministic; temperature must be 0)
   g.length_alpha = 0.0  # beam scores: log prob / ((5 + length) / 6)^alpha (GNMT; T5 used 0.6)
+  # 'zoo' (T5X's: GNMT's penalty, any of the 2 x num_beams candidates may end) or
+  # 'transformers' (its beam search: length^alpha, docs/generate.md has the differences)
+  g.beam_rules = 'zoo'
   return g
 
 
@@ -411,6 +414,7 @@ def _validate_generate(g, m):
                       f'generate.temperature=0 (now {g.temperature}) or num_beams=1')
   if g.length_alpha < 0:
     raise ConfigError(f'generate.length_alpha={g.length_alpha} must be >= 0')
+  _one_of('generate.beam_rules', g.beam_rules, ('zoo', 'transformers'))
   if not 0 <= g.min_p < 1:
     raise ConfigError(f'generate.min_p={g.min_p} must be in [0, 1) (0 = off; 0.05 to 0.1 '
                       'is usual)')

@@ -1,8 +1,11 @@
 """Beam search: exact against brute force where the beams cover every sequence, a hand case
 greedy gets wrong, and on a model the reported score is the full forward pass's log
-probability of the returned tokens (so the cache follows its beams)."""
+probability of the returned tokens (so the cache follows its beams); by transformers' rules,
+transformers' own beams (tests/fixtures/hf/llama/beams.json)."""
 
 import itertools
+import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +14,7 @@ import pytest
 
 from tests import helpers
 from zoo import families
+from zoo.convert import hf
 from zoo.families import decoding
 from zoo.infer import beam
 from zoo.infer import generate
@@ -92,3 +96,29 @@ def test_the_beam_score_is_the_full_forward_log_probability_of_its_tokens():
   start = families.decoder.start_generation(model, variables, ids, segments, N)
   one_beam, _ = beam.search(start[2], start[0], start[1], generate.reorder_cache, 1, N, -1, PAD)
   np.testing.assert_array_equal(one_beam, greedy)
+
+
+def _llama_fixture_beams(rules):
+  """The zoo's beam search on the llama fixture for each case of llama/beams.json ->
+  [(case, zoo tokens up to EOS per prompt)]."""
+  path = os.path.join(helpers.REPO, 'tests', 'fixtures', 'hf', 'llama')
+  with open(os.path.join(path, 'beams.json'), encoding='utf-8') as f:
+    ref = json.load(f)
+  config, params = hf.load(path)
+  model = families.build(config.model)
+  prompts = np.asarray(ref['prompts'], np.int32)
+  out = []
+  for case in ref['cases']:
+    eos = case['eos_id']
+    fn = jax.jit(generate.make(model, ref['max_new_tokens'], {'temperature': 0.0}, eos, 0,
+                               ref['num_beams'], case['length_penalty'], beam_rules=rules))
+    rows = np.asarray(fn({'params': params}, prompts, np.ones_like(prompts),
+                         jax.random.PRNGKey(0)))
+    out.append((case, [list(r[:list(r).index(eos) + 1]) if eos in r else list(r)
+                       for r in rows]))
+  return out
+
+
+def test_beam_rules_transformers_give_transformers_beams_token_for_token():
+  for case, tokens in _llama_fixture_beams('transformers'):
+    assert tokens == case['tokens'], case

@@ -145,12 +145,13 @@ def decoding_model(model):
 
 
 def make(model, max_new_tokens, sampling, eos_id, pad_id, num_beams=1, length_alpha=0.0,
-         penalties=None):
+         penalties=None, beam_rules='zoo'):
   """-> fn(variables, ids, segment ids, rng) -> new tokens [B, N], to jit (one trace: the
   decode loop is a lax.while_loop); the model's family says how decoding starts.
   sampling: sample's keyword arguments; penalties: penalize's ({'repetition': 1.2,
   'frequency': 0.0}), None or at their neutral values for none. num_beams > 1: beam search
-  (sampling unused, penalties applied to every beam)."""
+  (sampling unused, penalties applied to every beam; beam_rules: zoo/infer/beam.py's
+  rules)."""
   family = families.get(model.config)
   model, layout = decoding_model(model)
   start = functools.partial(family.start_generation, model, max_new_tokens=max_new_tokens)
@@ -179,5 +180,5 @@ def make(model, max_new_tokens, sampling, eos_id, pad_id, num_beams=1, length_al
       adjust = (counts(repeat(ids), repeat(segments)),
                 functools.partial(penalize, **penalties), count)
     return beam.search(step, logits_RV, cache, reorder_cache, num_beams, max_new_tokens,
-                       eos_id, pad_id, length_alpha, adjust)[0]
+                       eos_id, pad_id, length_alpha, adjust, beam_rules)[0]
   return fn

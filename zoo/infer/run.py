@@ -77,7 +77,8 @@ def generator(config, place, state, tokenizer):
                      {'temperature': g.temperature, 'top_k': g.top_k, 'top_p': g.top_p,
                       'min_p': g.min_p},
                      tokenizer.eos_id, tokenizer.pad_id, g.num_beams, g.length_alpha,
-                     {'repetition': g.repetition_penalty, 'frequency': g.frequency_penalty})
+                     {'repetition': g.repetition_penalty, 'frequency': g.frequency_penalty},
+                     g.beam_rules)
   replicated = sharding.replicated(place.mesh)
   jitted = place.jit(fn, (state_lib.model_variables(state.shardings),
                           replicated, replicated, replicated), replicated,
