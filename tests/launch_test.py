@@ -418,3 +418,20 @@ def test_eval_of_another_model_shape_is_one_line_and_moves_no_checkpoint(referen
   _assert_one_line_error(result, 'holds a run whose parameters have other shapes .* changed: '
                                  'model.d_model=128 \\(was 64\\)')
   assert sorted(os.listdir(reference / 'checkpoints')) == before  # none moved aside
+
+
+def test_a_hung_step_ends_the_run_with_every_stack_and_exit_75_and_the_rerun_resumes(tmp_path):
+  args = ('train.steps=12', 'train.checkpoint_every=2', 'train.eval_every=1000',
+          'train.hang.factor=2', 'train.hang.min_seconds=1')
+  result = launch(tmp_path, *args, 'train.fault.hang_step=7')
+  assert result.returncode == 75, result.stderr[-3000:]
+  lines = result.stderr.strip().splitlines()
+  assert lines[-1].startswith('hang: no train step completed in ') and 'exiting 75' in lines[-1]
+  report = (tmp_path / 'hang-process_0.txt').read_text()
+  assert report.startswith('no train step completed in ') and 'zoo/train/loop.py' in report
+  assert 'Thread' in report and '_watch' in report  # every thread's stack, the watchdog's too
+  assert _saved_steps(tmp_path)[-1] == 6  # saved before the hang, nothing lost
+  rerun = launch(tmp_path, *args)
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  header, _ = _after_last_start(tmp_path)
+  assert header['step'] == 6

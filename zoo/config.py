@@ -251,6 +251,12 @@ def _train():
   # before anything is written or compiled, estimate the train step's bytes per device and
   # refuse a run that cannot fit this machine (zoo/train/preflight.py); False = skip
   t.preflight = True
+  # a step that does not complete within factor x the recent median step time (at least
+  # min_seconds) ends the run with stacks in WORKDIR/hang-process_K.txt and exit code 75,
+  # for a scheduler to restart it (zoo/train/watchdog.py); factor 0 = no watchdog
+  t.hang = ml_collections.ConfigDict({'factor': 10.0, 'min_seconds': 300.0})
+  # faults injected for tests: the loop stops making progress before step hang_step (0 = never)
+  t.fault = ml_collections.ConfigDict({'hang_step': 0})
   return t
 
 
@@ -624,6 +630,9 @@ def _validate_train(t, o, d):
     raise ConfigError(f'train.microbatches={t.microbatches} does not divide the rows of each '
                       f'input stream (train.batch_size={t.batch_size} / '
                       f'{d.num_streams or 1} streams = {stream_rows}); use a divisor of it')
+  if t.hang.factor < 0 or t.hang.min_seconds <= 0:
+    raise ConfigError(f'train.hang.factor={t.hang.factor} must be >= 0 (0 = no watchdog) and '
+                      f'train.hang.min_seconds={t.hang.min_seconds} positive')
   if t.loss_chunk_len < -1:
     raise ConfigError(f'train.loss_chunk_len={t.loss_chunk_len} must be >= 0, or -1 (auto)')
   _validate_profile_steps(t)

@@ -24,6 +24,7 @@ from zoo.train import run_config
 from zoo.train import runtime
 from zoo.train import state as state_lib
 from zoo.train import stop as stop_lib
+from zoo.train import watchdog as watchdog_lib
 
 
 class TrainingError(RuntimeError):
@@ -88,8 +89,9 @@ class _Log:
   mixture the real tokens each source gave the steps since the last row, this one's included
   (tokens_NAME, all processes)."""
 
-  def __init__(self, config, writer, goodput, phases, sources=()):
+  def __init__(self, config, writer, goodput, phases, watchdog, sources=()):
     self.t, self.writer, self.goodput, self.sources = config.train, writer, goodput, sources
+    self.watchdog = watchdog
     self.source_tokens = np.zeros(len(sources), np.int64)
     self.flops_per_token = counting.flops_per_token(config)
     self.phases, self.window_tokens = phases, 0
@@ -102,7 +104,8 @@ class _Log:
 
   def __call__(self, step, metrics, source_tokens=None):
     t = self.t
-    metrics = jax.device_get(metrics)
+    metrics = jax.device_get(metrics)  # the step has completed
+    self.watchdog.beat(step)
     if source_tokens is not None:  # the real tokens of this step's batch, per source
       self.source_tokens += source_tokens
     self.window_steps += 1
@@ -220,7 +223,8 @@ def _train(config, workdir, task_eval, signals):
   with goodput.charge('setup'):
     evaluate = evaluate_lib.evaluator(config, place, streams, corpus, parts, task_eval)
     writer = metrics_lib.Writer(workdir, enabled=jax.process_index() == 0)
-  log = _Log(config, writer, goodput, phases, corpus.sources)
+  watchdog = watchdog_lib.Watchdog(t.hang, workdir)
+  log = _Log(config, writer, goodput, phases, watchdog, corpus.sources)
   with goodput.charge('data'):
     batch, tokens = _next_batch(phases, place, data_iter, start_step + 1)
   header = _describe(config, workdir, place, streams, corpus, state['params'], start_step,
@@ -230,7 +234,8 @@ def _train(config, workdir, task_eval, signals):
       parts.train_step(config), (parts.shardings, sharding.batch_sharding(place.mesh)),
       (parts.shardings, sharding.replicated(place.mesh)), donate_argnums=(0,)),
       goodput, log, cache)
-  train_steps(state, batch)  # ahead of the first step, so the header can say how long
+  with watchdog.paused():
+    train_steps(state, batch)  # ahead of the first step, so the header can say how long
   writer.write({**header, 'compile_seconds': round(train_steps.seconds, 2)})
   profiler = profile_lib.Profiler(t.profile_steps, workdir, start_step)
 
@@ -242,7 +247,10 @@ def _train(config, workdir, task_eval, signals):
       if batch is None:
         with goodput.charge('data'):
           batch, tokens = _next_batch(phases, place, data_iter, step)
-      train_step = train_steps(state, batch)  # a new phase's shape compiles here
+      with watchdog.paused():
+        train_step = train_steps(state, batch)  # a new phase's shape compiles here
+      while step == t.fault.hang_step:  # an injected hang (tests)
+        time.sleep(1)
       profiler.start(step)
       with goodput.charge('step'):
         state, metrics = train_step(state, batch)
@@ -256,14 +264,14 @@ def _train(config, workdir, task_eval, signals):
         with goodput.charge('step'):
           log(*pending)
         pending, eval_start = None, time.time()
-        with goodput.charge('eval'):
+        with goodput.charge('eval'), watchdog.paused():
           eval_row = evaluate(state_lib.model_variables(state))
         writer.write({'step': step, **eval_row})
         print(f'step {step} {evaluate_lib.describe(eval_row)}', flush=True)
         log.pause(time.time() - eval_start)
       stopped = signals.agreed()
       if step % t.checkpoint_every == 0 or step == t.steps or stopped:
-        with goodput.charge('checkpoint'):
+        with goodput.charge('checkpoint'), watchdog.paused():
           saved.save(step, state, data_iter)
       if stopped:
         break
@@ -273,6 +281,7 @@ def _train(config, workdir, task_eval, signals):
     end = goodput.final_row()
     writer.write({'event': 'end', 'step': step, **end})
   finally:
+    watchdog.close()
     profiler.close()
     saved.close()
     writer.close()
