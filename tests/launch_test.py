@@ -117,6 +117,8 @@ def test_train_logs_metrics_events_and_checkpoints_then_eval_reads_them(referenc
   assert [r['step'] for r in rows if 'eval_loss' in r] == [120]
   assert rows[0]['event'] == 'start' and rows[0]['compile_seconds'] > 0
   assert all(r['time_step'] > 0 for r in train_rows[1:])  # each window's train-step seconds
+  # how long the window's steps took, one step late (step 1's row has none yet)
+  assert all(0 < r['step_seconds_median'] <= r['step_seconds_max'] for r in train_rows[2:])
   end = rows[-1]  # where the run's wall time went
   assert end['event'] == 'end' and end['step'] == 120
   times = {k: v for k, v in end.items() if k.startswith('time_')}

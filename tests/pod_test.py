@@ -53,6 +53,8 @@ def test_a_two_process_pod_trains_like_one_process_and_resumes(tmp_path):
       'commit_success.txt', 'process_0-of-2.json', 'process_1-of-2.json']
   losses = _losses(pod)
   assert list(losses) == [1, 2, 3, 4, 5]  # metrics written once (process 0 only)
+  rows = [r for r in metrics_lib.read(str(pod)) if 'loss' in r]
+  assert all(r['step_seconds_slowest_process'] in (0, 1) for r in rows)  # a straggler named
   assert [losses[s] for s in losses] == pytest.approx([expected[s] for s in losses], rel=2e-5)
 
   result = _pod(pod, 'train.steps=7')  # the rerun resumes at step 5, streams included

@@ -129,6 +129,7 @@ class _Log:
       row.update({f'tokens_{name}': int(c) for name, c in zip(self.sources, counts)})
       self.source_tokens = np.zeros_like(self.source_tokens)
     row.update(self.goodput.window_row())
+    row.update(self.watchdog.window_row())
     self.alarms.check(step, metrics)
     self.writer.write(row)
     eta = (phases_lib.total_tokens(self.phases) -

@@ -1,4 +1,7 @@
-"""A hung run ends instead of waiting forever: when no train step completes within
+"""Step times, and a hung run that ends instead of waiting forever.
+
+Each metrics row says how long its steps took: the median and the max and, on a pod, the
+process of the slowest median (a straggler). When no train step completes within
 train.hang.factor x the median of the recent step times (never less than
 train.hang.min_seconds; factor x min_seconds until MIN_STEPS steps are timed), every
 thread's stack and the recent step times go to WORKDIR/hang-process_K.txt, one line goes to
@@ -22,6 +25,8 @@ import threading
 import time
 
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 
 from zoo import storage
 
@@ -37,6 +42,7 @@ class Watchdog:
     self.factor, self.min_seconds = hang_config.factor, hang_config.min_seconds
     self.workdir = workdir
     self.times = collections.deque(maxlen=RECENT)
+    self.window = []  # the step times since the last window_row()
     self.last, self.step, self.pauses = time.monotonic(), 0, 0
     self._stop = threading.Event()
     self._thread = None
@@ -49,7 +55,22 @@ class Watchdog:
     now = time.monotonic()
     if self.step:
       self.times.append(now - self.last)
+      self.window.append(now - self.last)
     self.last, self.step = now, step
+
+  def window_row(self):
+    """The step times since the last call: median and max (seconds) and, on a pod, the
+    process of the slowest median and that median (every process calls it together)."""
+    times, self.window = self.window or [0.0], []
+    row = {'step_seconds_median': round(statistics.median(times), 4),
+           'step_seconds_max': round(max(times), 4)}
+    if jax.process_count() > 1:
+      medians = multihost_utils.process_allgather(
+          np.asarray([statistics.median(times)])).reshape(-1)
+      slowest = int(np.argmax(medians))
+      row.update(step_seconds_slowest_process=slowest,
+                 step_seconds_slowest_median=round(float(medians[slowest]), 4))
+    return row
 
   @contextlib.contextmanager
   def paused(self):
