@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import jax
+import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
@@ -187,3 +188,21 @@ def test_a_checkpoint_restores_onto_another_mesh_and_training_continues(tmp_path
   assert header['step'] == 8 and header['devices'] == 1
   assert sorted(r['step'] for r in metrics_lib.read(str(tmp_path)) if 'loss' in r)[-2:] == [9, 10]
 
+
+
+def test_known_problem_xla_cpu_swaps_two_row_blocks_of_a_small_sharded_matmul():
+  """docs/contracts.md, Known problems: when this fails, the jax in use computes it right;
+  update the entry (and the canary it motivates)."""
+  mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:8]).reshape(2, 2, 2),
+                           ('data', 'fsdp', 'tensor'))
+  shard = lambda *spec: jax.sharding.NamedSharding(mesh, P(*spec))
+  matmul = jax.jit(lambda x, w: x @ w,
+                   in_shardings=(shard(('data', 'fsdp'), 'tensor'), shard('tensor', 'fsdp')),
+                   out_shardings=shard(('data', 'fsdp'), 'tensor'))
+  rng = np.random.default_rng(0)
+  w = rng.standard_normal((64, 64)).astype(np.float32)
+  for rows, order in ((128, [0, 2, 1, 3]), (256, [0, 1, 2, 3])):
+    x = rng.standard_normal((rows, 64)).astype(np.float32)
+    got, want = np.split(np.asarray(matmul(x, w)), 4), np.split(x @ w, 4)
+    assert [next(j for j in range(4) if np.allclose(g, want[j], atol=1e-3)) for g in got] == \
+        order, rows
