@@ -1,4 +1,6 @@
-"""Benchmark: batches/s of the input pipeline alone, for a config (default: the default job).
+"""Benchmark: batches/s of the input pipeline alone, for a config (default: the default job):
+the train batches as the loop reads them (zoo/train/runtime.py train_batches: one stream's
+rows, phase by phase, stacked into batches).
 
     python benchmarks/input_pipeline.py [--config=configs/gpt_shakespeare.py] [--batches=500]
         [--config.data.path=PREPARED_DIR]
@@ -14,10 +16,10 @@ import tempfile
 import time
 
 from zoo import config as config_lib
-from zoo import families
 from zoo import platform as zoo_platform
 from zoo.data import corpus as corpus_lib
 from zoo.data import pipeline
+from zoo.train import runtime
 
 
 def main():
@@ -31,9 +33,9 @@ def main():
     start = time.time()
     corpus = corpus_lib.open_corpus(config.data, workdir)
     setup_s = time.time() - start
-    ds = pipeline.make_dataset(corpus.train, config.data, families.batch_spec(config),
-                               train=True, tokenizer=corpus.tokenizer)
-    batches_per_s, real = _measure(ds, args.batches)
+    streams = runtime.Streams(num_streams=1, local=[0], rows=config.train.batch_size)
+    batches = runtime.train_batches(config, streams, corpus)
+    batches_per_s, real = _measure(batches, args.batches)
   data = config.data.path or 'the embedded corpus'
   print(f'input pipeline on {platform.machine()} ({os.cpu_count()} cores), config {args.config}: '
         f'batch {config.train.batch_size} x {config.data.seq_len}, {data}')
@@ -46,13 +48,12 @@ def main():
         f'--batches={args.batches} {" ".join(overrides)}')
 
 
-def _measure(ds, batches):
+def _measure(train_batches, batches):
   """-> (batches/s after the first batch, mean packing efficiency)."""
-  it = iter(ds)
-  next(it)
+  train_batches.batch(1)
   start, real = time.time(), 0.0
-  for _ in range(batches):
-    real += pipeline.packing_efficiency(next(it))
+  for step in range(2, batches + 2):
+    real += pipeline.packing_efficiency(train_batches.batch(step))
   return batches / (time.time() - start), real / batches
 
 

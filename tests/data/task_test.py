@@ -152,10 +152,11 @@ def _completion_dataset(examples, train=True):
   import grain  # pylint: disable=g-import-not-at-top
   data = _data('prompt_completion', seq_len=16)
   spec = decoder.batch_spec(data, 4)
-  return pipeline.make_task_dataset(
+  rows = pipeline.make_task_rows(
       grain.MapDataset.source(examples), spec,
       lambda e: decoder.task_example('prompt_completion', e, Words(), data), train=train,
       packed=True, seed=3)
+  return pipeline.batched(rows, spec, train=train)
 
 
 def test_completions_are_packed_whole_with_the_loss_on_the_completions_only():
@@ -199,10 +200,10 @@ def test_headed_rows_are_one_example_each_and_the_last_batch_is_padded():
   data = _data('classification')
   examples = [{'text': [20 + k], 'label': k % 3} for k in range(6)]
   spec = encoder.batch_spec(data, 4)
-  batches = list(pipeline.make_task_dataset(
+  batches = list(pipeline.batched(pipeline.make_task_rows(
       grain.MapDataset.source(examples), spec,
       lambda e: encoder.task_example('classification', e, _Bert(), data), train=False,
-      packed=False))
+      packed=False), spec, train=False))
   assert len(batches) == 2
   np.testing.assert_array_equal(np.concatenate([b['labels'] for b in batches]),
                                 [0, 1, 2, 0, 1, 2, 0, 0])

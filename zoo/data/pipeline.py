@@ -366,14 +366,6 @@ def make_task_rows(examples, spec, example_fn, *, train, packed, seed=0, stream=
   return ds
 
 
-def make_task_dataset(examples, spec, example_fn, *, train, packed, seed=0, stream=0,
-                      num_streams=1):
-  """make_task_rows' rows in batches as `spec` says."""
-  return batched(make_task_rows(examples, spec, example_fn, train=train, packed=packed,
-                                seed=seed, stream=stream, num_streams=num_streams),
-                 spec, train=train)
-
-
 def packing_efficiency(batch):
   """Share of token slots holding real tokens."""
   return float(np.mean(batch['segment_ids'] > 0))

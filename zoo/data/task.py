@@ -11,7 +11,7 @@ The fields each data.task.kind reads (others are ignored):
 A task is tokenized with the run's tokenizer (data.tokenizer.path: the pretrained
 checkpoint's; else one trained on the train split's text and cached in WORKDIR/tokenizer).
 The family turns each tokenized example into a model row (its `task_example`), and the
-pipeline batches them (zoo/data/pipeline.py: make_task_dataset), so a task streams, shuffles
+pipeline streams them (zoo/data/pipeline.py: make_task_rows), so a task streams, shuffles
 and resumes exactly as a pretraining corpus does.
 """
 
