@@ -187,6 +187,9 @@ def _data(m):
   d.mean_noise_span_length = 3.0  # span_corruption
   d.num_sentinels = 100  # span_corruption: at most this many spans per example
   d.mask_rate = 0.15  # mlm: share of tokens chosen (80% [MASK], 10% random, 10% kept)
+  # mlm: share of sentence pairs built to a random shorter length (BERT's short_seq_prob,
+  # create_pretraining_data.py)
+  d.short_pair_rate = 0.1
   d.eval_fraction = 0.05  # share of documents held out for eval, chosen by split_seed
   d.split_seed = 0  # fixed apart from train.seed so the eval set never moves
   d.reserved_ids = 0  # ids at the top of the vocabulary kept out of the tokenizer (sentinels)
@@ -559,6 +562,8 @@ def _validate_data(d, m, t):
                         f'{m.vocab_size}; sentinels need the top of the vocabulary')
   if not 0 < d.mask_rate < 1:
     raise ConfigError(f'data.mask_rate={d.mask_rate} must be in (0, 1)')
+  if not 0 <= d.short_pair_rate <= 1:
+    raise ConfigError(f'data.short_pair_rate={d.short_pair_rate} must be in [0, 1]')
   _one_of('data.tokenizer.type', d.tokenizer.type, TOKENIZERS)
   _positive('data.seq_len', d.seq_len)
   if m.position == 'learned' and d.seq_len > m.max_length:

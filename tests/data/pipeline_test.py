@@ -178,7 +178,8 @@ def _sentence_documents(count, sentences, seed=0):
 def _pair(docs, k, seq_len, seed):
   row = pipeline.mlm_example(docs[k], np.random.default_rng(seed), documents=docs,
                              seq_len=seq_len, tokenizer=_PairTokens, mask_rate=0.15,
-                             pieces=np.arange(5, 100), sentence_ends=np.asarray([9]))
+                             pieces=np.arange(5, 100), sentence_ends=np.asarray([9]),
+                             short_rate=0.1)
   ids = row['targets'][row['segment_ids'] > 0]
   first, second = np.flatnonzero(ids == 3)[:2]
   return ids[1:first], ids[first + 1:second], int(row['next_sentence_labels'])

@@ -36,7 +36,6 @@ def _body(document, tokenizer):
   return document[int(tokenizer.bos_id is not None):-1]
 
 
-SHORT_PAIR_RATE = 0.1  # BERT's short_seq_prob: pairs built to a random shorter length
 _OTHER_DOCUMENT_TRIES = 10  # BERT's: draws of a random document that is not this one
 
 
@@ -57,13 +56,13 @@ def _truncate_pair(first, second, room, rng):
   return first, second
 
 
-def _sentence_pair(body, rng, documents, room, tokenizer, sentence_ends):
+def _sentence_pair(body, rng, documents, room, tokenizer, sentence_ends, short_rate):
   """BERT's create_instances_from_document for one pair: sentences of the document until a
-  target length (`room`, or 10% of the time a random 2..room), A their first 1..n-1, B the
-  rest or (half the time, and always for one sentence) sentences of another document from a
-  random one on until the target -> (A, B, is_random_next)."""
+  target length (`room`, or `short_rate` of the time a random 2..room), A their first
+  1..n-1, B the rest or (half the time, and always for one sentence) sentences of another
+  document from a random one on until the target -> (A, B, is_random_next)."""
   segments = _segments(body, sentence_ends) or [body]
-  target = int(rng.integers(2, room + 1)) if rng.random() < SHORT_PAIR_RATE else room
+  target = int(rng.integers(2, room + 1)) if rng.random() < short_rate else room
   # BERT walks a document in chunks of sentences reaching the target (the last chunk what
   # is left); one pair a document an epoch starts at a sentence with the target still
   # ahead of it, or at the first one (a document shorter than the target is one chunk)
@@ -97,7 +96,7 @@ def _sentence_pair(body, rng, documents, room, tokenizer, sentence_ends):
 
 
 def mlm_example(tokens, rng, *, documents, seq_len, tokenizer, mask_rate, pieces,
-                sentence_ends):
+                sentence_ends, short_rate):
   """BERT pretraining example from one document (Devlin et al. 2019, sec. 3.1 and A.2; the
   released create_pretraining_data.py).
 
@@ -110,7 +109,8 @@ def mlm_example(tokens, rng, *, documents, seq_len, tokenizer, mask_rate, pieces
   random pieces are drawn from `pieces` (the tokenizer's non-special ids).
   """
   first, second, is_random_next = _sentence_pair(
-      _body(tokens, tokenizer), rng, documents, seq_len - 3, tokenizer, sentence_ends)
+      _body(tokens, tokenizer), rng, documents, seq_len - 3, tokenizer, sentence_ends,
+      short_rate)
   cls, sep = tokenizer.bos_id, tokenizer.eos_id
   ids = np.concatenate([[cls], first, [sep], second, [sep]]).astype(np.int32)
   token_type_ids = np.concatenate([np.zeros(len(first) + 2), np.ones(len(second) + 1)])
@@ -305,7 +305,8 @@ def make_rows(tokens, data_config, *, train, seed=0, stream=0, num_streams=1, to
     example = _tagged(functools.partial(mlm_example, documents=documents, seq_len=d.seq_len,
                                         tokenizer=tokenizer, mask_rate=d.mask_rate,
                                         pieces=tokenizer.piece_ids(),
-                                        sentence_ends=tokenizer.sentence_end_ids()), 'inputs')
+                                        sentence_ends=tokenizer.sentence_end_ids(),
+                                        short_rate=d.short_pair_rate), 'inputs')
     return ds.random_map(example, seed=seed).to_iter_dataset(_READ_OPTIONS)
   if d.objective == 'span_corruption':
     # T5's reduce_concat_tokens and split_tokens: the documents' pieces joined into one
