@@ -272,6 +272,10 @@ def _train(config, workdir, task_eval, signals):
         log.pause(time.time() - eval_start)
       stopped = signals.agreed()
       if step % t.checkpoint_every == 0 or step == t.steps or stopped:
+        if pending:  # a checkpointed step's row is written first: a kill cannot lose it
+          with goodput.charge('step'):
+            log(*pending)
+          pending = None
         with goodput.charge('checkpoint'), watchdog.paused():
           saved.save(step, state, data_iter)
       if stopped:
