@@ -159,6 +159,21 @@ def test_resume_after_sigkill_repeats_the_uninterrupted_losses(reference, tmp_pa
   assert {s: resumed[s] for s in resumed} == {s: want[s] for s in resumed}
 
 
+def test_a_sigkill_while_a_checkpoint_is_written_resumes_from_the_previous_one(reference,
+                                                                              tmp_path):
+  args = ('train.steps=120', 'train.checkpoint_every=20', 'train.eval_every=1000')
+  killed = launch(tmp_path, *args, 'train.fault.kill_in_save=40')
+  assert killed.returncode == -signal.SIGKILL
+  assert killed.stdout.strip().endswith('fault: SIGKILL while writing the checkpoint of step 40')
+  assert _saved_steps(tmp_path) == [20]  # 40 is an unfinished temporary directory
+  result = launch(tmp_path, *args)
+  assert result.returncode == 0, result.stderr[-3000:]
+  header, rows = _after_last_start(tmp_path)
+  assert header['step'] == 20
+  want = _losses(metrics_lib.read(reference))
+  assert _losses(rows) == {s: want[s] for s in range(21, 121)}
+
+
 PHASED = ('train.steps=20', 'train.phases=8:4:32,16:8:32', 'train.checkpoint_every=1',
           'train.log_every=1', 'train.eval_every=1000')  # batch, then length changes
 

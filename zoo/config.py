@@ -214,6 +214,10 @@ def _data(m):
   return d
 
 
+SPIKE_ACTIONS = ('off', 'log', 'rollback')
+SPIKE_SIGNALS = ('loss', 'grad_norm')
+
+
 def _train():
   t = ml_collections.ConfigDict()
   t.steps = 1000
@@ -258,8 +262,25 @@ def _train():
   # min_seconds) ends the run with stacks in WORKDIR/hang-process_K.txt and exit code 75,
   # for a scheduler to restart it (zoo/train/watchdog.py); factor 0 = no watchdog
   t.hang = ml_collections.ConfigDict({'factor': 10.0, 'min_seconds': 300.0})
-  # faults injected for tests: the loop stops making progress before step hang_step (0 = never)
-  t.fault = ml_collections.ConfigDict({'hang_step': 0})
+  # loss spikes (zoo/train/spikes.py, docs/reliability.md): a step whose loss (or a signal
+  # in `signals`) is over the mean of the last `window` good steps by `sigmas` standard
+  # deviations and by `min_rise` x that mean. action: 'log' (a spike row, train on), 'off',
+  # or 'rollback' (PaLM's remedy: back to the newest checkpoint >= rollback_steps older,
+  # skip the next skip_batches batches; more than max_rollbacks within rollback_window
+  # steps stop the run)
+  t.spike = ml_collections.ConfigDict({
+      'action': 'log', 'signals': 'loss', 'window': 50, 'sigmas': 6.0, 'min_rise': 0.05,
+      'rollback_steps': 100, 'skip_batches': 200, 'max_rollbacks': 3,
+      'rollback_window': 1000})
+  # batches to skip by hand, 'STEP:COUNT,...': after train step STEP the next COUNT batches
+  # of every input stream are drawn and dropped; '' = none
+  t.data_skips = ''
+  # faults injected for tests: the loop stops making progress before step hang_step; the
+  # parameters are multiplied by 4 before step spike_step (once: not again after a rollback
+  # to before it); steps nonfinite=(FIRST, COUNT) have a NaN loss; the process SIGKILLs
+  # itself while the checkpoint of step kill_in_save is being written (0 = never)
+  t.fault = ml_collections.ConfigDict({'hang_step': 0, 'spike_step': 0, 'nonfinite': (0, 0),
+                                       'kill_in_save': 0})
   return t
 
 
@@ -638,11 +659,58 @@ def _validate_train(t, o, d):
   if t.hang.factor < 0 or t.hang.min_seconds <= 0:
     raise ConfigError(f'train.hang.factor={t.hang.factor} must be >= 0 (0 = no watchdog) and '
                       f'train.hang.min_seconds={t.hang.min_seconds} positive')
+  _validate_spike(t)
   if t.loss_chunk_len < -1:
     raise ConfigError(f'train.loss_chunk_len={t.loss_chunk_len} must be >= 0, or -1 (auto)')
   _validate_profile_steps(t)
   storage.check(t.compile_cache_dir, 'train.compile_cache_dir')
   _validate_optim(o, t)
+
+
+def _validate_spike(t):
+  """train.spike and train.data_skips (zoo/train/spikes.py)."""
+  s = t.spike
+  if s.action not in SPIKE_ACTIONS:
+    raise ConfigError(f'train.spike.action={s.action!r}; use one of {", ".join(SPIKE_ACTIONS)}')
+  signals = [name for name in s.signals.split(',') if name]
+  if not signals or any(name not in SPIKE_SIGNALS for name in signals):
+    raise ConfigError(f'train.spike.signals={s.signals!r}; use a comma-separated list of '
+                      f'{", ".join(SPIKE_SIGNALS)}')
+  if s.window < 2:
+    raise ConfigError(f'train.spike.window={s.window} cannot hold a mean and a standard '
+                      'deviation; use 2 or more steps (50 is the default)')
+  if s.sigmas <= 0 or s.min_rise < 0:
+    raise ConfigError(f'train.spike.sigmas={s.sigmas} must be positive and '
+                      f'train.spike.min_rise={s.min_rise} >= 0')
+  for name in ('rollback_steps', 'max_rollbacks', 'rollback_window'):
+    if s[name] <= 0:
+      raise ConfigError(f'train.spike.{name}={s[name]} must be positive')
+  if s.skip_batches < 0:
+    raise ConfigError(f'train.spike.skip_batches={s.skip_batches} must be >= 0')
+  kept = (t.keep_checkpoints - 1) * t.checkpoint_every
+  if s.action == 'rollback' and kept < s.rollback_steps - 1:
+    need = -(-(s.rollback_steps - 1) // t.checkpoint_every) + 1
+    raise ConfigError(
+        f'train.spike.rollback_steps={s.rollback_steps} needs a checkpoint that old, but '
+        f'train.keep_checkpoints={t.keep_checkpoints} x train.checkpoint_every='
+        f'{t.checkpoint_every} keeps {kept} steps back; set train.keep_checkpoints={need} '
+        'or lower train.spike.rollback_steps')
+  data_skips(t.data_skips)
+
+
+def data_skips(text, field='train.data_skips'):
+  """'STEP:COUNT,...' -> [(STEP, COUNT), ...]; a ConfigError naming `field` otherwise."""
+  skips = []
+  for part in filter(None, (p.strip() for p in text.split(','))):
+    try:
+      step, count = (int(v) for v in part.split(':'))
+    except ValueError:
+      step = count = -1
+    if step < 0 or count <= 0:
+      raise ConfigError(f"{field}={text!r}: {part!r} is not 'STEP:COUNT' (after train step "
+                        'STEP >= 0, skip COUNT > 0 batches)')
+    skips.append((step, count))
+  return skips
 
 
 def _validate_profile_steps(t):

@@ -133,3 +133,11 @@ def test_an_eval_pass_pads_streams_that_ended_until_all_have():
   assert [b['inputs'][:, 0].tolist() for b in batches] == [[0, 10], [1, 0], [2, 0]]
   assert [b['segment_ids'][:, 0].tolist() for b in batches] == [[1, 1], [1, 0], [1, 0]]
   assert len(streams.eval_batches({0: _Counter(0, 3)}, limit=2)) == 2
+
+
+def test_a_skip_drops_that_many_batches_of_every_stream_before_the_next_step():
+  spec = {'inputs': ((1, 1), np.int64), 'segment_ids': ((1, 1), np.int64)}
+  counters = lambda s, phase, start: _Counter(100 * s, rows=True)
+  batches = streams.TrainBatches(counters, [spec], _one_phase(2), [0, 1], 2, skips={2: 3})
+  got = [batches.batch(step)['inputs'][:, 0].tolist() for step in (1, 2, 3, 4)]
+  assert got == [[0, 100], [1, 101], [5, 105], [6, 106]]  # rows 2, 3, 4 of each dropped

@@ -58,6 +58,23 @@ def test_a_nonfinite_loss_skips_the_update_and_is_counted():
   assert int(metrics['nonfinite_streak']) == 0 and int(metrics['nonfinite_total']) == 2
 
 
+def test_an_injected_nonfinite_burst_skips_exactly_its_steps():
+  config, state, _ = _setup()
+  mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
+  parts = runtime.model_state(config, mesh)
+  config.train.fault.nonfinite = (2, 2)  # steps 2 and 3
+  train_step = jax.jit(parts.train_step(config))
+  streaks, kept = [], None
+  for step in range(1, 5):
+    state, metrics = train_step(state, _batch(step))
+    streaks.append(int(metrics['nonfinite_streak']))
+    if step == 1:
+      kept = jax.device_get(state['params'])
+    if step == 3:
+      chex.assert_trees_all_equal(jax.device_get(state['params']), kept)
+  assert streaks == [0, 1, 2, 0] and int(state['nonfinite_total']) == 2
+
+
 def test_selection_biases_move_once_a_step_without_gradients_and_hold_on_a_nonfinite_step():
   config, state, train_step = _setup(moe=dict(num_experts=4, top_k=2, bias_update_rate=0.01))
   bias = lambda s: np.asarray(jax.tree.leaves(s['moe_bias'])[0])

@@ -63,13 +63,16 @@ class TrainBatches:
 
   rows(stream, phase, start) opens a stream's rows (pipeline.make_rows) for a phase from
   document `start`; specs[phase]: the batch spec of one stream's rows in that phase.
+  skips: {step: count}: before the batch of step + 1, `count` batches are drawn and
+  dropped (a spike's rollback, train.data_skips: zoo/train/spikes.py).
   Its state is one entry per stream, so a checkpoint written by any number of processes
   restores onto any other, as long as num_streams is the same.
   """
 
-  def __init__(self, rows, specs, phases, streams, num_streams, num_sources=0):
+  def __init__(self, rows, specs, phases, streams, num_streams, num_sources=0, skips=None):
     self.rows, self.specs, self.phases = rows, specs, phases
     self.num_streams, self.num_sources = num_streams, num_sources
+    self.skips = dict(skips or {})
     self.phase = 0
     self._at = {s: {'start': 0, 'next_document': 0} for s in streams}
     self._iters = {s: iter(rows(s, 0, 0)) for s in streams}
@@ -82,6 +85,11 @@ class TrainBatches:
         at['start'] = at['next_document']
         self._iters[s] = iter(self.rows(s, phase, at['start']))
     self.phase = phase
+    for _ in range(self.skips.get(step - 1, 0)):
+      self._draw(phase)
+    return self._draw(phase)
+
+  def _draw(self, phase):
     count = self.phases[phase].batch_size // self.num_streams
     parts = []
     for s, it in self._iters.items():

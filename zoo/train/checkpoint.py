@@ -104,6 +104,21 @@ class Checkpointer:
         self.manager = self._open()
     return None
 
+  def set_aside_after(self, step, why):
+    """Moves the checkpoints of steps after `step` to checkpoints/WHY-STEP (kept, never
+    deleted; the manager no longer sees them) -> the steps moved."""
+    self.finish()
+    newer = [s for s in self.manager.all_steps() if s > step]
+    if newer:
+      self.manager.close()
+      if jax.process_index() == 0:
+        for s in newer:
+          storage.rename(storage.join(self.directory, str(s)),
+                         storage.join(self.directory, f'{why}-{s}'))
+      multihost_utils.sync_global_devices(f'zoo_checkpoint_set_aside_{why}')
+      self.manager = self._open()
+    return newer
+
   def _restore_streams(self, step, data_iter):
     files = storage.glob(storage.join(self.directory, str(step), 'data', 'process_*.json'))
     if not files:

@@ -4,6 +4,7 @@ It knows no family: the loss (zoo/families) says what the metrics rows hold, and
 writes whatever rows the train step returns.
 """
 
+import os
 import signal
 import time
 
@@ -14,6 +15,7 @@ from jax.experimental import multihost_utils
 from zoo import counting
 from zoo import phases as phases_lib
 from zoo import sharding
+from zoo import storage
 from zoo.data import pipeline
 from zoo.families import spans
 from zoo.train import evaluate as evaluate_lib
@@ -22,6 +24,7 @@ from zoo.train import metrics as metrics_lib
 from zoo.train import profile as profile_lib
 from zoo.train import run_config
 from zoo.train import runtime
+from zoo.train import spikes as spikes_lib
 from zoo.train import state as state_lib
 from zoo.train import stop as stop_lib
 from zoo.train import watchdog as watchdog_lib
@@ -84,7 +87,8 @@ def _describe(config, workdir, place, streams, corpus, params, start_step, cache
 
 
 class _Log:
-  """Reads each step's metrics (one step late), stops on NaN/Inf streaks, and every
+  """Reads each step's metrics (one step late), stops on NaN/Inf streaks, finds loss spikes
+  (a `spike` row, or spikes.Rollback under train.spike.action=rollback), and every
   train.log_every steps writes a row: the step's metrics plus throughput and MFU, and for a
   mixture the real tokens each source gave the steps since the last row, this one's included
   (tokens_NAME, all processes)."""
@@ -92,6 +96,7 @@ class _Log:
   def __init__(self, config, writer, goodput, phases, watchdog, sources=()):
     self.t, self.writer, self.goodput, self.sources = config.train, writer, goodput, sources
     self.watchdog = watchdog
+    self.spikes = spikes_lib.Detector(config.train.spike)
     self.source_tokens = np.zeros(len(sources), np.int64)
     self.flops_per_token = counting.flops_per_token(config)
     self.phases, self.window_tokens = phases, 0
@@ -115,6 +120,12 @@ class _Log:
           f'{int(metrics["nonfinite_streak"])} updates in a row had a NaN/Inf loss or gradient '
           f'(last at step {step}); weights are unchanged since; lower optim.learning_rate or '
           'check the data')
+    spike = self.spikes.check(step, metrics)
+    if spike and t.spike.action == 'rollback':
+      raise spikes_lib.Rollback(spike)
+    if spike:
+      self.writer.write({'step': step, 'event': 'spike', **spike.row()})
+      print(f'spike: {spike.describe()}; training on (train.spike.action=log)', flush=True)
     if step % t.log_every and step not in (1, t.steps):  # step 1 shows the initial loss
       return
     elapsed = time.time() - self.window_start
@@ -152,6 +163,54 @@ def _start(config, place, state, saved, data_iter):
   if config.train.init_params:  # pretrained weights, fresh optimizer state (and new heads)
     fresh['params'] = runtime.initial_params(config, state, fresh['params'])
   return 0, fresh
+
+
+def _roll_back(spike, config, workdir, saved, place, parts, streams, corpus, rollbacks,
+               writer):
+  """train.spike.action=rollback: back to the newest checkpoint at least rollback_steps
+  before the spike (the fresh state when there is none), the newer ones moved aside, the
+  next skip_batches batches dropped -> (restored step, state, data iterator, rollbacks)."""
+  s = config.train.spike
+  too_many = spikes_lib.too_many(spike.step, rollbacks, s)
+  if too_many:
+    raise TrainingError(too_many)
+  saved.set_aside_after(max(spike.step - s.rollback_steps, 0),
+                        f'rolled-back-{spike.step}-{int(time.time())}')
+  skips = spikes_lib.skips(config, rollbacks)
+  data_iter = runtime.train_batches(config, streams, corpus, skips)
+  step, state = _start(config, place, parts, saved, data_iter)
+  first, last = spikes_lib.skipped_range(step, s.skip_batches, skips)
+  rollbacks = spikes_lib.record(workdir, rollbacks, {
+      'spike_step': spike.step, 'restored_step': step, 'skipped_batches': [first, last],
+      **spike.row()})
+  data_iter.skips = spikes_lib.skips(config, rollbacks)
+  writer.write({'step': spike.step, 'event': 'rollback', 'restored_step': step,
+                'skipped_batches': [first, last], **spike.row()})
+  recent = sum(r['spike_step'] > spike.step - s.rollback_window for r in rollbacks)
+  print(f'spike: {spike.describe()}; rolled back to step {step}, skipping batches '
+        f'{first}..{last} (rollback {recent} of at most {s.max_rollbacks} in '
+        f'{s.rollback_window} steps)', flush=True)
+  return step, state, data_iter, rollbacks
+
+
+def _inject(fault, step, state, rollbacks):
+  """train.fault's faults before step `step` (tests): a hang, or the parameters x 4 (a
+  spike; not again once a rollback from it is recorded)."""
+  while step == fault.hang_step:
+    time.sleep(1)
+  if step == fault.spike_step and all(r['spike_step'] != step for r in rollbacks):
+    state = dict(state, params=jax.tree.map(lambda p: p * 4, state['params']))
+  return state
+
+
+def _kill_while_saving(saved, step):
+  """train.fault.kill_in_save (tests): SIGKILL this process while the checkpoint of `step`
+  is being written (its temporary directory holds files, the step is not yet complete)."""
+  pattern = storage.join(saved.directory, f'{step}.orbax-checkpoint-tmp*', '*')
+  while not storage.glob(pattern):
+    time.sleep(0.001)
+  print(f'fault: SIGKILL while writing the checkpoint of step {step}', flush=True)
+  os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _next_batch(phases, place, data_iter, step):
@@ -212,7 +271,9 @@ def _train(config, workdir, task_eval, signals):
     init = runtime.init_plan(config, parts)
     saved = runtime.checkpointer(config, workdir)
     phases = phases_lib.resolve(config)
-    data_iter = runtime.train_batches(config, streams, corpus)
+    rollbacks = spikes_lib.read(workdir)
+    data_iter = runtime.train_batches(config, streams, corpus,
+                                      spikes_lib.skips(config, rollbacks))
 
     # --- state: resume from the newest readable checkpoint, else initialise sharded
     start_step, state = _start(config, place, parts, saved, data_iter)
@@ -243,41 +304,53 @@ def _train(config, workdir, task_eval, signals):
   # --- loop: dispatch step n, then read step n-1's metrics while n runs
   pending, step = None, start_step
   stopped = signals.agreed()  # a signal during setup or the compile: no step runs
+  last = start_step if stopped else t.steps
   try:
-    for step in range(start_step + 1, (start_step if stopped else t.steps) + 1):
-      if batch is None:
-        with goodput.charge('data'):
-          batch, tokens = _next_batch(phases, place, data_iter, step)
-      with watchdog.paused():
-        train_step = train_steps(state, batch)  # a new phase's shape compiles here
-      while step == t.fault.hang_step:  # an injected hang (tests)
-        time.sleep(1)
-      profiler.start(step)
-      with goodput.charge('step'):
-        state, metrics = train_step(state, batch)
-        batch = None
-        if pending:
-          log(*pending)
-      profiler.stop(step, metrics)
-      pending = (step, metrics, tokens)
-
-      if step % t.eval_every == 0 or step == t.steps:
+    while step < last:
+      step += 1
+      try:
+        if batch is None:
+          with goodput.charge('data'):
+            batch, tokens = _next_batch(phases, place, data_iter, step)
+        with watchdog.paused():
+          train_step = train_steps(state, batch)  # a new phase's shape compiles here
+        state = _inject(t.fault, step, state, rollbacks)
+        profiler.start(step)
         with goodput.charge('step'):
-          log(*pending)
-        pending, eval_start = None, time.time()
-        with goodput.charge('eval'), watchdog.paused():
-          eval_row = evaluate(state_lib.model_variables(state))
-        writer.write({'step': step, **eval_row})
-        print(f'step {step} {evaluate_lib.describe(eval_row)}', flush=True)
-        log.pause(time.time() - eval_start)
-      stopped = signals.agreed()
-      if step % t.checkpoint_every == 0 or step == t.steps or stopped:
-        if pending:  # a checkpointed step's row is written first: a kill cannot lose it
+          state, metrics = train_step(state, batch)
+          batch = None
+          if pending:
+            log(*pending)
+        profiler.stop(step, metrics)
+        pending = (step, metrics, tokens)
+
+        if step % t.eval_every == 0 or step == t.steps:
           with goodput.charge('step'):
             log(*pending)
-          pending = None
-        with goodput.charge('checkpoint'), watchdog.paused():
-          saved.save(step, state, data_iter)
+          pending, eval_start = None, time.time()
+          with goodput.charge('eval'), watchdog.paused():
+            eval_row = evaluate(state_lib.model_variables(state))
+          writer.write({'step': step, **eval_row})
+          print(f'step {step} {evaluate_lib.describe(eval_row)}', flush=True)
+          log.pause(time.time() - eval_start)
+        stopped = signals.agreed()
+        if step % t.checkpoint_every == 0 or step == t.steps or stopped:
+          if pending:  # a checkpointed step's row is written first: a kill cannot lose it
+            with goodput.charge('step'):
+              log(*pending)
+            pending = None
+          with goodput.charge('checkpoint'), watchdog.paused():
+            saved.save(step, state, data_iter)
+          if step == t.fault.kill_in_save:
+            _kill_while_saving(saved, step)
+      except spikes_lib.Rollback as rollback:
+        with goodput.charge('setup'), watchdog.paused():
+          step, state, data_iter, rollbacks = _roll_back(
+              rollback.spike, config, workdir, saved, place, parts, streams, corpus,
+              rollbacks, writer)
+        log.spikes.rewind(step)
+        pending = batch = None
+        continue
       if stopped:
         break
     if pending:

@@ -260,8 +260,9 @@ def datasets(config, streams, tokens, tokenizer, train):
           for s in streams.local}
 
 
-def train_batches(config, streams, corpus):
-  """This process's train batches, phase by phase (zoo/data/streams.py: TrainBatches)."""
+def train_batches(config, streams, corpus, skips=None):
+  """This process's train batches, phase by phase, dropping `skips` ({step: batches after
+  it}) (zoo/data/streams.py: TrainBatches)."""
   resolved = phases.resolve(config)
   shaped = [phases.config_for(config, p) for p in resolved[:-1]] + [config]
   track = len({p.seq_len for p in resolved}) > 1  # where each stream starts a new length
@@ -271,7 +272,7 @@ def train_batches(config, streams, corpus):
   specs = [family.batch_spec(c.data, c.train.batch_size // streams.num_streams)
            for c in shaped]
   return streams_lib.TrainBatches(rows, specs, resolved, streams.local, streams.num_streams,
-                                  _num_sources(corpus.train))
+                                  _num_sources(corpus.train), skips)
 
 
 # -------------------------------------------------------------------------- state
@@ -292,7 +293,8 @@ class ModelState:
     """The (unjitted) train step: loss, optimizer, schedule, train.microbatches."""
     return step_lib.make_train_step(self.loss_fn(config), self.optimizer,
                                     self.learning_rate_fn, config.train.microbatches,
-                                    families.counts_fn(config))
+                                    families.counts_fn(config),
+                                    tuple(config.train.fault.nonfinite))
 
 
 def model_state(config, mesh):

@@ -43,11 +43,20 @@ def _accumulated(grad_fn, params, batch, rng, whole, k):
   return loss._replace(state=jax.tree.map(lambda v: v / k, loss.state)), grads
 
 
-def make_train_step(loss_fn, optimizer, learning_rate_fn, microbatches=1, counts_fn=None):
+def _poisoned(params, step, nonfinite):
+  """train.fault.nonfinite=(FIRST, COUNT): steps FIRST..FIRST+COUNT-1 see NaN parameters,
+  so their loss and gradients are NaN (an injected burst); other steps see `params`."""
+  first, count = nonfinite
+  burst = (step >= first) & (step < first + count)
+  return jax.tree.map(lambda p: jnp.where(burst, jnp.nan, 1).astype(p.dtype) * p, params)
+
+
+def make_train_step(loss_fn, optimizer, learning_rate_fn, microbatches=1, counts_fn=None,
+                    nonfinite=(0, 0)):
   """(state, batch) -> (state, metrics); a NaN/Inf loss or gradient leaves state unchanged.
   metrics: the loss's rows + grad_norm, learning_rate, nonfinite_streak, nonfinite_total.
   microbatches > 1: gradient accumulation; counts_fn(batch) gives the whole batch's loss
-  normalisers (families.counts_fn)."""
+  normalisers (families.counts_fn). nonfinite: an injected fault (tests), see _poisoned."""
 
   def objective(params, others, batch, rng, whole=None):
     loss = loss_fn({'params': params, **others}, batch, rng, whole)
@@ -58,11 +67,13 @@ def make_train_step(loss_fn, optimizer, learning_rate_fn, microbatches=1, counts
     others = {k: v for k, v in state_lib.model_variables(state).items() if k != 'params'}
     grad_fn = jax.value_and_grad(lambda p, b, r, w: objective(p, others, b, r, w),
                                  has_aux=True)
+    params = state['params']
+    if nonfinite[1]:
+      params = _poisoned(params, state['step'] + 1, nonfinite)
     if microbatches == 1:
-      (_, loss), grads = grad_fn(state['params'], batch, rng, None)
+      (_, loss), grads = grad_fn(params, batch, rng, None)
     else:
-      loss, grads = _accumulated(grad_fn, state['params'], batch, rng, counts_fn(batch),
-                                 microbatches)
+      loss, grads = _accumulated(grad_fn, params, batch, rng, counts_fn(batch), microbatches)
     grad_norm = optax.tree.norm(grads)
     updates, opt_state = optimizer.update(grads, state['opt_state'], state['params'])
     params = optax.apply_updates(state['params'], updates)
