@@ -262,6 +262,10 @@ def _train():
   # min_seconds) ends the run with stacks in WORKDIR/hang-process_K.txt and exit code 75,
   # for a scheduler to restart it (zoo/train/watchdog.py); factor 0 = no watchdog
   t.hang = ml_collections.ConfigDict({'factor': 10.0, 'min_seconds': 300.0})
+  # on a CPU mesh with two or more of data/fsdp/tensor/expert split, the first step is
+  # checked against one device before training (zoo/train/canary.py): 'fix' (a mismatch
+  # gets a workaround that matches, or the run is refused), 'refuse' (no workaround), 'off'
+  t.canary = 'fix'
   # loss spikes (zoo/train/spikes.py, docs/reliability.md): a step whose loss (or a signal
   # in `signals`) is over the mean of the last `window` good steps by `sigmas` standard
   # deviations and by `min_rise` x that mean. action: 'log' (a spike row, train on), 'off',
@@ -660,6 +664,7 @@ def _validate_train(t, o, d):
     raise ConfigError(f'train.hang.factor={t.hang.factor} must be >= 0 (0 = no watchdog) and '
                       f'train.hang.min_seconds={t.hang.min_seconds} positive')
   _validate_spike(t)
+  _one_of('train.canary', t.canary, ('fix', 'refuse', 'off'))
   if t.loss_chunk_len < -1:
     raise ConfigError(f'train.loss_chunk_len={t.loss_chunk_len} must be >= 0, or -1 (auto)')
   _validate_profile_steps(t)

@@ -18,6 +18,7 @@ from zoo import sharding
 from zoo import storage
 from zoo.data import pipeline
 from zoo.families import spans
+from zoo.train import canary as canary_lib
 from zoo.train import evaluate as evaluate_lib
 from zoo.train import goodput as goodput_lib
 from zoo.train import metrics as metrics_lib
@@ -193,6 +194,17 @@ def _roll_back(spike, config, workdir, saved, place, parts, streams, corpus, rol
   return step, state, data_iter, rollbacks
 
 
+def _canary(config, place, state, batch):
+  """zoo/train/canary.py where the mesh wants it -> (placement to train with, lines)."""
+  if not canary_lib.wanted(config, place.mesh):
+    return place, []
+  try:
+    place, line = canary_lib.check(config, place, state, batch)
+  except canary_lib.Mismatch as e:
+    raise TrainingError(str(e)) from None
+  return place, [line] if line else []
+
+
 def _inject(fault, step, state, rollbacks):
   """train.fault's faults before step `step` (tests): a hang, or the parameters x 4 (a
   spike; not again once a rollback from it is recorded)."""
@@ -283,15 +295,18 @@ def _train(config, workdir, task_eval, signals):
     saved.close()
     return None
   with goodput.charge('setup'):
-    evaluate = evaluate_lib.evaluator(config, place, streams, corpus, parts, task_eval)
     writer = metrics_lib.Writer(workdir, enabled=jax.process_index() == 0)
   watchdog = watchdog_lib.Watchdog(t.hang, workdir)
   log = _Log(config, writer, goodput, phases, watchdog, corpus.sources)
   with goodput.charge('data'):
     batch, tokens = _next_batch(phases, place, data_iter, start_step + 1)
+  with goodput.charge('compile'):  # the mesh's first step against one device's
+    place, canary = _canary(config, place, state, batch)
+  with goodput.charge('setup'):
+    evaluate = evaluate_lib.evaluator(config, place, streams, corpus, parts, task_eval)
   header = _describe(config, workdir, place, streams, corpus, state['params'], start_step,
-                     cache, init, run_config.describe(changed, previous, config, start_step),
-                     phases)
+                     cache, init, run_config.describe(changed, previous, config, start_step)
+                     + canary, phases)
   train_steps = _Steps(place.jit(
       parts.train_step(config), (parts.shardings, sharding.batch_sharding(place.mesh)),
       (parts.shardings, sharding.replicated(place.mesh)), donate_argnums=(0,)),
