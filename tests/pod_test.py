@@ -2,6 +2,7 @@
 gloo): the one-process losses, cooperative checkpoints, resume, and a dead process."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -134,3 +135,38 @@ def test_each_process_reads_only_the_streams_of_its_rows():
   assert streams.local_streams([(0, 16)], 16, 2) == [0, 1]  # batch replicated on the host
   with pytest.raises(config_lib.ConfigError, match='data.num_streams=3'):
     streams.local_streams([(0, 6)], 12, 3)
+
+
+def _local_steps(local, process):
+  directory = local / f'process_{process}'
+  return {int(n) for n in os.listdir(directory) if n.isdigit()} if directory.exists() else set()
+
+
+def test_a_pod_restarts_from_its_local_tier_and_a_lost_hosts_from_the_persistent_one(tmp_path):
+  local = tmp_path / 'local'
+  tiers = ('train.steps=12', 'train.checkpoint_every=4', 'train.log_every=1',
+           f'train.local_tier.path={local}', 'train.local_tier.every=2')
+  reference = tmp_path / 'one_process'
+  loop.train(config_lib.load(SMOKE, [*OVERRIDES, 'train.steps=12', 'train.log_every=1']),
+             str(reference))
+  expected = _losses(reference)
+  pod = tmp_path / 'pod'
+  code, text, _ = _signal_process_1(pod, 'KILL', 120, tiers, after_step=5)
+  assert code == 137, text[-3000:]
+  newest_local = max(_local_steps(local, 0) & _local_steps(local, 1))
+  assert newest_local >= 4  # the persistent tier has step 4 only
+  code, text, _ = _signal_process_1(pod, 'KILL', 120, tiers, after_step=9)
+  assert code == 137, text[-3000:]
+  for process in (0, 1):
+    assert f'[{process}] restored step {newest_local} from the local tier' in text, text[-3000:]
+  shutil.rmtree(local / 'process_1')  # process 1's host is lost, and with it its disk
+  newest = max(int(n) for n in os.listdir(pod / 'checkpoints') if n.isdigit())
+  result = _pod(pod, *tiers)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  assert 'from the local tier' not in result.stdout
+  starts = [r['step'] for r in metrics_lib.read(str(pod)) if r.get('event') == 'start']
+  assert starts == [0, newest_local, newest]
+  losses = {s: r['loss'] for s, r in helpers.rows_by_step(metrics_lib.read(str(pod))).items()}
+  assert sorted(losses) == list(range(1, 13))
+  assert [losses[s] for s in losses] == pytest.approx([expected[s] for s in losses], rel=2e-5)
+  assert _local_steps(local, 1) == {10, 12}  # the new host's tier is filled again

@@ -262,6 +262,10 @@ def _train():
   # min_seconds) ends the run with stacks in WORKDIR/hang-process_K.txt and exit code 75,
   # for a scheduler to restart it (zoo/train/watchdog.py); factor 0 = no watchdog
   t.hang = ml_collections.ConfigDict({'factor': 10.0, 'min_seconds': 300.0})
+  # a fast checkpoint tier (zoo/train/local_tier.py): every `every` steps each process
+  # writes its own shards to PATH/process_K on its own disk ('/dev/shm/NAME': host memory),
+  # the newest `keep` kept; a start restores the newest checkpoint of either tier; '' = off
+  t.local_tier = ml_collections.ConfigDict({'path': '', 'every': 10, 'keep': 2})
   # on a CPU mesh with two or more of data/fsdp/tensor/expert split, the first step is
   # checked against one device before training (zoo/train/canary.py): 'fix' (a mismatch
   # gets a workaround that matches, or the run is refused), 'refuse' (no workaround), 'off'
@@ -665,6 +669,12 @@ def _validate_train(t, o, d):
                       f'train.hang.min_seconds={t.hang.min_seconds} positive')
   _validate_spike(t)
   _one_of('train.canary', t.canary, ('fix', 'refuse', 'off'))
+  if t.local_tier.path and storage.is_remote(t.local_tier.path):
+    raise ConfigError(f'train.local_tier.path={t.local_tier.path!r} is a bucket; the local '
+                      "tier is each process's own disk (or /dev/shm): pass a local path")
+  if t.local_tier.every <= 0 or t.local_tier.keep <= 0:
+    raise ConfigError(f'train.local_tier.every={t.local_tier.every} and '
+                      f'train.local_tier.keep={t.local_tier.keep} must be positive')
   if t.loss_chunk_len < -1:
     raise ConfigError(f'train.loss_chunk_len={t.loss_chunk_len} must be >= 0, or -1 (auto)')
   _validate_profile_steps(t)

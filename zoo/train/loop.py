@@ -21,6 +21,7 @@ from zoo.families import spans
 from zoo.train import canary as canary_lib
 from zoo.train import evaluate as evaluate_lib
 from zoo.train import goodput as goodput_lib
+from zoo.train import local_tier as local_tier_lib
 from zoo.train import metrics as metrics_lib
 from zoo.train import profile as profile_lib
 from zoo.train import run_config
@@ -153,10 +154,10 @@ class _Log:
     self.window_steps = self.window_tokens = 0
 
 
-def _start(config, place, state, saved, data_iter):
-  """The newest readable checkpoint (data position included), else a fresh sharded state
-  (train.init_params' weights, if set) -> (step, state)."""
-  restored = saved.restore(state.abstract, data_iter)
+def _start(config, place, state, saved, local, data_iter):
+  """The newest readable checkpoint of either tier (data position included), else a fresh
+  sharded state (train.init_params' weights, if set) -> (step, state)."""
+  restored = local_tier_lib.restore_newest(saved, local, state.abstract, data_iter)
   if restored:
     return restored
   fresh = place.jit(state.init_fn, None, state.shardings)(
@@ -166,7 +167,7 @@ def _start(config, place, state, saved, data_iter):
   return 0, fresh
 
 
-def _roll_back(spike, config, workdir, saved, place, parts, streams, corpus, rollbacks,
+def _roll_back(spike, config, workdir, tiers, place, parts, streams, corpus, rollbacks,
                writer):
   """train.spike.action=rollback: back to the newest checkpoint at least rollback_steps
   before the spike (the fresh state when there is none), the newer ones moved aside, the
@@ -175,11 +176,12 @@ def _roll_back(spike, config, workdir, saved, place, parts, streams, corpus, rol
   too_many = spikes_lib.too_many(spike.step, rollbacks, s)
   if too_many:
     raise TrainingError(too_many)
-  saved.set_aside_after(max(spike.step - s.rollback_steps, 0),
-                        f'rolled-back-{spike.step}-{int(time.time())}')
+  for tier in filter(None, tiers):
+    tier.set_aside_after(max(spike.step - s.rollback_steps, 0),
+                         f'rolled-back-{spike.step}-{int(time.time())}')
   skips = spikes_lib.skips(config, rollbacks)
   data_iter = runtime.train_batches(config, streams, corpus, skips)
-  step, state = _start(config, place, parts, saved, data_iter)
+  step, state = _start(config, place, parts, *tiers, data_iter)
   first, last = spikes_lib.skipped_range(step, s.skip_batches, skips)
   rollbacks = spikes_lib.record(workdir, rollbacks, {
       'spike_step': spike.step, 'restored_step': step, 'skipped_batches': [first, last],
@@ -282,13 +284,14 @@ def _train(config, workdir, task_eval, signals):
     run_config.check_shapes(changed, workdir, parts.abstract['params'])  # before a restore
     init = runtime.init_plan(config, parts)
     saved = runtime.checkpointer(config, workdir)
+    local = runtime.local_tier(config)
     phases = phases_lib.resolve(config)
     rollbacks = spikes_lib.read(workdir)
     data_iter = runtime.train_batches(config, streams, corpus,
                                       spikes_lib.skips(config, rollbacks))
 
     # --- state: resume from the newest readable checkpoint, else initialise sharded
-    start_step, state = _start(config, place, parts, saved, data_iter)
+    start_step, state = _start(config, place, parts, saved, local, data_iter)
     run_config.write(config, workdir)
   if start_step >= t.steps:
     print(f'already trained: checkpoint at step {start_step} >= train.steps={t.steps}')
@@ -358,10 +361,13 @@ def _train(config, workdir, task_eval, signals):
             saved.save(step, state, data_iter)
           if step == t.fault.kill_in_save:
             _kill_while_saving(saved, step)
+        if local and step % t.local_tier.every == 0:
+          with goodput.charge('checkpoint'), watchdog.paused():
+            local.save(step, state, data_iter)
       except spikes_lib.Rollback as rollback:
         with goodput.charge('setup'), watchdog.paused():
           step, state, data_iter, rollbacks = _roll_back(
-              rollback.spike, config, workdir, saved, place, parts, streams, corpus,
+              rollback.spike, config, workdir, (saved, local), place, parts, streams, corpus,
               rollbacks, writer)
         log.spikes.rewind(step)
         pending = batch = None
@@ -376,6 +382,8 @@ def _train(config, workdir, task_eval, signals):
   finally:
     watchdog.close()
     profiler.close()
+    if local:
+      local.close()
     saved.close()
     writer.close()
   if stopped:

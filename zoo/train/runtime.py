@@ -43,6 +43,7 @@ from zoo.data import tokenizer as tokenizer_lib
 from zoo.errors import ConfigError
 from zoo.models import dims
 from zoo.train import checkpoint
+from zoo.train import local_tier as local_tier_lib
 from zoo.train import optim
 from zoo.train import run_config
 from zoo.train import state as state_lib
@@ -310,6 +311,12 @@ def checkpointer(config, workdir):
                                  config.train.keep_checkpoints)
 
 
+def local_tier(config):
+  """The fast checkpoint tier (zoo/train/local_tier.py), or None."""
+  tier = config.train.local_tier
+  return local_tier_lib.LocalTier(tier.path, tier.keep) if tier.path else None
+
+
 @dataclasses.dataclass(frozen=True)
 class InitPlan:
   """What train.init_params gives the model: parameter names it holds, lacks (initialised
@@ -321,7 +328,10 @@ class InitPlan:
 
 def check_workdir(config, workdir):
   """A workdir inside train.init_params' directory is a ConfigError, before anything is
-  written: a run never writes into the checkpoint it starts from."""
+  written: a run never writes into the checkpoint it starts from. So is a local tier path
+  this process cannot write."""
+  if config.train.local_tier.path:
+    storage.check_writable(config.train.local_tier.path, 'train.local_tier.path')
   path = config.train.init_params
   if not path:
     return
