@@ -4,7 +4,6 @@ It knows no family: the loss (zoo/families) says what the metrics rows hold, and
 writes whatever rows the train step returns.
 """
 
-import os
 import signal
 import time
 
@@ -15,11 +14,11 @@ from jax.experimental import multihost_utils
 from zoo import counting
 from zoo import phases as phases_lib
 from zoo import sharding
-from zoo import storage
 from zoo.data import pipeline
 from zoo.families import spans
 from zoo.train import canary as canary_lib
 from zoo.train import evaluate as evaluate_lib
+from zoo.train import faults
 from zoo.train import goodput as goodput_lib
 from zoo.train import local_tier as local_tier_lib
 from zoo.train import metrics as metrics_lib
@@ -207,26 +206,6 @@ def _canary(config, place, state, batch):
   return place, [line] if line else []
 
 
-def _inject(fault, step, state, rollbacks):
-  """train.fault's faults before step `step` (tests): a hang, or the parameters x 4 (a
-  spike; not again once a rollback from it is recorded)."""
-  while step == fault.hang_step:
-    time.sleep(1)
-  if step == fault.spike_step and all(r['spike_step'] != step for r in rollbacks):
-    state = dict(state, params=jax.tree.map(lambda p: p * 4, state['params']))
-  return state
-
-
-def _kill_while_saving(saved, step):
-  """train.fault.kill_in_save (tests): SIGKILL this process while the checkpoint of `step`
-  is being written (its temporary directory holds files, the step is not yet complete)."""
-  pattern = storage.join(saved.directory, f'{step}.orbax-checkpoint-tmp*', '*')
-  while not storage.glob(pattern):
-    time.sleep(0.001)
-  print(f'fault: SIGKILL while writing the checkpoint of step {step}', flush=True)
-  os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _next_batch(phases, place, data_iter, step):
   """-> (step's global batch, a mixture's real tokens per source in this process's part of
   it, or None)."""
@@ -332,7 +311,7 @@ def _train(config, workdir, task_eval, signals):
             batch, tokens = _next_batch(phases, place, data_iter, step)
         with watchdog.paused():
           train_step = train_steps(state, batch)  # a new phase's shape compiles here
-        state = _inject(t.fault, step, state, rollbacks)
+        state = faults.before_step(t.fault, step, state, rollbacks)
         profiler.start(step)
         with goodput.charge('step'):
           state, metrics = train_step(state, batch)
@@ -360,7 +339,7 @@ def _train(config, workdir, task_eval, signals):
           with goodput.charge('checkpoint'), watchdog.paused():
             saved.save(step, state, data_iter)
           if step == t.fault.kill_in_save:
-            _kill_while_saving(saved, step)
+            faults.kill_while_saving(saved.directory, step)
         if local and step % t.local_tier.every == 0:
           with goodput.charge('checkpoint'), watchdog.paused():
             local.save(step, state, data_iter)
