@@ -170,3 +170,23 @@ def test_a_pod_restarts_from_its_local_tier_and_a_lost_hosts_from_the_persistent
   assert sorted(losses) == list(range(1, 13))
   assert [losses[s] for s in losses] == pytest.approx([expected[s] for s in losses], rel=2e-5)
   assert _local_steps(local, 1) == {10, 12}  # the new host's tier is filled again
+
+
+def test_a_spike_on_a_pod_rolls_back_every_process_past_the_same_batches(tmp_path):
+  run = ('train.steps=16', 'train.checkpoint_every=2', 'train.log_every=1')
+  reference = tmp_path / 'one_process'
+  loop.train(config_lib.load(SMOKE, [*OVERRIDES, *run, 'train.data_skips=8:3']),
+             str(reference))
+  pod = tmp_path / 'pod'
+  result = _pod(pod, *run, 'train.spike.action=rollback', 'train.spike.window=6',
+                'train.spike.rollback_steps=4', 'train.spike.skip_batches=3',
+                'train.fault.spike_step=12')
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  for process in (0, 1):
+    assert f'[{process}] spike: loss ' in result.stdout
+    assert 'rolled back to step 8, skipping batches 9..11' in result.stdout
+  losses = {s: r['loss'] for s, r in helpers.rows_by_step(metrics_lib.read(str(pod))).items()}
+  expected = _losses(reference)
+  assert sorted(losses) == list(range(1, 17))
+  assert [losses[s] for s in range(9, 17)] == pytest.approx(
+      [expected[s] for s in range(9, 17)], rel=2e-5)

@@ -331,16 +331,18 @@ def _train(config, workdir, task_eval, signals):
           print(f'step {step} {evaluate_lib.describe(eval_row)}', flush=True)
           log.pause(time.time() - eval_start)
         stopped = signals.agreed()
-        if step % t.checkpoint_every == 0 or step == t.steps or stopped:
-          if pending:  # a checkpointed step's row is written first: a kill cannot lose it
-            with goodput.charge('step'):
-              log(*pending)
-            pending = None
+        persist = step % t.checkpoint_every == 0 or step == t.steps or stopped
+        to_local = local and step % t.local_tier.every == 0
+        if pending and (persist or to_local):  # a checkpointed step's row is written first:
+          with goodput.charge('step'):         # a kill cannot lose it
+            log(*pending)
+          pending = None
+        if persist:
           with goodput.charge('checkpoint'), watchdog.paused():
             saved.save(step, state, data_iter)
           if step == t.fault.kill_in_save:
             faults.kill_while_saving(saved.directory, step)
-        if local and step % t.local_tier.every == 0:
+        if to_local:
           with goodput.charge('checkpoint'), watchdog.paused():
             local.save(step, state, data_iter)
       except spikes_lib.Rollback as rollback:
