@@ -105,12 +105,20 @@ def _model():
   m.position = 'rope'
   m.max_length = 2048  # learned positions: table size; others: longest supported
   m.rope_theta = 10_000.0
-  # Llama 3.1 RoPE scaling: low frequencies (wavelength > original_max_length /
-  # low_freq_factor) divided by `factor`, high ones (< original / high_freq_factor) kept,
-  # the band between interpolated; type 'none' = plain RoPE
+  # RoPE scaling (zoo/models/rope.py, each as transformers computes it), type: 'none';
+  # 'llama3' (Llama 3.1: wavelengths > original_max_length / low_freq_factor divided by
+  # `factor`, < original / high_freq_factor kept, the band between blended); 'linear'
+  # (positions / factor); 'dynamic' (NTK: past original_max_length the base grows with the
+  # longest position); 'yarn' (dimensions turning < beta_slow times over original_max_length
+  # interpolated, > beta_fast kept; cos and sin x attention_factor, 0 = 0.1 ln(factor) + 1,
+  # or DeepSeek's ratio with mscale and mscale_all_dim)
   m.rope_scaling = ml_collections.ConfigDict({
       'type': 'none', 'factor': 8.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0,
-      'original_max_length': 8192})
+      'original_max_length': 8192, 'beta_fast': 32.0, 'beta_slow': 1.0,
+      'attention_factor': 0.0, 'mscale': 0.0, 'mscale_all_dim': 0.0, 'truncate': True})
+  # with model.attention.pattern: the local layers' RoPE base (Gemma 3: 10,000 where global
+  # layers have 1,000,000), without rope_scaling, which is the global layers'; 0 = rope_theta
+  m.rope_local_theta = 0.0
   m.relative_buckets = 32  # t5_bias: buckets per stack's table
   m.relative_max_distance = 128  # t5_bias: offsets beyond share the last bucket
   m.use_bias = False
@@ -121,6 +129,10 @@ def _model():
   m.scale_residual_init = False  # GPT-2: output projections' init std / sqrt(2 layers)
   m.type_vocab_size = 0  # encoder: token-type (sentence A/B) embeddings; 0 = none
   m.embedding_norm = False  # encoder (BERT): a norm right after the embeddings
+  m.embed_scale = False  # Gemma: token embeddings x sqrt(d_model)
+  m.qk_norm = False  # Qwen 3, Gemma 3: queries and keys normalised per head (model.norm)
+  m.sandwich_norm = False  # Gemma 2, 3: a norm after attention and after the MLP as well
+  m.final_softcap = 0.0  # Gemma 2: output logits cap x tanh(logits / cap); 0 = none
   m.nsp_head = False  # encoder (BERT): pooler + next-sentence-prediction head
   # a classification (or regression: 1) head in place of the LM head: on BERT's pooled
   # first token, on a decoder's last real token; 0 = none, or for data.task.kind
@@ -147,6 +159,12 @@ def _model():
   m.attention = ml_collections.ConfigDict({
       'kernel': 'auto',  # 'auto' | 'xla' | 'splash' | 'flash_bias' | 'gpu' (zoo/kernels)
       'window': 0,  # causal sliding window (keys back, the query included); 0 = none
+      # per-layer kinds, repeated over the layers: 'L' local (attention.window, the local
+      # RoPE base), 'G' global; Gemma 2 'LG', Gemma 3 'LLLLLG'; '' = every layer alike
+      'pattern': '',
+      'softcap': 0.0,  # Gemma 2: attention logits cap x tanh(logits / cap); 0 = none
+      # logits x query_scale^-0.5 (Gemma: query_pre_attn_scalar); 0 = head_dim
+      'query_scale': 0.0,
       'block_q': 0,  # splash/flash_bias blocks; 0 = min(512, length); must divide it
       'block_kv': 0,
   })
@@ -521,12 +539,18 @@ def _validate_model(m):
   if m.position == 'rope' and dims.head_dim(m) % 2:
     raise ConfigError(f'model.position=rope needs an even head_dim, got {dims.head_dim(m)}')
   r = m.rope_scaling
-  _one_of('model.rope_scaling.type', r.type, ('none', 'llama3'))
-  if r.type != 'none' and not (r.factor >= 1 and 0 < r.low_freq_factor < r.high_freq_factor
-                               and r.original_max_length > 0):
-    raise ConfigError(f'model.rope_scaling: factor={r.factor} must be >= 1, 0 < '
-                      f'low_freq_factor={r.low_freq_factor} < high_freq_factor='
-                      f'{r.high_freq_factor}, original_max_length={r.original_max_length} > 0')
+  _one_of('model.rope_scaling.type', r.type, ('none', 'llama3', 'linear', 'dynamic', 'yarn'))
+  if r.type != 'none' and r.factor < 1:
+    raise ConfigError(f'model.rope_scaling.factor={r.factor} must be >= 1 for type {r.type!r}')
+  if r.type in ('llama3', 'dynamic', 'yarn') and r.original_max_length <= 0:
+    raise ConfigError(f'model.rope_scaling.type={r.type!r} needs original_max_length (the '
+                      'trained context, config.json original_max_position_embeddings) > 0')
+  if r.type == 'llama3' and not 0 < r.low_freq_factor < r.high_freq_factor:
+    raise ConfigError(f"model.rope_scaling.type='llama3' needs 0 < low_freq_factor="
+                      f'{r.low_freq_factor} < high_freq_factor={r.high_freq_factor}')
+  if r.type == 'yarn' and not 0 < r.beta_slow < r.beta_fast:
+    raise ConfigError(f"model.rope_scaling.type='yarn' needs 0 < beta_slow={r.beta_slow} < "
+                      f'beta_fast={r.beta_fast} (32 and 1 by default)')
   if not 0 <= m.dropout_rate < 1:
     raise ConfigError(f'model.dropout_rate={m.dropout_rate} must be in [0, 1)')
   _positive('model.scan_unroll', m.scan_unroll)
@@ -576,6 +600,33 @@ def _validate_attention(m, d, family):
                           f'data.seq_len={d.seq_len}; or 0 for min(512, seq_len)')
   if a.window < 0:
     raise ConfigError(f'model.attention.window={a.window} must be >= 0 (0 = none)')
+  if a.softcap < 0 or a.query_scale < 0 or m.final_softcap < 0:
+    raise ConfigError(f'model.attention.softcap={a.softcap}, model.attention.query_scale='
+                      f'{a.query_scale} and model.final_softcap={m.final_softcap} must be >= 0 '
+                      '(0 = none)')
+  if a.softcap and a.kernel in kernels.SOFTCAP_REFUSED:
+    raise ConfigError(f'model.attention.kernel={a.kernel!r} cannot soft-cap the logits '
+                      f"(model.attention.softcap={a.softcap}); use 'auto', 'splash' or 'xla'")
+  _validate_pattern(m)
+
+
+def _validate_pattern(m):
+  """model.attention.pattern: its letters, its window, the layers it repeats over."""
+  pattern = m.attention.pattern
+  if not pattern:
+    return
+  if set(pattern) - set('LG'):
+    raise ConfigError(f'model.attention.pattern={pattern!r}: use L (local) and G (global), '
+                      "e.g. 'LG' (Gemma 2) or 'LLLLLG' (Gemma 3)")
+  if 'L' in pattern and not m.attention.window:
+    raise ConfigError(f'model.attention.pattern={pattern!r} has local layers but '
+                      'model.attention.window=0; set the local window (Gemma 2: 4096)')
+  if len(pattern) > m.num_layers:
+    raise ConfigError(f'model.attention.pattern={pattern!r} is longer than model.num_layers='
+                      f'{m.num_layers}; shorten it or add layers')
+  if m.moe.num_experts and m.moe.every > 1:
+    raise ConfigError(f'model.attention.pattern={pattern!r} with model.moe.every='
+                      f'{m.moe.every}: a pattern takes experts in every layer (every=1) only')
 
 
 def _validate_data(d, m, t):
@@ -867,6 +918,9 @@ def _validate_stage(mesh, m, batch_size):
                         'mesh.stage > 1 or model.pipeline_repeats=1')
     return
   field = f'mesh.stage={stages}'
+  if m.attention.pattern:
+    raise ConfigError(f'{field} with model.attention.pattern={m.attention.pattern!r}: a '
+                      'pipeline of patterned layers is not built; set mesh.stage=1')
   if not m.scan_layers:
     raise ConfigError(f'{field} pipelines the scanned layer stack; set model.scan_layers=True')
   if stages < 1:

@@ -74,46 +74,6 @@ def test_dense_general_contracts_trailing_dims_with_named_axes():
   np.testing.assert_allclose(dense.apply(variables, x), want, atol=1e-4)
 
 
-def test_rope_preserves_norms_and_scores_depend_only_on_relative_position():
-  K = 16
-  q = jax.random.normal(jax.random.PRNGKey(0), (1, 1, 1, K))
-  k = jax.random.normal(jax.random.PRNGKey(1), (1, 1, 1, K))
-  rotate = lambda x, p: layers.apply_rope(x, jnp.array([[p]]), 10_000.0)
-  for p in (0, 3, 1000):
-    np.testing.assert_allclose(jnp.linalg.norm(rotate(q, p)), jnp.linalg.norm(q), rtol=1e-5)
-  score = lambda i, j: float(jnp.sum(rotate(q, i) * rotate(k, j)))
-  np.testing.assert_allclose(score(5, 2), score(105, 102), rtol=1e-4)
-  np.testing.assert_allclose(score(0, 0), float(jnp.sum(q * k)), rtol=1e-5)
-  assert abs(score(5, 2) - score(5, 3)) > 1e-3
-
-
-def test_rope_rotates_the_first_pair_by_the_position_angle():
-  x = jnp.zeros((1, 1, 1, 4)).at[..., 0].set(1.0)
-  got = layers.apply_rope(x, jnp.array([[2]]), 10_000.0)
-  np.testing.assert_allclose(got[0, 0, 0], [np.cos(2), 0, np.sin(2), 0], atol=1e-6)
-
-
-def test_llama3_rope_scaling_slows_low_frequencies_keeps_high_ones_and_blends_between():
-  theta, K, scaling = 10_000.0, 16, (8.0, 1.0, 4.0, 32)
-  want = []
-  for i in range(K // 2):  # the Llama 3.1 rule, one frequency at a time
-    freq = theta ** (-2 * i / K)
-    wavelength = 2 * np.pi / freq
-    if wavelength < 32 / 4.0:
-      want.append(freq)
-    elif wavelength > 32 / 1.0:
-      want.append(freq / 8.0)
-    else:
-      smooth = (32 / wavelength - 1.0) / (4.0 - 1.0)
-      want.append((1 - smooth) * freq / 8.0 + smooth * freq)
-  got = layers.rope_frequencies(K, theta, scaling)
-  np.testing.assert_allclose(got, want, rtol=1e-6)
-  plain = layers.rope_frequencies(K, theta)
-  # wavelengths 6.3 (kept), 19.9 (blended), 62.8 and longer (divided by 8)
-  assert got[0] == plain[0] and plain[1] / 8 < got[1] < plain[1]
-  np.testing.assert_allclose(got[2:], plain[2:] / 8, rtol=1e-6)
-
-
 def test_sinusoidal_positions_hand_computed():
   got = layers.sinusoidal(jnp.array([[0, 1]]), 4)
   np.testing.assert_allclose(got[0, 0], [0, 0, 1, 1], atol=1e-7)

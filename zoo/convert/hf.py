@@ -4,7 +4,9 @@
     python -m zoo.launch --config=W/config.py --workdir=W   # fine-tunes from the import
 
 Architectures: GPT-2, BERT (ForPreTraining and ForMaskedLM), T5 v1.0 / v1.1 / mT5, Llama
-(1/2/3/3.1+: GQA, any rope_theta, 'llama3' rope scaling), Mistral, Mixtral; the
+(1/2/3/3.1+: GQA, any rope_theta, the 'llama3', 'linear', 'dynamic' and 'yarn' rope
+scalings), Mistral, Mixtral, Qwen 3, Gemma 2, Gemma 3 (ForCausalLM, and the text model of a
+ForConditionalGeneration: zoo/convert/hf_gemma.py); the
 ForSequenceClassification heads of BERT, GPT-2, Llama and Mistral (model.num_labels,
 model.label_names: a decoder reads each row's last token, as transformers' last non-pad
 token on right-padded rows whose text holds no pad id). Each is a table
@@ -32,80 +34,19 @@ from zoo import platform
 from zoo import presets
 from zoo import storage
 from zoo.config import ConfigError
+from zoo.convert import hf_gemma
+from zoo.convert.hf_rules import ConvertError
+from zoo.convert.hf_rules import attention as _attention
+from zoo.convert.hf_rules import dense as _dense
+from zoo.convert.hf_rules import names as _names
+from zoo.convert.hf_rules import norm as _norm
+from zoo.convert.hf_rules import rope_scaling_from_hf
+from zoo.convert.hf_rules import rope_scaling_to_hf
+from zoo.convert.hf_rules import rule as _rule
 from zoo.models import dims
 
 SINGLE, INDEX = 'model.safetensors', 'model.safetensors.index.json'
 IGNORED = re.compile(r'.*(\.attn\.bias|\.attn\.masked_bias|rotary_emb\.inv_freq|position_ids)$')
-
-
-class ConvertError(ConfigError):
-  """The checkpoint cannot become zoo params (or back); the message names the tensor/field."""
-
-
-# ----------------------------------------------------------------------------- rules
-
-@dataclasses.dataclass(frozen=True)
-class Rule:
-  """zoo leaf <- Hugging Face tensor(s). `hf` may hold {i} (layer) and {e} (expert): the zoo
-  leaf stacks them as [layers, experts, ...]. to_zoo / to_hf convert one tensor."""
-  zoo: str
-  hf: str
-  to_zoo: Callable = lambda w: w
-  to_hf: Callable = lambda w: w
-
-
-def _linear(*out_shape):
-  """torch Linear weight [out, in] <-> zoo kernel [in, *out_shape]."""
-  return (lambda w: w.T.reshape(w.shape[1], *out_shape),
-          lambda w: w.reshape(w.shape[0], -1).T)
-
-
-def _linear_in(*in_shape):
-  """torch Linear weight [out, in] <-> zoo kernel [*in_shape, out] (attention output)."""
-  return (lambda w: w.T.reshape(*in_shape, w.shape[0]),
-          lambda w: w.reshape(-1, w.shape[-1]).T)
-
-
-def _reshape(*shape):
-  return (lambda w: w.reshape(*shape), lambda w: w.reshape(-1))
-
-
-def _rule(zoo, hf, pair=None):
-  return Rule(zoo, hf, *pair) if pair else Rule(zoo, hf)
-
-
-def _attention(zoo, hf, m, names, bias=False, conv1d=False):
-  """q, k, v, out of one attention block. names: HF suffixes for q, k, v, out."""
-  H, G, K, D = m.num_heads, dims.kv_heads(m), dims.head_dim(m), m.d_model
-  rules = []
-  for part, name, heads in (('query', names[0], H), ('key', names[1], G),
-                            ('value', names[2], G)):
-    kernel = ((lambda w, h=heads: w.reshape(D, h, K), lambda w: w.reshape(D, -1))
-              if conv1d else _linear(heads, K))  # GPT-2's Conv1D is [in, out] already
-    rules.append(_rule(f'{zoo}/{part}/kernel', f'{hf}.{name}.weight', kernel))
-    if bias:
-      rules.append(_rule(f'{zoo}/{part}/bias', f'{hf}.{name}.bias', _reshape(heads, K)))
-  out = ((lambda w: w.reshape(H, K, D), lambda w: w.reshape(-1, D)) if conv1d
-         else _linear_in(H, K))
-  rules.append(_rule(f'{zoo}/out/kernel', f'{hf}.{names[3]}.weight', out))
-  if bias:
-    rules.append(_rule(f'{zoo}/out/bias', f'{hf}.{names[3]}.bias'))
-  return rules
-
-
-def _dense(zoo, hf, bias=False, conv1d=False):
-  kernel = None if conv1d else (lambda w: w.T, lambda w: w.T)
-  rules = [_rule(f'{zoo}/kernel', f'{hf}.weight', kernel)]
-  if bias:
-    rules.append(_rule(f'{zoo}/bias', f'{hf}.bias'))
-  return rules
-
-
-def _norm(zoo, hf, bias=False, scale_name='weight'):
-  rules = [_rule(f'{zoo}/scale', f'{hf}.{scale_name}')]
-  if bias:
-    rules.append(_rule(f'{zoo}/bias', f'{hf}.bias'))
-  return rules
 
 
 # ------------------------------------------------------------------- architectures
@@ -278,10 +219,9 @@ def _llama(hf, names):
     raise ConvertError(f"{hf['model_type']} hidden_act={hf['hidden_act']!r}: the zoo builds "
                        "SwiGLU ('silu') only")
   rope = {**(hf.get('rope_parameters') or {}), **(hf.get('rope_scaling') or {})}
-  kind = rope.get('rope_type', rope.get('type')) or 'default'
-  if kind not in ('default', 'llama3'):
-    raise ConvertError(f"{hf['model_type']} rope scaling {kind!r} is not built (plain RoPE "
-                       "and 'llama3' are); the logits would differ at every position")
+  if hf.get('use_sliding_window'):
+    raise ConvertError(f"{hf['model_type']} use_sliding_window=true is not built (Qwen's "
+                       'sliding window on the layers after max_window_layers)')
   for flag in ('attention_bias', 'mlp_bias'):
     if hf.get(flag):
       raise ConvertError(f"{hf['model_type']} {flag}=true is not built; the zoo's Llama has no "
@@ -297,11 +237,8 @@ def _llama(hf, names):
   m.head_dim = 0 if head_dim * m.num_heads == m.d_model else head_dim  # 0: d_model / heads
   m.norm_eps = hf.get('rms_norm_eps', 1e-5)
   m.tie_embeddings = 'lm_head.weight' not in names
-  if kind == 'llama3':
-    m.rope_scaling.update(type='llama3', factor=rope['factor'],
-                          low_freq_factor=rope['low_freq_factor'],
-                          high_freq_factor=rope['high_freq_factor'],
-                          original_max_length=rope['original_max_position_embeddings'])
+  rope_scaling_from_hf(rope, hf, m)
+  m.qk_norm = hf['model_type'] == 'qwen3'
   if hf['model_type'] in ('mistral', 'mixtral') and hf.get('sliding_window'):
     m.attention.window = hf['sliding_window']
   if hf['model_type'] == 'mixtral':
@@ -318,6 +255,9 @@ def _llama_rules(m):
            *_attention(f'{zoo_layer}/attention', f'{layer}.self_attn', m,
                        ('q_proj', 'k_proj', 'v_proj', 'o_proj')),
            *_norm(f'{zoo_layer}/attention_norm', f'{layer}.input_layernorm'),
+           *(_norm(f'{zoo_layer}/attention/query_norm', f'{layer}.self_attn.q_norm') +
+             _norm(f'{zoo_layer}/attention/key_norm', f'{layer}.self_attn.k_norm')
+             if m.qk_norm else []),
            *_norm(f'{zoo_layer}/mlp_norm', f'{layer}.post_attention_layernorm'),
            *_norm('final_norm', 'model.norm')]
   if m.moe.num_experts:
@@ -336,6 +276,10 @@ def _llama_rules(m):
   elif not m.tie_embeddings:
     rules += _dense('logits', 'lm_head')
   return rules
+
+
+def _gemma(hf, names):
+  return _imported(hf_gemma.config(hf, names))
 
 
 _T5_ALIASES = (('encoder.embed_tokens.weight', 'shared.weight'),
@@ -370,6 +314,13 @@ ARCHITECTURES = {
                             others=('MistralModel',)),
     'mixtral': Architecture(_llama, _llama_rules, ('MixtralForCausalLM',),
                             others=('MixtralModel',)),
+    'qwen3': Architecture(_llama, _llama_rules, ('Qwen3ForCausalLM',), others=('Qwen3Model',)),
+    'gemma2': Architecture(_gemma, hf_gemma.rules, ('Gemma2ForCausalLM',),
+                           others=('Gemma2Model',)),
+    'gemma3_text': Architecture(_gemma, hf_gemma.rules, ('Gemma3ForCausalLM',),
+                                others=('Gemma3TextModel',)),
+    'gemma3': Architecture(_gemma, hf_gemma.rules, ('Gemma3ForConditionalGeneration',),
+                           to_rules=lambda tensors, m: hf_gemma.text_tensors(tensors)),
 }
 HEAD_TENSORS = ('classifier.weight', 'score.weight')  # BERT's, a decoder's
 
@@ -445,26 +396,6 @@ def _add_prefix(tensors, rules):
       n.startswith(prefix) for n in tensors):
     return tensors
   return {prefix + n: w for n, w in tensors.items()}
-
-
-def _count(rule, m, index):
-  """How many layers / experts a rule's {i} / {e} run over."""
-  if index == 'e':
-    return m.moe.num_experts
-  stack = rule.zoo.split('/', 1)[0]
-  if stack in ('encoder', 'decoder'):
-    return m.num_encoder_layers if stack == 'encoder' else m.num_decoder_layers
-  return m.num_layers
-
-
-def _names(rule, m):
-  """Nested lists of HF names ([layer][expert]) for the rule's leaf."""
-  if '{i}' not in rule.hf:
-    return rule.hf
-  layers = range(_count(rule, m, 'i'))
-  if '{e}' in rule.hf:
-    return [[rule.hf.format(i=i, e=e) for e in range(m.moe.num_experts)] for i in layers]
-  return [rule.hf.format(i=i) for i in layers]
 
 
 def load(path):
@@ -596,17 +527,18 @@ def _hf_config(config):
             'layer_norm_epsilon': m.norm_eps, 'dropout_rate': m.dropout_rate,
             'is_encoder_decoder': True, 'decoder_start_token_id': 0, 'pad_token_id': 0,
             'eos_token_id': 1}
+  if family in ('gemma2', 'gemma3_text'):
+    return hf_gemma.hf_config(config)
   hf = {'model_type': family, 'vocab_size': m.vocab_size, 'hidden_size': m.d_model,
         'num_hidden_layers': m.num_layers, 'num_attention_heads': m.num_heads,
         'num_key_value_heads': dims.kv_heads(m), 'head_dim': dims.head_dim(m),
         'intermediate_size': m.mlp_dim, 'hidden_act': 'silu', 'rms_norm_eps': m.norm_eps,
         'rope_theta': m.rope_theta, 'max_position_embeddings': m.max_length,
         'tie_word_embeddings': m.tie_embeddings}
-  if m.rope_scaling.type == 'llama3':  # the hub's Llama 3.1 layout
-    hf['rope_scaling'] = {'rope_type': 'llama3', 'factor': m.rope_scaling.factor,
-                          'low_freq_factor': m.rope_scaling.low_freq_factor,
-                          'high_freq_factor': m.rope_scaling.high_freq_factor,
-                          'original_max_position_embeddings': m.rope_scaling.original_max_length}
+  if m.rope_scaling.type != 'none':  # the hub's layout: rope_scaling beside rope_theta
+    hf['rope_scaling'] = rope_scaling_to_hf(m)
+  if m.rope_scaling.type == 'dynamic':  # transformers grows the base past this length
+    hf['max_position_embeddings'] = m.rope_scaling.original_max_length
   if family in ('mistral', 'mixtral'):
     hf['sliding_window'] = m.attention.window or None
   if family == 'mixtral':

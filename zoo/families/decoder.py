@@ -104,8 +104,12 @@ def hf_model_type(m):
   """The Hugging Face model_type this shape imports from and exports to (zoo/convert)."""
   if m.position == 'learned':
     return 'gpt2'
+  if m.sandwich_norm:
+    return 'gemma3_text' if m.qk_norm else 'gemma2'
   if m.moe.num_experts:
     return 'mixtral'
+  if m.qk_norm:
+    return 'qwen3'
   return 'mistral' if m.attention.window else 'llama'
 
 

@@ -45,6 +45,7 @@ from zoo.kernels import shard
 from zoo.kernels import splash
 
 KERNELS = ('auto', 'xla', 'splash', 'flash_bias', 'gpu')
+SOFTCAP_REFUSED = ('flash_bias', 'gpu')  # kernels without logit soft-capping
 _target = []
 
 
@@ -62,12 +63,18 @@ def platform():
   return _target[-1] if _target else jax.default_backend()
 
 
-def resolve(kernel, has_bias=False, dtype=None, lengths=None, on=None):
+def resolve(kernel, has_bias=False, dtype=None, lengths=None, on=None, softcap=False):
   """-> (kernel that runs, why) for the requested kernel on platform `on` (default: now);
-  `lengths` = (query length, key length) when known."""
+  `lengths` = (query length, key length) when known; softcap: the logits are soft-capped."""
   on = on or platform()
   if kernel == 'auto':
-    return _auto(has_bias, dtype, lengths, on)
+    chosen, why = _auto(has_bias, dtype, lengths, on)
+    if softcap and chosen in SOFTCAP_REFUSED:
+      return 'xla', f'auto on {on}: {chosen} cannot soft-cap the logits'
+    return chosen, why
+  if softcap and kernel in SOFTCAP_REFUSED:
+    raise ValueError(f'model.attention.kernel={kernel!r} cannot soft-cap the logits '
+                     "(model.attention.softcap); use 'auto', 'splash' or 'xla'")
   if kernel == 'gpu' and on != 'gpu':
     raise ValueError(f"model.attention.kernel='gpu' needs a GPU, this is {on}; use 'auto' or "
                      "'xla'")
@@ -115,20 +122,21 @@ def prepare_bias(kernel, bias, dtype, kv_cache=False):
 
 
 def attention(query, key, value, mask=None, bias=None, scale=None, kernel='xla',
-              block_sizes=(0, 0)):
+              block_sizes=(0, 0), softcap=0.0):
   """query [B, L, H, K], key/value [B, S, G, K]; `mask` a mask.Mask (or, for 'xla', a boolean
   array or None); `bias` None, a bias.PositionBias (flash_bias) or an array broadcastable to
-  [B, H, L, S]. -> [B, L, H, K]."""
+  [B, H, L, S]; softcap > 0: the scaled logits soft-capped (Gemma 2). -> [B, L, H, K]."""
   scale = query.shape[-1] ** -0.5 if scale is None else scale
   if _rings(query, key, mask):
     if bias is not None:
       raise ValueError('ring attention (mesh.context > 1) takes no position bias; use '
                        'mesh.context=1 for t5_bias or alibi')
-    return _ring(query, key, value, mask, scale, kernel, block_sizes)
+    return _ring(query, key, value, mask, scale, kernel, block_sizes, softcap)
   if isinstance(mask, mask_lib.Mask) and mask.kv_cache:  # decoding: a few queries, the cache
     name = 'xla'
   else:
-    name, _ = resolve(kernel, bias is not None, query.dtype, (query.shape[1], key.shape[1]))
+    name, _ = resolve(kernel, bias is not None, query.dtype, (query.shape[1], key.shape[1]),
+                      softcap=bool(softcap))
   if name != 'xla' and not isinstance(mask, mask_lib.Mask):
     raise ValueError(f'kernel {name!r} needs a zoo.kernels.mask.Mask (segment ids, causal, '
                      "window), not a dense mask; use kernel 'xla' for arbitrary masks")
@@ -141,14 +149,15 @@ def attention(query, key, value, mask=None, bias=None, scale=None, kernel='xla',
   if isinstance(bias, bias_lib.PositionBias):
     bias = bias.dense()
   if name == 'splash':
-    return splash.attention(query, key, value, mask, scale, block_sizes, interpret=interpret)
+    return splash.attention(query, key, value, mask, scale, block_sizes, interpret=interpret,
+                            softcap=softcap)
   if name == 'gpu':
     return gpu.attention(query, key, value, mask, bias, scale)
   if (platform() == 'cpu' and isinstance(mask, mask_lib.Mask) and
       causal.supports(mask, query.shape[1], key.shape[1])):
-    return causal.attention(query, key, value, mask, bias, scale)
+    return causal.attention(query, key, value, mask, bias, scale, softcap)
   dense = mask.dense() if isinstance(mask, mask_lib.Mask) else mask
-  return reference.dot_product_attention(query, key, value, dense, bias, scale)
+  return reference.dot_product_attention(query, key, value, dense, bias, scale, softcap)
 
 
 def _rings(query, key, mask):
@@ -173,7 +182,7 @@ def ring_blocks(kernel, causal, local_length, on=None):
   return 'splash' if kernel == 'splash' or (kernel == 'auto' and on_tpu) else 'xla'
 
 
-def _ring(query, key, value, mask, scale, kernel, block_sizes):
+def _ring(query, key, value, mask, scale, kernel, block_sizes, softcap=0.0):
   local_length = query.shape[1] // sharding.axis_size('context')
   balanced = mask.slots is not None  # splash's causal blocks assume ring.balance's layout
   if (balanced or not mask.causal) and ring_blocks(kernel, mask.causal,
@@ -181,7 +190,8 @@ def _ring(query, key, value, mask, scale, kernel, block_sizes):
     interpret = jax.default_backend() == 'cpu' and platform() == 'cpu'
     local = lambda q, k, v, q_segments, kv_segments: ring_splash.ring_attention(
         q, k, v, q_segments, kv_segments, axis='context', causal=mask.causal,
-        window=mask.window, scale=scale, blocks=block_sizes, interpret=interpret)
+        window=mask.window, scale=scale, blocks=block_sizes, interpret=interpret,
+        softcap=softcap)
     return shard.over_mesh(local, query, key, value,
                            rows=(mask.q_segment_ids, mask.kv_segment_ids), sequence=True)
   slots = mask.slots
@@ -189,7 +199,7 @@ def _ring(query, key, value, mask, scale, kernel, block_sizes):
     slots = jnp.broadcast_to(jnp.arange(query.shape[1], dtype=jnp.int32), query.shape[:2])
   local = lambda q, k, v, q_slots, kv_slots, q_segments, kv_segments: ring.ring_attention(
       q, k, v, q_slots, kv_slots, q_segments, kv_segments, axis='context',
-      causal=mask.causal, window=mask.window, scale=scale)
+      causal=mask.causal, window=mask.window, scale=scale, softcap=softcap)
   return shard.over_mesh(local, query, key, value,
                          rows=(slots, slots, mask.q_segment_ids, mask.kv_segment_ids),
                          sequence=True)

@@ -33,8 +33,8 @@ def supports(mask, q_length, kv_length):
           q_length % BLOCKS == 0 and q_length // BLOCKS >= MIN_BLOCK)
 
 
-def attention(q_BLHK, k_BLGK, v_BLGK, mask, bias=None, scale=None):
-  """reference.dot_product_attention(q, k, v, mask.dense(), bias, scale) for a mask that
+def attention(q_BLHK, k_BLGK, v_BLGK, mask, bias=None, scale=None, softcap=0.0):
+  """reference.dot_product_attention(q, k, v, mask.dense(), bias, scale, softcap) for a mask that
   `supports` takes; bias None or an array broadcastable to [B, H, L, L]."""
   L = q_BLHK.shape[1]
   C = L // BLOCKS
@@ -45,7 +45,7 @@ def attention(q_BLHK, k_BLGK, v_BLGK, mask, bias=None, scale=None):
     block_bias = None if bias is None else _block(bias, rows, keys)
     outs.append(reference.dot_product_attention(
         q_BLHK[:, rows], k_BLGK[:, keys], v_BLGK[:, keys], _block(dense, rows, keys),
-        block_bias, scale))
+        block_bias, scale, softcap))
   out_BLHK = jnp.concatenate(outs, axis=1)
   H, G = q_BLHK.shape[2], k_BLGK.shape[2]
   mean_BHK = jnp.repeat(jnp.mean(v_BLGK, axis=1), H // G, axis=1)

@@ -11,8 +11,14 @@ import jax.numpy as jnp
 MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite, so fully masked rows stay finite
 
 
-def dot_product_attention(query, key, value, mask=None, bias=None, scale=None):
-  """softmax(q k^T * scale + bias, masked) v with query [B,L,H,K], key/value [B,S,G,K].
+def soft_cap(logits, cap):
+  """cap * tanh(logits / cap) (Gemma 2's logit soft-capping); cap 0 = none."""
+  return cap * jnp.tanh(logits / cap) if cap else logits
+
+
+def dot_product_attention(query, key, value, mask=None, bias=None, scale=None, softcap=0.0):
+  """softmax(soft_cap(q k^T * scale) + bias, masked) v with query [B,L,H,K], key/value
+  [B,S,G,K].
 
   G must divide H (GQA; G = 1 is MQA). scale defaults to K^-0.5. Logits and softmax run in
   float32; the result has the query's dtype.
@@ -26,7 +32,7 @@ def dot_product_attention(query, key, value, mask=None, bias=None, scale=None):
   q_BLGQK = q_BLHK.reshape(B, L, G, H // G, K)
   logits_BGQLS = jnp.einsum('BLGQK,BSGK->BGQLS', q_BLGQK, k_BSGK,
                             preferred_element_type=jnp.float32) * scale
-  logits_BHLS = logits_BGQLS.reshape(B, H, L, -1)
+  logits_BHLS = soft_cap(logits_BGQLS.reshape(B, H, L, -1), softcap)
   if bias is not None:
     logits_BHLS = logits_BHLS + bias.astype(jnp.float32)
   if mask is not None:

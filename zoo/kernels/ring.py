@@ -60,7 +60,7 @@ def unbalance(x_BL, n, axis=1):
 
 
 def ring_attention(q_BLHK, k_BSGK, v_BSGK, q_slots_BL, kv_slots_BS, q_segments_BL,
-                   kv_segments_BS, *, axis, causal=False, window=0, scale=None):
+                   kv_segments_BS, *, axis, causal=False, window=0, scale=None, softcap=0.0):
   """Inside shard_map over `axis` (check_vma=False, as zoo/kernels/shard.py runs it):
   this device's chunk of queries, keys and values (with their slots and segment ids) ->
   its queries' attention output [B, L, H, K], equal to the reference kernel on the whole
@@ -75,8 +75,9 @@ def ring_attention(q_BLHK, k_BSGK, v_BSGK, q_slots_BL, kv_slots_BS, q_segments_B
   @jax.checkpoint
   def step(carry, _):
     max_BGQL, sum_BGQL, out_BGQLK, k_BSGK, v_BSGK, kv_slots_BS, kv_segments_BS = carry
-    logits_BGQLS = jnp.einsum('BLGQK,BSGK->BGQLS', q_BLGQK, k_BSGK,
-                              preferred_element_type=jnp.float32) * scale
+    logits_BGQLS = reference.soft_cap(jnp.einsum(
+        'BLGQK,BSGK->BGQLS', q_BLGQK, k_BSGK, preferred_element_type=jnp.float32) * scale,
+                                      softcap)
     allowed_BLS = ((q_segments_BL[:, :, None] == kv_segments_BS[:, None, :]) &
                    (kv_segments_BS[:, None, :] > 0))
     if causal:

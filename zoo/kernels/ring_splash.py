@@ -69,7 +69,7 @@ def _class(distance, causal, window, classes):
   return jnp.where((distance < 0) | (distance >= classes), 0, distance + 1)
 
 
-def _kernels(c, heads_per_group, causal, window, blocks, interpret):
+def _kernels(c, heads_per_group, causal, window, blocks, interpret, softcap=0.0):
   block_q, block_kv = splash_lib.block_sizes(c, c, *blocks)
   sizes = splash.BlockSizes(
       block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv, block_q_dkv=block_q,
@@ -77,7 +77,8 @@ def _kernels(c, heads_per_group, causal, window, blocks, interpret):
       block_kv_dq=block_kv)
   return [splash.make_splash_mqa(splash.MultiHeadMask([mask] * heads_per_group),
                                  block_sizes=sizes, head_shards=1, q_seq_shards=1,
-                                 save_residuals=True, interpret=interpret)
+                                 save_residuals=True, interpret=interpret,
+                                 attn_logits_soft_cap=softcap or None)
           for mask in _masks(c, causal, window)]
 
 
@@ -199,7 +200,8 @@ def _ring(axis, causal, window, make_kernels):
 
 
 def ring_attention(q_BLHK, k_BLGK, v_BLGK, q_segments_BL, kv_segments_BL, *, axis,
-                   causal=False, window=0, scale=None, blocks=(0, 0), interpret=False):
+                   causal=False, window=0, scale=None, blocks=(0, 0), interpret=False,
+                   softcap=0.0):
   """Inside shard_map over `axis` (check_vma=False): this device's queries, keys and values
   (a causal sequence laid out by ring.balance) -> its queries' output [B, L, H, K]."""
   B, L, H, K = q_BLHK.shape
@@ -208,7 +210,7 @@ def ring_attention(q_BLHK, k_BLGK, v_BLGK, q_segments_BL, kv_segments_BL, *, axi
   P = 2 if causal else 1
   c = L // P
   scale = K ** -0.5 if scale is None else scale
-  kernels = lambda: _kernels(c, Q, causal, window, tuple(blocks), interpret)
+  kernels = lambda: _kernels(c, Q, causal, window, tuple(blocks), interpret, softcap)
   q = (q_BLHK * jnp.asarray(scale, q_BLHK.dtype)).reshape(B, P, c, G, Q, K)
   q = q.transpose(1, 0, 3, 4, 2, 5)
   kv = lambda x: x.reshape(B, P, c, G, K).transpose(1, 0, 3, 2, 4)

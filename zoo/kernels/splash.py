@@ -49,7 +49,7 @@ def _base_mask(length, kv_length, causal, window):
 
 
 def _local(q_BLHK, k_BSGK, v_BSGK, q_segment_BL, kv_segment_BS, *, causal, window, scale,
-           blocks, interpret):
+           blocks, interpret, softcap=0.0):
   """One shard: [B, L, H, K] queries against [B, S, G, K] keys/values."""
   B, L, H, K = q_BLHK.shape
   S, G = k_BSGK.shape[1], k_BSGK.shape[2]
@@ -65,12 +65,14 @@ def _local(q_BLHK, k_BSGK, v_BSGK, q_segment_BL, kv_segment_BS, *, causal, windo
   segments = lambda q_seg, kv_seg: splash.SegmentIds(q=q_seg, kv=kv_seg)
   if N == 1:  # MHA
     kernel = splash.make_splash_mha(splash.MultiHeadMask([base] * H), block_sizes=sizes,
-                                    head_shards=1, q_seq_shards=1, interpret=interpret)
+                                    head_shards=1, q_seq_shards=1, interpret=interpret,
+                                    attn_logits_soft_cap=softcap or None)
     out_BHLK = jax.vmap(lambda q, k, v, qs, ks: kernel(q, k, v, segment_ids=segments(qs, ks)))(
         q_BHLK, k_BGSK, v_BGSK, q_segment_BL, kv_segment_BS)
   else:  # GQA / MQA: each kv head serves its N query heads
     kernel = splash.make_splash_mqa(splash.MultiHeadMask([base] * N), block_sizes=sizes,
-                                    head_shards=1, q_seq_shards=1, interpret=interpret)
+                                    head_shards=1, q_seq_shards=1, interpret=interpret,
+                                    attn_logits_soft_cap=softcap or None)
     per_group = lambda q, k, v, seg: kernel(q, k, v, segment_ids=seg)
     per_batch = lambda q, k, v, qs, ks: jax.vmap(per_group, in_axes=(0, 0, 0, None))(
         q.reshape(G, N, L, K), k, v, segments(qs, ks)).reshape(H, L, K)
@@ -78,10 +80,12 @@ def _local(q_BLHK, k_BSGK, v_BSGK, q_segment_BL, kv_segment_BS, *, causal, windo
   return out_BHLK.transpose(0, 2, 1, 3).astype(q_BLHK.dtype)
 
 
-def attention(q_BLHK, k_BSGK, v_BSGK, mask, scale, blocks=(0, 0), interpret=False):
-  """Splash attention with `mask` (zoo.kernels.mask.Mask); batch split over the batch mesh
-  axes and heads over `tensor` under shard_map when a mesh is set."""
+def attention(q_BLHK, k_BSGK, v_BSGK, mask, scale, blocks=(0, 0), interpret=False,
+              softcap=0.0):
+  """Splash attention with `mask` (zoo.kernels.mask.Mask), logits soft-capped at `softcap`
+  (0 = none); batch split over the batch mesh axes and heads over `tensor` under shard_map
+  when a mesh is set."""
   fn = functools.partial(_local, causal=mask.causal, window=mask.window, scale=scale,
-                         blocks=tuple(blocks), interpret=interpret)
+                         blocks=tuple(blocks), interpret=interpret, softcap=softcap)
   return shard.over_mesh(fn, q_BLHK, k_BSGK, v_BSGK, rows=(
       mask.q_segment_ids.astype(jnp.int32), mask.kv_segment_ids.astype(jnp.int32)))

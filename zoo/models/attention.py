@@ -16,6 +16,7 @@ from zoo import kernels
 from zoo.kernels import bias as bias_lib
 from zoo.kernels import mask as mask_lib
 from zoo.models import layers
+from zoo.models import rope
 
 # --------------------------------------------------------------------------- module
 
@@ -32,8 +33,11 @@ class MultiHeadAttention(nn.Module):
   head_dim: int
   use_bias: bool = False
   rope_theta: float | None = None  # None = no rotary embedding
-  rope_scaling: tuple = ()  # config.rope_scaling(m): Llama 3.1 frequency scaling
+  rope_scaling: tuple = ()  # dims.rope_scaling(m): zoo/models/rope.py
   fold_scale: bool = False  # T5: logits unscaled, K^-0.5 folded into the query init
+  query_scale: float = 0.0  # logits x query_scale^-0.5 (Gemma's query_pre_attn_scalar); 0 = K
+  softcap: float = 0.0  # logits soft-capped (Gemma 2); 0 = none
+  qk_norm: tuple = ()  # (norm kind, eps): queries and keys normalised per head (Qwen 3)
   init_std: float = 0.0
   out_init_scale: float = 1.0
   cache_kv_input: bool = False  # cross-attention while decoding: project kv_BSD once
@@ -58,15 +62,20 @@ class MultiHeadAttention(nn.Module):
       k_BSGK, v_BSGK = self._cached_input(project_kv)
     else:
       k_BSGK, v_BSGK = project_kv()
+    if self.qk_norm:
+      norm = lambda name: layers.Norm(*self.qk_norm, axis='head_dim', name=name,
+                                      dtype=self.dtype, param_dtype=self.param_dtype)
+      q_BLHK, k_BSGK = norm('query_norm')(q_BLHK), norm('key_norm')(k_BSGK)
     if self.rope_theta is not None:
-      q_BLHK = layers.apply_rope(q_BLHK, q_positions_BL, self.rope_theta, self.rope_scaling)
-      k_BSGK = layers.apply_rope(k_BSGK, kv_positions_BS, self.rope_theta, self.rope_scaling)
+      q_BLHK = rope.apply(q_BLHK, q_positions_BL, self.rope_theta, self.rope_scaling)
+      k_BSGK = rope.apply(k_BSGK, kv_positions_BS, self.rope_theta, self.rope_scaling)
     q_BLHK = nn.with_logical_constraint(q_BLHK, ('batch', 'length', 'heads', 'head_dim'))
     if isinstance(mask, mask_lib.Mask) and mask.kv_cache:
       k_BSGK, v_BSGK, mask = self._cached(k_BSGK, v_BSGK, mask)
-    out_BLHK = kernels.attention(q_BLHK, k_BSGK, v_BSGK, mask, bias=bias,
-                                 scale=1.0 if self.fold_scale else None, kernel=self.kernel,
-                                 block_sizes=self.block_sizes)
+    scale = 1.0 if self.fold_scale else (self.query_scale or K) ** -0.5
+    out_BLHK = kernels.attention(q_BLHK, k_BSGK, v_BSGK, mask, bias=bias, scale=scale,
+                                 kernel=self.kernel, block_sizes=self.block_sizes,
+                                 softcap=self.softcap)
     out_BLHK = nn.with_logical_constraint(out_BLHK, ('batch', 'length', 'heads', 'head_dim'))
     return dense('out', x_BLD.shape[-1], ('heads', 'head_dim', 'embed'), num_in=2,
                  scale=self.out_init_scale)(out_BLHK)

@@ -1,5 +1,7 @@
 """Dimensions derived from the model config, shared by the modules, counting and conversion."""
 
+from zoo.models import rope
+
 POSITION_BIASES = ('t5_bias', 'alibi')  # positions added to the attention scores
 
 
@@ -18,8 +20,17 @@ def has_position_bias(m):
 
 
 def rope_scaling(m):
-  """-> (factor, low_freq_factor, high_freq_factor, original_max_length), or () for none."""
+  """model.rope_scaling as zoo/models/rope.py takes it: (type, its fields...), or ()."""
   r = m.rope_scaling
-  if r.type == 'none':
-    return ()
-  return (r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_length)
+  if r.type == 'llama3':
+    return ('llama3', r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_length)
+  if r.type == 'linear':
+    return ('linear', r.factor)
+  if r.type == 'dynamic':
+    return ('dynamic', r.factor, r.original_max_length)
+  if r.type == 'yarn':
+    factor = r.attention_factor or rope.yarn_attention_factor(r.factor, r.mscale,
+                                                              r.mscale_all_dim)
+    return ('yarn', r.factor, r.original_max_length, r.beta_fast, r.beta_slow, factor,
+            r.truncate)
+  return ()

@@ -11,6 +11,8 @@ Glossary: B batch, L length, D d_model, V vocab.
 
 import jax.numpy as jnp
 
+from zoo.kernels import reference
+
 
 def project(m, params, x_BLD):
   """Hidden states (the model's head=False output) -> float32 logits [B, L, V]."""
@@ -27,4 +29,4 @@ def project(m, params, x_BLD):
     logits_BLV = (x_BLD.reshape(B * L, D) @ head['kernel'].astype(dtype)).reshape(B, L, -1)
     if 'bias' in head:
       logits_BLV = logits_BLV + head['bias'].astype(dtype)[None, None]
-  return logits_BLV.astype(jnp.float32)
+  return reference.soft_cap(logits_BLV.astype(jnp.float32), m.final_softcap)

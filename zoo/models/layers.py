@@ -1,4 +1,5 @@
-"""Building blocks: dense layers with logical axes, embeddings, norms, MLPs, positions.
+"""Building blocks: dense layers with logical axes, embeddings, norms, MLPs, sinusoidal
+positions (rotary ones: zoo/models/rope.py).
 
 Glossary: B batch, L length, D d_model, H heads, K head dim, F mlp width, V vocab.
 """
@@ -78,6 +79,7 @@ class Norm(nn.Module):
   kind: str  # 'layernorm' | 'rmsnorm'
   eps: float = 1e-6
   use_bias: bool = True  # LayerNorm only; RMSNorm never has one
+  axis: str = 'embed'  # the logical axis of the scale (and bias): 'head_dim' for QK-norm
   dtype: jnp.dtype = jnp.float32
   param_dtype: jnp.dtype = jnp.float32
 
@@ -89,11 +91,11 @@ class Norm(nn.Module):
     x = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + self.eps)
     features = (x.shape[-1],)
     as_x = lambda p: p.astype(jnp.float32).reshape((1,) * (x.ndim - 1) + features)
-    scale = self.param('scale', nn.with_logical_partitioning(nn.initializers.ones, ('embed',)),
+    scale = self.param('scale', nn.with_logical_partitioning(nn.initializers.ones, (self.axis,)),
                        features, self.param_dtype)
     x = x * as_x(scale)
     if self.kind == 'layernorm' and self.use_bias:
-      bias = self.param('bias', nn.with_logical_partitioning(nn.initializers.zeros, ('embed',)),
+      bias = self.param('bias', nn.with_logical_partitioning(nn.initializers.zeros, (self.axis,)),
                         features, self.param_dtype)
       x = x + as_x(bias)
     return x.astype(self.dtype)
@@ -142,29 +144,3 @@ def sinusoidal(positions_BL, features, max_timescale=10_000.0):
   inv_freq = max_timescale ** (-np.arange(half, dtype=np.float32) / max(half - 1, 1))
   angles_BLk = positions_BL[..., None].astype(jnp.float32) * inv_freq[None, None]
   return jnp.concatenate([jnp.sin(angles_BLk), jnp.cos(angles_BLk)], axis=-1)
-
-
-def rope_frequencies(head_dim, theta, scaling=()):
-  """theta^(-2i/K) for the K/2 channel pairs (float32), with Llama 3.1 scaling when given
-  (factor, low_freq_factor, high_freq_factor, original_max_length): wavelengths beyond
-  original / low_freq_factor slow down by `factor`, those under original / high_freq_factor
-  stay, and the band between blends the two by where original / wavelength falls."""
-  freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-  if scaling:
-    factor, low, high, original = scaling
-    blend = np.clip((original * freq / (2 * np.pi) - low) / (high - low), 0.0, 1.0)
-    freq = (1 - blend) * freq / factor + blend * freq
-  return freq.astype(np.float32)
-
-
-def apply_rope(x_BLHK, positions_BL, theta, scaling=()):
-  """Rotates channel pairs (i, i + K/2) by position * frequency i (rope_frequencies), in
-  float32."""
-  half = x_BLHK.shape[-1] // 2
-  inv_freq = rope_frequencies(x_BLHK.shape[-1], theta, scaling)
-  angles_BLk = positions_BL[..., None].astype(jnp.float32) * inv_freq[None, None]
-  sin_BL1k, cos_BL1k = jnp.sin(angles_BLk)[:, :, None], jnp.cos(angles_BLk)[:, :, None]
-  x = x_BLHK.astype(jnp.float32)
-  x1, x2 = x[..., :half], x[..., half:]
-  rotated = jnp.concatenate([x1 * cos_BL1k - x2 * sin_BL1k, x2 * cos_BL1k + x1 * sin_BL1k], -1)
-  return rotated.astype(x_BLHK.dtype)

@@ -14,6 +14,7 @@ from zoo import kernels
 from zoo import sharding
 from zoo.kernels import bias as bias_lib
 from zoo.kernels import mask as mask_lib
+from zoo.kernels import reference
 from zoo.kernels import ring
 from zoo.models import attention
 from zoo.models import dims
@@ -39,10 +40,14 @@ def _out_init_scale(m):
 
 class Block(nn.Module):
   """One layer: attention (+ cross-attention when given `encoded`) and MLP; sequential
-  (pre- or post-norm) or PaLM-parallel."""
+  (pre- or post-norm, with model.sandwich_norm a norm after each sublayer too) or
+  PaLM-parallel. kind (model.attention.pattern): 'local' attends within
+  model.attention.window with the local RoPE base, 'global' attends everything with
+  model.rope_theta and model.rope_scaling; '' = no pattern (the window, if any, everywhere)."""
   config: Any  # frozen model config
   train: bool = False
   moe: bool = False  # a mixture of experts in place of the MLP
+  kind: str = ''
 
   @nn.compact
   def __call__(self, x_BLD, mask, positions_BL, bias=None, encoded_BSD=None,
@@ -51,11 +56,17 @@ class Block(nn.Module):
     norm = lambda name: layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name=name,
                                     **dtypes(m))
     decoding = isinstance(mask, mask_lib.Mask) and mask.kv_cache
+    local = self.kind == 'local'
+    if self.kind and isinstance(mask, mask_lib.Mask):
+      mask = mask.replace(window=m.attention.window if local else 0)
     attention_module = lambda name, rope, cache_kv_input=False: attention.MultiHeadAttention(
         m.num_heads, dims.kv_heads(m), dims.head_dim(m), use_bias=m.use_bias,
-        rope_theta=m.rope_theta if rope and m.position == 'rope' else None,
-        rope_scaling=dims.rope_scaling(m), cache_kv_input=cache_kv_input,
-        fold_scale=m.position == 't5_bias', init_std=m.kernel_init_std,
+        rope_theta=((m.rope_local_theta or m.rope_theta) if local else m.rope_theta)
+        if rope and m.position == 'rope' else None,
+        rope_scaling=() if local else dims.rope_scaling(m), cache_kv_input=cache_kv_input,
+        fold_scale=m.position == 't5_bias', query_scale=m.attention.query_scale,
+        softcap=m.attention.softcap, qk_norm=(m.norm, m.norm_eps) if m.qk_norm else (),
+        init_std=m.kernel_init_std,
         out_init_scale=_out_init_scale(m), kernel=m.attention.kernel,
         block_sizes=(m.attention.block_q, m.attention.block_kv), name=name, **dtypes(m))
     attend = attention_module('attention', rope=True)
@@ -77,16 +88,42 @@ class Block(nn.Module):
       h_BLD = norm('norm')(x_BLD)
       x_BLD = x_BLD + drop(self_attend(h_BLD)) + drop(mlp(h_BLD))
     elif m.norm_position == 'pre':
-      x_BLD = x_BLD + drop(self_attend(norm('attention_norm')(x_BLD)))
+      after = norm if m.sandwich_norm else lambda name: lambda h: h
+      x_BLD = x_BLD + drop(after('post_attention_norm')(
+          self_attend(norm('attention_norm')(x_BLD))))
       if encoded_BSD is not None:
         x_BLD = x_BLD + drop(cross_attend(norm('cross_attention_norm')(x_BLD)))
-      x_BLD = x_BLD + drop(mlp(norm('mlp_norm')(x_BLD)))
+      x_BLD = x_BLD + drop(after('post_mlp_norm')(mlp(norm('mlp_norm')(x_BLD))))
     else:
       x_BLD = norm('attention_norm')(x_BLD + drop(self_attend(x_BLD)))
       if encoded_BSD is not None:
         x_BLD = norm('cross_attention_norm')(x_BLD + drop(cross_attend(x_BLD)))
       x_BLD = norm('mlp_norm')(x_BLD + drop(mlp(x_BLD)))
     return nn.with_logical_constraint(x_BLD, ('batch', 'length', 'activation_embed')), None
+
+
+class PatternGroup(nn.Module):
+  """One repeat of model.attention.pattern: a Block per letter ('L' local, 'G' global), the
+  unit scanned in patterned stacks."""
+  config: Any
+  train: bool = False
+
+  @nn.compact
+  def __call__(self, x_BLD, *args):
+    m = self.config
+    for i, letter in enumerate(m.attention.pattern):
+      x_BLD, _ = Block(m, self.train, moe=bool(m.moe.num_experts), kind=KINDS[letter],
+                       name=f'block_{i}')(x_BLD, *args)
+    return x_BLD, None
+
+
+KINDS = {'L': 'local', 'G': 'global'}
+
+
+def layer_kind(m, i):
+  """Layer i's kind under model.attention.pattern ('' without one)."""
+  pattern = m.attention.pattern
+  return KINDS[pattern[i % len(pattern)]] if pattern else ''
 
 
 class MoEGroup(nn.Module):
@@ -110,11 +147,34 @@ def stack(m, train, num_layers, name, owner):
   on the same stacked parameters, read from `owner` (the module the stack is built in);
   initialising and decoding run the scan.
 
+  With model.attention.pattern the unit is a PatternGroup of len(pattern) layers, and the
+  layers after the last whole pattern (Gemma 3 1B: 26 = 4 x 6 + 2) run as `name`_tail_j.
+
   -> fn(x, mask, positions, bias=None, encoded=None, cross_mask=None) -> (x, None).
   """
   unit, length = Block, num_layers
   if m.moe.num_experts:
     unit, length = MoEGroup, num_layers // m.moe.every
+  tail = []
+  if m.attention.pattern:
+    period = len(m.attention.pattern)
+    unit, length = PatternGroup, num_layers // period
+    block = Block if m.remat == 'none' else nn.remat(Block, policy=REMAT_POLICIES[m.remat])
+    tail = [block(m, train, moe=bool(m.moe.num_experts), kind=layer_kind(m, i),
+                  name=f'{name}_tail_{i - length * period}')
+            for i in range(length * period, num_layers)]
+  body = _body(m, train, unit, length, name, owner)
+
+  def run(x_BLD, *args):
+    x_BLD, _ = body(x_BLD, *args) if length else (x_BLD, None)
+    for block in tail:
+      x_BLD, _ = block(x_BLD, *args)
+    return x_BLD, None
+  return run
+
+
+def _body(m, train, unit, length, name, owner):
+  """`length` units, scanned or unrolled (stack's body)."""
   plain = unit  # the pipeline remats each layer itself (it picks the layer's parameters)
   if m.remat != 'none':
     unit = nn.remat(unit, policy=REMAT_POLICIES[m.remat], prevent_cse=not m.scan_layers)
@@ -344,7 +404,10 @@ class Decoder(nn.Module):
           ring.balance(x, n) for x in (ids_BL, segment_ids_BL, positions_BL, slots_BL))
     embed = layers.Embed(m.vocab_size, m.d_model, init_std=m.embed_init_std, name='token_embed',
                          **dtypes(m))
-    x_BLD = Embeddings(m, name='embeddings')(embed(ids_BL), positions_BL, None, train)
+    x_BLD = embed(ids_BL)
+    if m.embed_scale:  # Gemma: x sqrt(d_model), rounded to the compute dtype as Gemma does
+      x_BLD = x_BLD * jnp.asarray(m.d_model ** 0.5, x_BLD.dtype)
+    x_BLD = Embeddings(m, name='embeddings')(x_BLD, positions_BL, None, train)
 
     kv_segment_ids_BS = batch['kv_segment_ids'] if kv_cache else segment_ids_BL
     kv_positions_BS = batch['kv_positions'] if kv_cache else positions_BL
@@ -377,5 +440,5 @@ class Decoder(nn.Module):
       logits_BLV = layers.DenseGeneral(m.vocab_size, ('embed', 'vocab'), use_bias=m.use_bias,
                                        init_std=m.kernel_init_std, name='logits',
                                        **dtypes(m))(x_BLD)
-    return nn.with_logical_constraint(logits_BLV.astype(jnp.float32),
-                                      ('batch', 'length', 'vocab'))
+    logits_BLV = reference.soft_cap(logits_BLV.astype(jnp.float32), m.final_softcap)
+    return nn.with_logical_constraint(logits_BLV, ('batch', 'length', 'vocab'))

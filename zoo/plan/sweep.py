@@ -99,7 +99,8 @@ def _flash_attention(config, context=1, on='tpu'):
       return False
   try:
     chosen, _ = kernels.resolve(m.attention.kernel, m.position in ('t5_bias', 'alibi'),
-                                np.dtype(m.dtype), (L, L), on=on)
+                                np.dtype(m.dtype), (L, L), on=on,
+                                softcap=bool(m.attention.softcap))
   except ValueError:  # a kernel that cannot run there: plan mode's compile says so
     return False
   return chosen in ('splash', 'flash_bias', 'gpu')

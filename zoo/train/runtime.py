@@ -132,7 +132,8 @@ def attention_kernel(config, context, on=None):
       blocks = 'splash' if _ring_blocks(config, context, on) == 'splash' else 'XLA'
       return 'ring', f'mesh context={context}: ring attention, local blocks in {blocks}'
     return kernels.resolve(m.attention.kernel, dims.has_position_bias(m), jnp.dtype(m.dtype),
-                           (config.data.seq_len, config.data.seq_len), on=on)
+                           (config.data.seq_len, config.data.seq_len), on=on,
+                           softcap=bool(m.attention.softcap))
   except ValueError as e:  # e.g. splash chunks of a mesh.context=-1 resolved here
     raise ConfigError(str(e)) from None
 

@@ -1,0 +1,176 @@
+"""Gemma 2 and Gemma 3 (text) checkpoints <-> zoo: config.json fields and tensor rules.
+
+Gemma 2: local and global layers alternating (pattern 'LG'), logits soft-capped in
+attention (50) and at the output (30), a norm before and after each sublayer, embeddings x
+sqrt(d_model), queries scaled by query_pre_attn_scalar^-0.5, GeGLU. Gemma 3 adds QK-norm,
+drops the soft-capping, has five local layers to one global ('LLLLLG') and a RoPE base per
+kind (local 10k, global 1M, the global one scaled linearly on the larger sizes). Gemma's
+RMSNorm multiplies by (1 + weight): the zoo's scale is that sum, so a norm converts by
+adding (or taking off) 1.
+
+A Gemma3ForConditionalGeneration checkpoint (the 4B-27B releases) converts as its text
+model: config.json's text_config, the tensors under model.language_model; the vision tower
+and projector are left out.
+"""
+
+import dataclasses
+
+from zoo import config as config_lib
+from zoo.convert import hf_rules
+from zoo.convert.hf_rules import ConvertError
+from zoo.models import dims
+
+KINDS = {'sliding_attention': 'L', 'full_attention': 'G'}
+VISION = ('model.vision_tower.', 'model.multi_modal_projector.', 'vision_tower.',
+          'multi_modal_projector.')
+
+
+def text_config(hf):
+  """A Gemma3ForConditionalGeneration's config.json -> its text model's (else `hf`)."""
+  if hf.get('model_type') != 'gemma3':
+    return hf
+  text = dict(hf.get('text_config') or {})
+  text.setdefault('model_type', 'gemma3_text')
+  text.setdefault('tie_word_embeddings', hf.get('tie_word_embeddings', True))
+  return text
+
+
+def text_tensors(tensors):
+  """The language model's tensors of a Gemma3ForConditionalGeneration, named as
+  Gemma3ForCausalLM names them (vision tensors left out)."""
+  out = {}
+  for name, w in tensors.items():
+    if name.startswith(VISION):
+      continue
+    for prefix, to in TEXT_PREFIXES:
+      if name.startswith(prefix):
+        name = to + name[len(prefix):]
+        break
+    out[name] = w
+  return out
+
+
+# transformers 5 writes language_model.model.*; the hub's files and the bare model's keys
+# (with the 'model.' load adds) other forms of it
+TEXT_PREFIXES = (('model.language_model.model.', 'model.'),
+                 ('language_model.model.', 'model.'),
+                 ('model.language_model.lm_head.', 'lm_head.'),
+                 ('language_model.lm_head.', 'lm_head.'),
+                 ('model.language_model.', 'model.'))
+
+
+def pattern(layer_types):
+  """transformers' layer_types -> the shortest pattern they repeat ('LG', 'LLLLLG')."""
+  letters = ''.join(KINDS[t] for t in layer_types)
+  for period in range(1, len(letters) + 1):
+    if all(letters[i] == letters[i % period] for i in range(len(letters))):
+      return letters[:period]
+  return letters
+
+
+def config(hf, names):
+  """config.json of gemma2 / gemma3_text (or gemma3) -> zoo config."""
+  hf = text_config(hf)
+  kind = hf['model_type']
+  if hf.get('hidden_activation', 'gelu_pytorch_tanh') != 'gelu_pytorch_tanh':
+    raise ConvertError(f"{kind} hidden_activation={hf['hidden_activation']!r}: the zoo builds "
+                       "Gemma's GeGLU ('gelu_pytorch_tanh') only")
+  if hf.get('attention_bias') or hf.get('use_bidirectional_attention'):
+    raise ConvertError(f'{kind} attention_bias / use_bidirectional_attention is not built')
+  c = config_lib.base()
+  m = c.model
+  m.vocab_size, m.d_model, m.num_layers = (hf['vocab_size'], hf['hidden_size'],
+                                           hf['num_hidden_layers'])
+  m.num_heads, m.num_kv_heads = hf['num_attention_heads'], hf['num_key_value_heads']
+  m.head_dim, m.mlp_dim = hf['head_dim'], hf['intermediate_size']
+  m.activation, m.norm, m.norm_eps = 'geglu', 'rmsnorm', hf.get('rms_norm_eps', 1e-6)
+  m.sandwich_norm, m.embed_scale, m.qk_norm = True, True, kind != 'gemma2'
+  m.tie_embeddings = hf.get('tie_word_embeddings', True) or 'lm_head.weight' not in names
+  m.max_length = hf.get('max_position_embeddings', 8192)
+  a = m.attention
+  a.query_scale = float(hf.get('query_pre_attn_scalar') or dims.head_dim(m))
+  a.softcap = float(hf.get('attn_logit_softcapping') or 0.0)
+  m.final_softcap = float(hf.get('final_logit_softcapping') or 0.0)
+  a.pattern = pattern(hf['layer_types'])
+  a.window = hf['sliding_window'] if 'L' in a.pattern else 0
+  _rope(hf, m)
+  c.data.seq_len = min(c.data.seq_len, m.max_length)
+  return c
+
+
+def _rope(hf, m):
+  """rope_parameters: one dict (Gemma 2), or one per layer kind (Gemma 3)."""
+  params = hf.get('rope_parameters') or {'rope_theta': hf.get('rope_theta', 10_000.0)}
+  if 'full_attention' in params:
+    local = params.get('sliding_attention') or {}
+    if local.get('rope_type', 'default') != 'default':
+      raise ConvertError(f"{hf['model_type']} local layers' rope_type "
+                         f"{local['rope_type']!r} is not built (plain RoPE is)")
+    m.rope_local_theta = float(local.get('rope_theta', hf.get('rope_local_base_freq', 1e4)))
+    params = params['full_attention']
+  m.rope_theta = float(params.get('rope_theta', 10_000.0))
+  hf_rules.rope_scaling_from_hf(params, hf, m)
+
+
+def rules(m):
+  """The zoo leaves of a patterned stack (layers/block_j for pattern letter j, each stacked
+  over the repeats; layers_tail_t for the layers after the last whole repeat)."""
+  period = len(m.attention.pattern)
+  repeats = m.num_layers // period
+  out = [hf_rules.rule('token_embed/embedding', 'model.embed_tokens.weight'),
+         *_norm('final_norm', 'model.norm')]
+  for j in range(period):
+    out += _layer(m, f'layers/block_{j}', 'model.layers.{i}',
+                  tuple(r * period + j for r in range(repeats)))
+  for t, i in enumerate(range(repeats * period, m.num_layers)):
+    out += _layer(m, f'layers_tail_{t}', f'model.layers.{i}', ())
+  if not m.tie_embeddings:
+    out += hf_rules.dense('logits', 'lm_head')
+  return out
+
+
+def _layer(m, zoo, hf, layers):
+  out = [*hf_rules.attention(f'{zoo}/attention', f'{hf}.self_attn', m,
+                             ('q_proj', 'k_proj', 'v_proj', 'o_proj')),
+         *_norm(f'{zoo}/attention_norm', f'{hf}.input_layernorm'),
+         *_norm(f'{zoo}/post_attention_norm', f'{hf}.post_attention_layernorm'),
+         *_norm(f'{zoo}/mlp_norm', f'{hf}.pre_feedforward_layernorm'),
+         *_norm(f'{zoo}/post_mlp_norm', f'{hf}.post_feedforward_layernorm'),
+         *hf_rules.dense(f'{zoo}/mlp/wi_0', f'{hf}.mlp.gate_proj'),
+         *hf_rules.dense(f'{zoo}/mlp/wi_1', f'{hf}.mlp.up_proj'),
+         *hf_rules.dense(f'{zoo}/mlp/wo', f'{hf}.mlp.down_proj')]
+  if m.qk_norm:
+    out += [*_norm(f'{zoo}/attention/query_norm', f'{hf}.self_attn.q_norm'),
+            *_norm(f'{zoo}/attention/key_norm', f'{hf}.self_attn.k_norm')]
+  return [dataclasses.replace(r, layers=layers) for r in out]
+
+
+def _norm(zoo, hf):
+  """Gemma's RMSNorm weight w multiplies by (1 + w): the zoo's scale is 1 + w."""
+  return [hf_rules.Rule(f'{zoo}/scale', f'{hf}.weight', lambda w: w + 1, lambda w: w - 1)]
+
+
+def hf_config(config):
+  """zoo config -> config.json of Gemma2ForCausalLM or Gemma3ForCausalLM."""
+  m = config.model
+  kind = 'gemma3_text' if m.qk_norm else 'gemma2'
+  layer_types = [{'L': 'sliding_attention', 'G': 'full_attention'}[
+      m.attention.pattern[i % len(m.attention.pattern)]] for i in range(m.num_layers)]
+  hf = {'model_type': kind, 'vocab_size': m.vocab_size, 'hidden_size': m.d_model,
+        'num_hidden_layers': m.num_layers, 'num_attention_heads': m.num_heads,
+        'num_key_value_heads': dims.kv_heads(m), 'head_dim': dims.head_dim(m),
+        'intermediate_size': m.mlp_dim, 'hidden_activation': 'gelu_pytorch_tanh',
+        'rms_norm_eps': m.norm_eps, 'max_position_embeddings': m.max_length,
+        'query_pre_attn_scalar': int(m.attention.query_scale or dims.head_dim(m)),
+        'sliding_window': m.attention.window or None, 'layer_types': layer_types,
+        'attn_logit_softcapping': m.attention.softcap or None,
+        'final_logit_softcapping': m.final_softcap or None,
+        'tie_word_embeddings': m.tie_embeddings}
+  full = {'rope_theta': m.rope_theta, **hf_rules.rope_scaling_to_hf(m)}
+  full.setdefault('rope_type', 'default')
+  if kind == 'gemma2':
+    hf['rope_parameters'] = full
+  else:
+    hf['rope_parameters'] = {'full_attention': full, 'sliding_attention': {
+        'rope_type': 'default', 'rope_theta': m.rope_local_theta or m.rope_theta}}
+  return hf
