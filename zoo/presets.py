@@ -34,6 +34,29 @@ def llama(c, rope_theta, max_length, norm_eps=1e-5):
   return c
 
 
+def gemma(c, version, max_length):
+  """Gemma 2 / 3 (Gemma Team 2024, 2025; the models' config.json): pre- and post-RMSNorm
+  around each sublayer (eps 1e-6), GeGLU (tanh GELU), RoPE, no biases, embeddings x
+  sqrt(d_model) and tied to the output; version 3 adds QK-norm."""
+  m = c.model
+  m.family, m.max_length, m.position = 'decoder', max_length, 'rope'
+  m.activation, m.norm, m.norm_eps, m.norm_position = 'geglu', 'rmsnorm', 1e-6, 'pre'
+  m.sandwich_norm, m.embed_scale, m.qk_norm = True, True, version == 3
+  m.use_bias, m.tie_embeddings = False, True
+  m.embed_init_std, m.kernel_init_std = 0.02, 0.02
+  m.dtype = 'bfloat16'  # compute; params stay float32
+  c.data.seq_len = min(max_length, 4096)
+  return c
+
+
+def qwen3(c, max_length=40_960):
+  """Qwen 3 dense (Qwen Team 2025; the models' config.json): Llama's block with QK-norm,
+  RoPE base 1,000,000, RMSNorm eps 1e-6."""
+  llama(c, rope_theta=1_000_000.0, max_length=max_length, norm_eps=1e-6)
+  c.model.qk_norm = True
+  return c
+
+
 def palm(c):
   """PaLM (Chowdhery et al. 2022, sec. 2): parallel blocks with one bias-free LayerNorm,
   multi-query attention with head_dim 256, SwiGLU with d_ff = 4 d_model, RoPE, no biases,
@@ -114,6 +137,10 @@ def smoke(c):
   m.dtype = 'float32'  # CPUs run float32 fastest, and the smoke numbers stay exact
   if m.attention.window:
     m.attention.window = 16
+  if m.attention.pattern:  # one whole pattern and one more layer: the tail is kept too
+    m.num_layers = len(m.attention.pattern) + 1
+  if m.attention.query_scale:
+    m.attention.query_scale = 16.0
   if m.moe.num_experts:  # keep the routing (experts, top-k, every), shrink the widths
     m.moe.num_experts = min(m.moe.num_experts, 16)
     m.moe.top_k = min(m.moe.top_k, m.moe.num_experts)
