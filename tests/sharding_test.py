@@ -207,3 +207,14 @@ def test_known_problem_xla_cpu_swaps_two_row_blocks_of_a_small_sharded_matmul():
     got, want = np.split(np.asarray(matmul(x, w)), 4), np.split(x @ w, 4)
     assert [next(j for j in range(4) if np.allclose(g, want[j], atol=1e-3)) for g in got] == \
         order, rows
+
+
+@pytest.mark.parametrize('name', ['gemma2_9b', 'gemma3_1b', 'qwen3_8b'])
+def test_gemma_and_qwen_smoke_configs_give_the_single_device_losses_on_a_mesh(name, tmp_path):
+  """Soft-capping, sandwich norms, QK-norm, local/global layers (a pattern and its tail)."""
+  _one_device_run(tmp_path / 'one', name)
+  loop.train(helpers.smoke(name, *STEPS, 'mesh.data=2', 'mesh.fsdp=2', 'mesh.tensor=2'),
+             str(tmp_path / 'mesh'))
+  want = _losses(tmp_path / 'one')
+  assert _losses(tmp_path / 'mesh') == pytest.approx(want, rel=2e-5, abs=2e-5)
+  assert want[-1] < want[0]

@@ -161,8 +161,8 @@ def test_bad_checkpoints_name_the_tensor_or_field(tmp_path):
     hf.load(str(path))
 
   path = _copy('llama', tmp_path / 'rope')
-  _edit_config(path, rope_scaling={'rope_type': 'yarn', 'factor': 8.0})
-  with pytest.raises(hf.ConvertError, match="rope scaling 'yarn' is not built"):
+  _edit_config(path, rope_scaling={'rope_type': 'longrope', 'factor': 8.0})
+  with pytest.raises(hf.ConvertError, match="rope scaling 'longrope' is not built"):
     hf.load(str(path))
   _edit_config(path, model_type='falcon')
   with pytest.raises(hf.ConvertError, match="model_type='falcon' is not supported"):

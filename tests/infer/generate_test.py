@@ -24,9 +24,10 @@ PROMPTS = [[2, 10, 11, 12, 13, 14], [2, 20, 21]]  # the second is left-padded by
 TEACHER = [30, 31, 32, 33]  # tokens fed after the prompts
 
 
-def _decoder(moe=None, window=0, **overrides):
+def _decoder(moe=None, window=0, attention=None, **overrides):
   config = helpers.tiny_config(**overrides)
   config.model.attention.window = window
+  config.model.attention.update(attention or {})
   if moe:
     config.model.moe.update(moe)
   model = families.build(config.model)
@@ -47,7 +48,13 @@ def _full_logits(model, variables, tokens):
     dict(position='rope', window=3),
     dict(position='rope', block='parallel'),
     dict(position='rope', moe=dict(num_experts=4, top_k=2)),
-], ids=['rope_gqa', 'learned', 'sinusoidal_mqa', 'alibi', 'window', 'parallel', 'moe'])
+    # Gemma: local layers (a ring of 3) and global ones, a pattern and its tail, soft-caps,
+    # sandwich norms, QK-norm
+    dict(position='rope', window=3, num_layers=4, sandwich_norm=True, qk_norm=True,
+         final_softcap=5.0, rope_local_theta=100.0,
+         attention=dict(pattern='LLG', softcap=3.0, query_scale=6.0)),
+], ids=['rope_gqa', 'learned', 'sinusoidal_mqa', 'alibi', 'window', 'parallel', 'moe',
+        'gemma_pattern'])
 def test_cached_decoding_gives_the_full_forward_logits(overrides):
   model, variables = _decoder(**overrides)
   ids, segments = decoding.left_pad(PROMPTS, pad_id=0)
@@ -344,3 +351,15 @@ def test_a_whole_unrolled_scan_decodes_unscanned_to_the_scanned_tokens(kind, bea
                                                    num_beams=beams))(
       variables, ids, segments, jax.random.PRNGKey(0)))
   np.testing.assert_array_equal(run(unrolled), run(model))
+
+
+def test_a_local_layers_cache_holds_its_window_and_a_global_layers_every_slot():
+  model, variables = _decoder(position='rope', window=3, num_layers=4,
+                              attention=dict(pattern='LLG'))
+  ids, segments = decoding.left_pad(PROMPTS, pad_id=0)
+  _, cache, _ = families.get(model.config).start_generation(
+      model, variables, jnp.asarray(ids), jnp.asarray(segments), max_new_tokens=5)
+  S = ids.shape[1] + 5
+  slots = lambda block: cache['layers'][block]['attention']['cached_key'].shape[-1]
+  assert [slots(f'block_{j}') for j in range(3)] == [3, 3, S]
+  assert cache['layers_tail_0']['attention']['cached_key'].shape[-1] == 3  # layer 4: local

@@ -70,11 +70,16 @@ class MultiHeadAttention(nn.Module):
       q_BLHK = rope.apply(q_BLHK, q_positions_BL, self.rope_theta, self.rope_scaling)
       k_BSGK = rope.apply(k_BSGK, kv_positions_BS, self.rope_theta, self.rope_scaling)
     q_BLHK = nn.with_logical_constraint(q_BLHK, ('batch', 'length', 'heads', 'head_dim'))
+    kernel = self.kernel
     if isinstance(mask, mask_lib.Mask) and mask.kv_cache:
-      k_BSGK, v_BSGK, mask = self._cached(k_BSGK, v_BSGK, mask)
+      if 0 < mask.window < mask.kv_segment_ids.shape[1]:  # a local layer keeps its window
+        k_BSGK, v_BSGK, mask = self._rolling(k_BSGK, v_BSGK, mask)
+        kernel = 'xla'  # a dense mask over the ring and the new keys
+      else:
+        k_BSGK, v_BSGK, mask = self._cached(k_BSGK, v_BSGK, mask)
     scale = 1.0 if self.fold_scale else (self.query_scale or K) ** -0.5
     out_BLHK = kernels.attention(q_BLHK, k_BSGK, v_BSGK, mask, bias=bias, scale=scale,
-                                 kernel=self.kernel, block_sizes=self.block_sizes,
+                                 kernel=kernel, block_sizes=self.block_sizes,
                                  softcap=self.softcap)
     out_BLHK = nn.with_logical_constraint(out_BLHK, ('batch', 'length', 'heads', 'head_dim'))
     return dense('out', x_BLD.shape[-1], ('heads', 'head_dim', 'embed'), num_in=2,
@@ -113,6 +118,42 @@ class MultiHeadAttention(nn.Module):
     index.value = start + L
     return (key.value.transpose(0, 3, 1, 2), value.value.transpose(0, 2, 1, 3),
             mask.replace(q_start=start))
+
+
+  def _rolling(self, k_BLGK, v_BLGK, mask):
+    """A local layer's cache: the last W = mask.window cache slots' keys and values in a
+    ring (slot t at t mod W). The L new queries attend the ring's slots and their own keys
+    within the window -> (W + L keys, values, the dense mask [B, 1, L, W + L]); then the
+    last min(L, W) new keys and values overwrite the ring. Equal to the whole cache: the
+    window holds the same keys."""
+    B, L, G, K = k_BLGK.shape
+    W = mask.window
+    slot = lambda name, shape: self.variable('cache', name, jnp.zeros, shape, k_BLGK.dtype)
+    key = slot('cached_key', (B, G, K, W))
+    value = slot('cached_value', (B, G, W, K))
+    index = self.variable('cache', 'cache_index', jnp.zeros, (), jnp.int32)
+    start = index.value
+    held_W = start - 1 - jnp.mod(start - 1 - jnp.arange(W), W)  # the newest slot < start
+    kv_slots_S = jnp.concatenate([held_W, start + jnp.arange(L)])  # S = W + L keys
+    q_slots_L = start + jnp.arange(L)
+    last = mask.kv_segment_ids.shape[1] - 1
+    kv_segments_BS = jnp.take(mask.kv_segment_ids, jnp.clip(kv_slots_S, 0, last), axis=1)
+    kv_segments_BS = jnp.where(kv_slots_S >= 0, kv_segments_BS, 0)  # ring slots not written
+    q_segments_BL = mask.q_segment_ids
+    dense_BLS = ((q_segments_BL[:, :, None] == kv_segments_BS[:, None, :]) &
+                 (kv_segments_BS[:, None, :] > 0) &
+                 (kv_slots_S[None, None, :] <= q_slots_L[None, :, None]) &
+                 (kv_slots_S[None, None, :] > q_slots_L[None, :, None] - W))
+    keys_BSGK = jnp.concatenate([key.value.transpose(0, 3, 1, 2), k_BLGK.astype(key.value.dtype)],
+                                axis=1)
+    values_BSGK = jnp.concatenate([value.value.transpose(0, 2, 1, 3),
+                                   v_BLGK.astype(value.value.dtype)], axis=1)
+    n = min(L, W)
+    ring_n = jnp.mod(start + L - n + jnp.arange(n), W)
+    key.value = key.value.at[:, :, :, ring_n].set(k_BLGK[:, L - n:].transpose(0, 2, 3, 1))
+    value.value = value.value.at[:, :, ring_n, :].set(v_BLGK[:, L - n:].transpose(0, 2, 1, 3))
+    index.value = start + L
+    return keys_BSGK, values_BSGK, dense_BLS[:, None]
 
 
 # ------------------------------------------------------------------- position biases
