@@ -200,3 +200,16 @@ def test_the_pipeline_plan_by_hand():
   assert result['pipeline']['regroup_bytes_per_step_per_device'] == 2 * 0.5 * stacked
   assert 'circular, 2 rounds' in analytic.report(result)
   assert analytic.regroup_share(4, 1) == 0 and analytic.regroup_share(4, 2) == 0.75
+
+
+def test_gemma3_27b_kv_cache_counts_local_layers_by_their_window():
+  result = analytic.plan(config_lib.load(helpers.config_file('gemma3_27b', arg=None)), 1)
+  layer_token = 2 * 16 * 128 * 2  # keys and values, 16 kv heads x 128, bf16
+  assert result['kv_cache_bytes_per_token'] == 10 * layer_token  # the 10 global layers
+  assert result['kv_cache_local'] == {'layers': 52, 'window': 1024,
+                                      'bytes_per_sequence': 52 * 1024 * layer_token}
+  ring, full = result['kv_cache_bytes_per_sequence'][131_072]
+  assert full == 62 * 131_072 * layer_token  # 62 GiB
+  assert ring == (10 * 131_072 + 52 * 1024) * layer_token  # 10.4 GiB: 6x less
+  ring, full = result['kv_cache_bytes_per_sequence'][32_768]
+  assert (ring, full) == ((10 * 32_768 + 52 * 1024) * layer_token, 62 * 32_768 * layer_token)

@@ -6,7 +6,11 @@ Conventions:
   the training loop's MFU): 6 x (active parameters except input embedding tables) + 6 x
   layers x seq_len x heads x head_dim (causal attention counted as half of the full 12 x ...).
 - kv_cache_bytes_per_token: keys and values a generated token adds to the self-attention of
-  every decoder layer, at the compute dtype (decoders and T5's decoder; not encoders).
+  every decoder layer without a window, at the compute dtype (decoders and T5's decoder; not
+  encoders). A local layer (model.attention.window: Gemma's local layers, Mistral's) keeps
+  its window in a ring instead: kv_cache_local's bytes per sequence, whatever the length;
+  kv_cache_bytes_per_sequence: {context: [bytes with the ring, bytes if every layer kept
+  every token]}.
 - per_device_bytes: params, optimizer state (AdamW: two float32 moments; Adafactor: row
   and column statistics per layer, or one moment, + momentum) and gradients, each leaf
   split over the mesh axes its logical axes map to; a dimension that does not divide its
@@ -28,6 +32,7 @@ from zoo import phases
 from zoo import sharding
 from zoo.families import spans
 from zoo.models import dims
+from zoo.models import transformer
 from zoo.train import optim
 
 
@@ -226,9 +231,29 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
         boxed, sharding.rules(config), sizes))
   cached_layers = families.get(m).kv_cache_layers(m)
   if cached_layers:
-    result['kv_cache_bytes_per_token'] = (2 * cached_layers * kv_heads * head_dim *
-                                          np.dtype(m.dtype).itemsize)
+    result.update(kv_cache(config, cached_layers))
   return result
+
+
+def kv_cache(config, cached_layers):
+  """The KV-cache fields of the plan (module docstring): local layers apart."""
+  m = config.model
+  per_token = 2 * dims.kv_heads(m) * dims.head_dim(m) * np.dtype(m.dtype).itemsize
+  window = m.attention.window
+  local = 0
+  if window:
+    local = (sum(transformer.layer_kind(m, i) == 'local' for i in range(m.num_layers))
+             if m.attention.pattern else cached_layers)
+  out = {'kv_cache_bytes_per_token': (cached_layers - local) * per_token}
+  if local:
+    out['kv_cache_local'] = {'layers': local, 'window': window,
+                             'bytes_per_sequence': local * window * per_token}
+    contexts = sorted({config.data.seq_len, m.max_length} |
+                      {n for n in (32_768, 131_072) if n <= m.max_length})
+    out['kv_cache_bytes_per_sequence'] = {
+        n: [(cached_layers - local) * n * per_token + local * min(window, n) * per_token,
+            cached_layers * n * per_token] for n in contexts}
+  return out
 
 
 def report(result):
@@ -264,7 +289,15 @@ def report(result):
                  f"{pipe['microbatches']} microbatches ({schedule}): bubble "
                  f"{pipe['bubble']:.1%}; {_size(pipe['boundary_bytes_per_step_per_device'])} "
                  'per device across stage boundaries per step')
-  if 'kv_cache_bytes_per_token' in result:
+  if 'kv_cache_local' in result:
+    local, at = result['kv_cache_local'], result['kv_cache_bytes_per_sequence']
+    lines.append(
+        f"KV cache: {result['kv_cache_bytes_per_token']:,} bytes/token in the global layers; "
+        f"{local['layers']} local layers keep their {local['window']:,}-token window "
+        f"({_size(local['bytes_per_sequence'])} per sequence); per sequence " +
+        ', '.join(f'{_size(ring)} at {n:,} tokens ({_size(full)} without the ring)'
+                  for n, (ring, full) in at.items()))
+  elif 'kv_cache_bytes_per_token' in result:
     lines.append(f"KV cache: {result['kv_cache_bytes_per_token']:,} bytes/token")
   if result.get('compiled'):
     analytic = ((result['flops_per_token'] + result['remat_flops_per_token']) *
