@@ -213,3 +213,12 @@ def test_gemma3_27b_kv_cache_counts_local_layers_by_their_window():
   assert ring == (10 * 131_072 + 52 * 1024) * layer_token  # 10.4 GiB: 6x less
   ring, full = result['kv_cache_bytes_per_sequence'][32_768]
   assert (ring, full) == ((10 * 32_768 + 52 * 1024) * layer_token, 62 * 32_768 * layer_token)
+
+
+def test_the_sweep_leaves_out_pipelines_of_patterned_layers():
+  from zoo.plan import sweep  # pylint: disable=g-import-not-at-top
+  config = config_lib.load(helpers.config_file('gemma3_27b', arg=None))
+  sizes = dict(data=1, fsdp=4, tensor=1, expert=1, context=1, stage=2)
+  assert sweep._invalid(config, sizes, 1) == (
+      'a pipeline of patterned layers (model.attention.pattern) is not built')
+  assert sweep._invalid(config, dict(sizes, stage=1), 1) is None

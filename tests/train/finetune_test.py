@@ -78,6 +78,27 @@ def test_an_imported_bert_fine_tunes_on_a_classification_task(imported, classifi
   assert _tree(os.path.join(imported, 'imported')) == before
 
 
+@pytest.mark.parametrize('name', ['gemma3', 'qwen3'])
+def test_an_imported_gemma3_or_qwen3_fine_tunes_a_label_head_on_its_last_token(
+    name, classification, tmp_path):
+  """Local and global layers (and a tail), QK-norm, sandwich norms: the decoder's label
+  head reads each row's last real token."""
+  imported = str(tmp_path / 'imported')
+  hf.write_workdir(os.path.join(helpers.REPO, 'tests', 'fixtures', 'hf', name), imported)
+  config = config_lib.load(os.path.join(imported, 'config.py'), [
+      'data.task.kind=classification', f'data.task.path={classification}', 'data.seq_len=32',
+      'train.steps=30', 'train.eval_every=30', 'optim.learning_rate=3e-3',
+      'train.drop_unused_params=True', *FAST])  # Qwen 3's untied output layer
+  loop.train(config, str(tmp_path / 'tuned'), task_eval.make)
+  rows = _rows(str(tmp_path / 'tuned'))
+  header = next(r for r in rows if r.get('event') == 'start')
+  assert header['num_labels'] == 2 and header['new_params'] == 'classifier/kernel'
+  losses = [r['loss'] for r in rows if 'loss' in r and 'event' not in r]
+  assert np.mean(losses[-3:]) < 0.5 * np.mean(losses[:3]), losses
+  [evaluated] = [r for r in rows if 'eval_loss' in r]
+  assert 0 <= evaluated['eval_accuracy'] <= 1
+
+
 def test_bad_starts_are_one_line_before_any_compile(imported, classification, tmp_path,
                                                     monkeypatch):
   monkeypatch.setattr(jax.stages.Lowered, 'compile', _no_compile)

@@ -75,6 +75,8 @@ def _invalid(config, sizes, slices, phase_batches=()):
   axis = config.mesh.dcn_axis
   if sizes[axis] % slices:
     return f'mesh.dcn_axis={axis}: {axis}={sizes[axis]} does not split over {slices} slices'
+  if sizes['stage'] > 1 and config.model.attention.pattern:
+    return 'a pipeline of patterned layers (model.attention.pattern) is not built'
   shards = sizes['data'] * sizes['fsdp'] * sizes['expert']
   for batch in phase_batches:
     if batch % shards:
