@@ -222,3 +222,14 @@ def test_the_sweep_leaves_out_pipelines_of_patterned_layers():
   assert sweep._invalid(config, sizes, 1) == (
       'a pipeline of patterned layers (model.attention.pattern) is not built')
   assert sweep._invalid(config, dict(sizes, stage=1), 1) is None
+
+
+def test_local_layers_count_attention_flops_over_their_window():
+  config = config_lib.load(helpers.config_file('gemma3_27b', arg=None))  # seq_len 4096
+  HK, L, W = 32 * 128, 4096, 1024
+  mean_local_keys = W - W * (W - 1) / (2 * L)  # 896.1: query i sees min(i, W) keys
+  attention = 12 * HK * (10 * L / 2 + 52 * mean_local_keys)
+  n_matmul = PUBLISHED['gemma3_27b']  # tied: the table counts once, as the output head
+  assert counting.flops_per_token(config) == 6 * n_matmul + round(attention)
+  config.data.seq_len = 1024  # a window as long as the sequence: plain causal
+  assert counting.flops_per_token(config) == 6 * n_matmul + 6 * 62 * 1024 * HK

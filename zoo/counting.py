@@ -5,7 +5,9 @@ FLOPs convention (training, per token): 6 * N_matmul + 6 * layers * seq_len * H 
 N_matmul is every parameter a token uses but the input embedding tables (a gather, not a
 matmul; a tied table counts once, as the output head), routed experts counting top_k /
 num_experts of themselves, and the attention term counts causal attention as half of the
-full 12 * layers * seq_len * H * K. Remat recompute is not counted (MFU, not HFU);
+full 12 * layers * seq_len * H * K; a layer with a sliding window W < seq_len (Mistral's,
+Gemma's local layers) counts its mean keys per query, W - W (W - 1) / (2 seq_len), in place
+of seq_len / 2. Remat recompute is not counted (MFU, not HFU);
 remat_flops_per_token counts it apart (what a compiler reports is the sum).
 """
 
@@ -15,6 +17,7 @@ import numpy as np
 
 from zoo import families
 from zoo.models import dims
+from zoo.models import transformer
 
 CONVENTION = '6*N_matmul + 6*layers*seq_len*heads*head_dim (causal half)'
 
@@ -55,8 +58,17 @@ def _matmul_params(config, num_active):
 
 
 def _attention_flops(config):
-  m = config.model
-  return 6 * families.total_layers(m) * config.data.seq_len * m.num_heads * dims.head_dim(m)
+  """6 x seq_len x H x K a layer (12 x its mean keys per query, L/2 causal), a layer
+  with a sliding window W < L its mean keys W - W(W - 1) / 2L in place of L/2."""
+  m, L = config.model, config.data.seq_len
+  layers = families.total_layers(m)
+  W = m.attention.window
+  local = 0
+  if 0 < W < L:
+    local = (sum(transformer.layer_kind(m, i) == 'local' for i in range(m.num_layers))
+             if m.attention.pattern else layers)
+  per_key = 12 * m.num_heads * dims.head_dim(m)
+  return round(per_key * ((layers - local) * L / 2 + local * (W - W * (W - 1) / (2 * L))))
 
 
 def flops_per_token(config, num_active=None):
