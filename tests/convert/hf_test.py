@@ -259,3 +259,27 @@ def test_an_imported_model_trains_and_generates_with_its_own_tokenizer(tmp_path)
   assert result.returncode == 0, result.stderr[-2000:]
   completion = result.stdout.split('--- step 5:')[1]
   assert 'ROMEO: But, soft' in completion and len(completion.strip()) > len('ROMEO: But, soft')
+
+
+def test_gemma_configs_in_the_hubs_older_layout_load_the_same(tmp_path):
+  """config.json as the hub's Gemma 2 and 3 files have it: no layer_types or
+  rope_parameters, but sliding_window_pattern, rope_theta, rope_scaling and
+  rope_local_base_freq."""
+  for name in ('gemma2', 'gemma3'):
+    path = _copy(name, tmp_path / name)
+    with open(path / 'config.json', encoding='utf-8') as f:
+      config = json.load(f)
+    rope = config.pop('rope_parameters')
+    config.pop('layer_types')
+    if name == 'gemma3':
+      config.update(sliding_window_pattern=3, rope_theta=rope['full_attention']['rope_theta'],
+                    rope_local_base_freq=rope['sliding_attention']['rope_theta'],
+                    rope_scaling={'rope_type': 'linear', 'factor': 8.0})
+    else:
+      config['rope_theta'] = rope['rope_theta']
+    with open(path / 'config.json', 'w', encoding='utf-8') as f:
+      json.dump(config, f)
+    want_config, want = hf.load(os.path.join(FIXTURES, name))
+    got_config, got = hf.load(str(path))
+    assert got_config.model.to_dict() == want_config.model.to_dict()
+    chex.assert_trees_all_equal(got, want)

@@ -91,16 +91,29 @@ def config(hf, names):
   a.query_scale = float(hf.get('query_pre_attn_scalar') or dims.head_dim(m))
   a.softcap = float(hf.get('attn_logit_softcapping') or 0.0)
   m.final_softcap = float(hf.get('final_logit_softcapping') or 0.0)
-  a.pattern = pattern(hf['layer_types'])
+  a.pattern = pattern(hf['layer_types']) if hf.get('layer_types') else _hub_pattern(hf)
   a.window = hf['sliding_window'] if 'L' in a.pattern else 0
   _rope(hf, m)
   c.data.seq_len = min(c.data.seq_len, m.max_length)
   return c
 
 
+def _hub_pattern(hf):
+  """The hub's config.json without layer_types: Gemma 2 alternates from a local layer,
+  Gemma 3 has sliding_window_pattern - 1 local layers to one global."""
+  if hf['model_type'] == 'gemma2':
+    return 'LG'
+  return 'L' * (hf.get('sliding_window_pattern', 6) - 1) + 'G'
+
+
 def _rope(hf, m):
-  """rope_parameters: one dict (Gemma 2), or one per layer kind (Gemma 3)."""
-  params = hf.get('rope_parameters') or {'rope_theta': hf.get('rope_theta', 10_000.0)}
+  """rope_parameters: one dict (Gemma 2), or one per layer kind (Gemma 3); or the hub's
+  rope_theta, rope_scaling and (Gemma 3) rope_local_base_freq."""
+  params = hf.get('rope_parameters') or {'rope_theta': hf.get('rope_theta', 10_000.0),
+                                         **(hf.get('rope_scaling') or {})}
+  if 'rope_local_base_freq' in hf and 'full_attention' not in params:
+    params = {'full_attention': params,
+              'sliding_attention': {'rope_theta': hf['rope_local_base_freq']}}
   if 'full_attention' in params:
     local = params.get('sliding_attention') or {}
     if local.get('rope_type', 'default') != 'default':
