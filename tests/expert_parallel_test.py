@@ -1,6 +1,8 @@
 """Expert parallelism changes no numbers: experts split over the expert axis, and on a
 pipeline's stages, train like experts replicated over data (8 simulated devices, float32)."""
 
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -46,3 +48,20 @@ def test_experts_on_a_circular_pipeline_over_a_split_sequence_give_the_data_loss
     assert [r[key] for r in piped] == pytest.approx([r[key] for r in reference], rel=2e-5,
                                                     abs=2e-5), key
   np.testing.assert_allclose(piped[-1]['moe_load'], reference[-1]['moe_load'], atol=1e-6)
+
+
+def test_qwen3_moe_smoke_on_an_expert_mesh_gives_one_devices_losses(tmp_path):
+  """16 experts (the smoke's cut of 128), top 8 renormalised, QK-norm: expert 4 x data 2
+  against one device (a subprocess that sees one CPU device)."""
+  one = tmp_path / 'one'
+  result = subprocess.run(
+      [sys.executable, '-m', 'zoo.launch', f'--config={helpers.config_file("qwen3_30b_a3b")}',
+       f'--workdir={one}', *[f'--config.{o}' for o in STEPS]],
+      env=helpers.cpu_env(), capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  loop.train(config_lib.load(helpers.config_file('qwen3_30b_a3b'),
+                             [*STEPS, 'mesh.data=2', 'mesh.expert=4']), str(tmp_path / 'mesh'))
+  want = [r['loss'] for r in metrics_lib.read(str(one)) if 'loss' in r]
+  got = [r['loss'] for r in metrics_lib.read(str(tmp_path / 'mesh')) if 'loss' in r]
+  assert got == pytest.approx(want, rel=2e-5, abs=2e-5)
+  assert want[-1] < want[0]

@@ -171,6 +171,9 @@ def _model():
   m.moe = ml_collections.ConfigDict({
       'num_experts': 0,  # 0 = dense MLPs
       'top_k': 2,
+      # top-k gates renormalised to sum to 1 (Mixtral, Qwen 3's norm_topk_prob); False: the
+      # router's probabilities as they are (top_k = 1 always keeps them: Switch)
+      'normalize_top_k': True,
       'every': 1,  # a mixture of experts in every k-th layer (the last of each k)
       'capacity_factor': 0.0,  # slots per expert = ceil(k L cf / E) per sequence; 0 = dropless
       'expert_mlp_dim': 0,  # 0 = model.mlp_dim

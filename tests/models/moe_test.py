@@ -61,6 +61,10 @@ def test_routing_gates_and_slots_match_numpy():
     np.testing.assert_array_equal(moe.slot_positions(experts, 6), _np_slots(want_experts, 6))
   # top-1 keeps the raw probability (Switch) so the router is trained through the gate
   assert float(moe.route(jnp.asarray(logits), 1)[1][0, 0]) < 1.0
+  # a Qwen 3 MoE checkpoint with norm_topk_prob false: the top-k probabilities as they are
+  probs, gates, experts = moe.route(jnp.asarray(logits), 3, normalize=False)
+  np.testing.assert_allclose(gates, np.take_along_axis(np.asarray(probs), experts, -1))
+  assert np.all(np.asarray(gates).sum(-1) < 1.0)
 
 
 def test_capacity_slots_follow_priority_and_count_by_hand():

@@ -238,13 +238,22 @@ def _llama(hf, names):
   m.norm_eps = hf.get('rms_norm_eps', 1e-5)
   m.tie_embeddings = 'lm_head.weight' not in names
   rope_scaling_from_hf(rope, hf, m)
-  m.qk_norm = hf['model_type'] == 'qwen3'
+  m.qk_norm = hf['model_type'] in ('qwen3', 'qwen3_moe')
   if hf['model_type'] in ('mistral', 'mixtral') and hf.get('sliding_window'):
     m.attention.window = hf['sliding_window']
   if hf['model_type'] == 'mixtral':
     m.moe.num_experts, m.moe.top_k = hf['num_local_experts'], hf['num_experts_per_tok']
     m.moe.every, m.moe.capacity_factor = 1, 0.0
     m.moe.balance_loss = hf.get('router_aux_loss_coef', 0.02)
+  if hf['model_type'] == 'qwen3_moe':
+    if hf.get('decoder_sparse_step', 1) != 1 or hf.get('mlp_only_layers'):
+      raise ConvertError('qwen3_moe decoder_sparse_step != 1 or mlp_only_layers: dense layers '
+                         'among the experts are not built (experts in every layer are)')
+    m.moe.num_experts = hf.get('num_experts') or hf['num_local_experts']  # hub, transformers 5
+    m.moe.top_k, m.moe.expert_mlp_dim = hf['num_experts_per_tok'], hf['moe_intermediate_size']
+    m.moe.normalize_top_k = bool(hf.get('norm_topk_prob', False))
+    m.moe.every, m.moe.capacity_factor = 1, 0.0
+    m.moe.balance_loss = hf.get('router_aux_loss_coef', 0.001)
   return _imported(c)
 
 
@@ -260,7 +269,14 @@ def _llama_rules(m):
              if m.qk_norm else []),
            *_norm(f'{zoo_layer}/mlp_norm', f'{layer}.post_attention_layernorm'),
            *_norm('final_norm', 'model.norm')]
-  if m.moe.num_experts:
+  if m.moe.num_experts and m.qk_norm:  # Qwen 3 MoE
+    moe, expert = f'{layer}.mlp', f'{layer}.mlp.experts.{{e}}'
+    transpose = (lambda w: w.T, lambda w: w.T)
+    rules += [_rule(f'{zoo_layer}/moe/router', f'{moe}.gate.weight', transpose),
+              _rule(f'{zoo_layer}/moe/wi_0', f'{expert}.gate_proj.weight', transpose),
+              _rule(f'{zoo_layer}/moe/wi_1', f'{expert}.up_proj.weight', transpose),
+              _rule(f'{zoo_layer}/moe/wo', f'{expert}.down_proj.weight', transpose)]
+  elif m.moe.num_experts:
     moe, expert = f'{layer}.block_sparse_moe', f'{layer}.block_sparse_moe.experts.{{e}}'
     transpose = (lambda w: w.T, lambda w: w.T)
     rules += [_rule(f'{zoo_layer}/moe/router', f'{moe}.gate.weight', transpose),
@@ -315,6 +331,8 @@ ARCHITECTURES = {
     'mixtral': Architecture(_llama, _llama_rules, ('MixtralForCausalLM',),
                             others=('MixtralModel',)),
     'qwen3': Architecture(_llama, _llama_rules, ('Qwen3ForCausalLM',), others=('Qwen3Model',)),
+    'qwen3_moe': Architecture(_llama, _llama_rules, ('Qwen3MoeForCausalLM',),
+                              others=('Qwen3MoeModel',)),
     'gemma2': Architecture(_gemma, hf_gemma.rules, ('Gemma2ForCausalLM',),
                            others=('Gemma2Model',)),
     'gemma3_text': Architecture(_gemma, hf_gemma.rules, ('Gemma3ForCausalLM',),
@@ -544,6 +562,11 @@ def _hf_config(config):
   if family == 'mixtral':
     hf.update(num_local_experts=m.moe.num_experts, num_experts_per_tok=m.moe.top_k,
               router_aux_loss_coef=m.moe.balance_loss)
+  if family == 'qwen3_moe':
+    hf.update(num_experts=m.moe.num_experts, num_experts_per_tok=m.moe.top_k,
+              moe_intermediate_size=m.moe.expert_mlp_dim or m.mlp_dim,
+              norm_topk_prob=m.moe.normalize_top_k, router_aux_loss_coef=m.moe.balance_loss,
+              decoder_sparse_step=1, mlp_only_layers=[])
   return hf
 
 

@@ -106,10 +106,10 @@ def hf_model_type(m):
     return 'gpt2'
   if m.sandwich_norm:
     return 'gemma3_text' if m.qk_norm else 'gemma2'
+  if m.qk_norm:
+    return 'qwen3_moe' if m.moe.num_experts else 'qwen3'
   if m.moe.num_experts:
     return 'mixtral'
-  if m.qk_norm:
-    return 'qwen3'
   return 'mistral' if m.attention.window else 'llama'
 
 

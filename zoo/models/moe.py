@@ -64,16 +64,17 @@ def moved_bias(bias_E, load_E, top_k, rate):
   return bias_E + rate * jnp.sign(top_k / bias_E.shape[-1] - load_E)
 
 
-def route(logits_TE, top_k, bias_E=None):
+def route(logits_TE, top_k, bias_E=None, normalize=True):
   """-> (probabilities [T, E] float32, gates [T, A], expert ids [T, A]). A balancing bias
-  moves which experts are chosen, never the gates' values."""
+  moves which experts are chosen, never the gates' values. normalize=False (a Qwen 3 MoE
+  checkpoint's norm_topk_prob false): the top-k probabilities as they are."""
   probs_TE = jax.nn.softmax(logits_TE.astype(jnp.float32), axis=-1)
   if bias_E is None:
     gates_TA, experts_TA = jax.lax.top_k(probs_TE, top_k)
   else:
     _, experts_TA = jax.lax.top_k(probs_TE + jnp.broadcast_to(bias_E, probs_TE.shape), top_k)
     gates_TA = jnp.take_along_axis(probs_TE, experts_TA, axis=-1)
-  if top_k > 1:
+  if top_k > 1 and normalize:
     gates_TA = gates_TA / jnp.sum(gates_TA, axis=-1, keepdims=True)
   return probs_TE, gates_TA, experts_TA
 
@@ -220,7 +221,7 @@ def _moe_shard(x_BLD, router_DE, bias_E, w, cfg, num_shards, batch_axes):
   B, L, _ = x_BLD.shape
   E, A = cfg['num_experts'], cfg['top_k']
   logits_BLE = jnp.einsum('bld,de->ble', x_BLD.astype(jnp.float32), router_DE)
-  probs_BLE, gates_BLA, experts_BLA = route(logits_BLE, A, bias_E)
+  probs_BLE, gates_BLA, experts_BLA = route(logits_BLE, A, bias_E, cfg['normalize_top_k'])
   experts_fn = _dropless_experts if cfg['capacity_factor'] == 0 else _capacity_experts
   y_BLD, dropped = experts_fn(x_BLD, gates_BLA, experts_BLA, w, cfg, num_shards)
 
@@ -262,7 +263,8 @@ class MoE(nn.Module):
          'wo': param('wo', (E, F, D), ('expert', 'mlp', 'embed'), F, self.out_init_scale)}
     if m.activation in layers.GATED:
       w['wi_1'] = param('wi_1', (E, D, F), ('expert', 'embed', 'mlp'), D)
-    cfg = {'num_experts': E, 'top_k': moe.top_k, 'capacity_factor': moe.capacity_factor,
+    cfg = {'num_experts': E, 'top_k': moe.top_k, 'normalize_top_k': moe.normalize_top_k,
+           'capacity_factor': moe.capacity_factor,
            'activation': m.activation}
 
     rate, bias, bias_E = moe.bias_update_rate, None, None
