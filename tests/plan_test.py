@@ -236,3 +236,25 @@ def test_local_layers_count_attention_flops_over_their_window():
   assert counting.flops_per_token(config) == 6 * n_matmul + round(attention)
   config.data.seq_len = 1024  # a window as long as the sequence: plain causal
   assert counting.flops_per_token(config) == 6 * n_matmul + 6 * 62 * 1024 * HK
+
+
+def test_a_compile_that_runs_out_of_hbm_is_an_answer_not_a_traceback(monkeypatch):
+  from zoo.plan import compiled  # pylint: disable=g-import-not-at-top
+  from zoo.plan import sweep  # pylint: disable=g-import-not-at-top
+  from zoo.plan import topology  # pylint: disable=g-import-not-at-top
+  message = ('RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for '
+             'HLO temporaries (241.33G) exceeds available HBM (95.74G).')  # qwen3_235b_a22b
+  assert compiled._exhausted(message) == (241.33 * 2**30, 95.74 * 2**30)
+  assert compiled._exhausted('RESOURCE_EXHAUSTED: something else') is None
+
+  def out_of_hbm(*_, **__):
+    raise compiled.DoesNotFit(241.33 * 2**30, 95.74 * 2**30)
+  monkeypatch.setattr(compiled, 'compile_step', out_of_hbm)
+  config = config_lib.load(helpers.config_file('qwen3_8b', arg=None))
+  tpu = topology.parse('v5p-512')
+  rows = [{'mesh': dict(data=1, fsdp=256, tensor=1, expert=1, context=1, stage=1),
+           'pipeline_microbatches': 0, 'pipeline_repeats': 1, 'invalid': None,
+           'step_seconds': 1.0, 'per_device_bytes': 10 * 2**30, 'fits': True}]
+  sweep.confirm(config, rows, None, tpu.chip)
+  assert rows[0]['compiled_fits'] is False and rows[0]['compiled_at_least']
+  assert sweep.table(rows, tpu).splitlines()[-1].endswith(' yes       >241.33 NO')

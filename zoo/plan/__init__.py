@@ -30,7 +30,11 @@ def _compiled(config, result, devices, tpu_slice):
   # with stages the cost compiles (layers unrolled) would run no pipeline: the step time
   # takes the analytic FLOPs over 1 - the bubble, the memory is the compiler's
   pipelined = 'pipeline' in result
-  out = compiled_lib.compile_step(config, devices, scan_corrected_cost=not pipelined)
+  try:
+    out = compiled_lib.compile_step(config, devices, scan_corrected_cost=not pipelined)
+  except compiled_lib.DoesNotFit as e:  # the answer plan mode is asked for
+    result.update(mesh=sizes, fits=False, compile_error=str(e))
+    return
   result.update(compiled=True, mesh=sizes, compile_seconds=out['compile_seconds'],
                 compiled_flops_per_step=None if pipelined else
                 out['flops_per_step_per_device'] * len(devices),

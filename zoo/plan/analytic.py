@@ -314,6 +314,8 @@ def report(result):
                  f"{gib(result['per_device_bytes']['total'])} per device "
                  f"(temporaries {gib(result['per_device_bytes']['temporaries'])}), compiled in "
                  f"{result['compile_seconds']:.0f}s")
+  if 'compile_error' in result:
+    lines.append(f"compiled train step: does not fit: {result['compile_error']}")
   if 'estimated_step_seconds' in result:
     how = ('analytic FLOPs at peak over 1 - the pipeline bubble' if 'pipeline' in result
            else 'compiled FLOPs' + (' + the Pallas attention\'s' if result.get(

@@ -9,6 +9,7 @@ stack): cost(L layers) = cost(1) + (L - 1) x (cost(2) - cost(1)); ring attention
 pipeline (mesh.stage): the plan adds the bubble to the step time itself.
 """
 
+import re
 import time
 
 import flax.linen as nn
@@ -20,6 +21,23 @@ from zoo import kernels
 from zoo import sharding
 from zoo.kernels import ring
 from zoo.train import runtime
+
+
+class DoesNotFit(Exception):
+  """The TPU compiler ran out of HBM placing the step: `needed` bytes (its temporaries
+  alone, a lower bound on the total) against `available`."""
+
+  def __init__(self, needed, available):
+    super().__init__(f'the TPU compiler needs {needed / 2**30:,.2f} GiB of temporaries alone, '
+                     f'more than the {available / 2**30:,.2f} GiB of HBM')
+    self.needed, self.available = needed, available
+
+
+def _exhausted(error):
+  """(needed, available) bytes of an XLA out-of-HBM compile error, or None."""
+  found = re.search(r'RESOURCE_EXHAUSTED.*?\(([\d.]+)G\) exceeds available HBM \(([\d.]+)G\)',
+                    str(error), re.S)
+  return tuple(float(v) * 2**30 for v in found.groups()) if found else None
 
 
 def lower(config, mesh):
@@ -74,7 +92,14 @@ def compile_step(config, devices, scan_corrected_cost=True):
         f'({device.device_kind}), mesh {mesh_text} (times: docs/performance.md, compile '
         'times)', flush=True)
   start = time.time()
-  compiled = lower(config, mesh).compile()
+  try:
+    compiled = lower(config, mesh).compile()
+  except jax.errors.JaxRuntimeError as e:
+    exhausted = _exhausted(e)
+    if exhausted is None:
+      raise
+    print(f'compiled in {time.time() - start:.0f} s: it does not fit', flush=True)
+    raise DoesNotFit(*exhausted) from None
   compile_seconds = time.time() - start
   print(f'compiled in {compile_seconds:.0f} s', flush=True)
   memory = compiled.memory_analysis()

@@ -323,8 +323,12 @@ def confirm(config, rows, devices, chip):
     meshed = meshed.copy_and_resolve_references()
     with meshed.unlocked():
       meshed.mesh.update(row['mesh'])
-    total = compiled.compile_step(meshed, devices, scan_corrected_cost=False)[
-        'per_device_bytes']['total']
+    try:
+      total = compiled.compile_step(meshed, devices, scan_corrected_cost=False)[
+          'per_device_bytes']['total']
+    except compiled.DoesNotFit as e:  # the temporaries alone: at least this much
+      row.update(compiled_bytes=int(e.needed), compiled_fits=False, compiled_at_least=True)
+      continue
     row.update(compiled_bytes=int(total), compiled_fits=total <= chip.hbm_bytes)
   return rows
 
@@ -349,6 +353,8 @@ def table(rows, tpu_slice):
     line = (f'{mesh} {r["step_seconds"]:>9.3f} {r["per_device_bytes"] / 2**30:>11.2f}  '
             f'{"yes" if r["fits"] else "NO ":<4}')
     if 'compiled_bytes' in r:
-      line += f' {r["compiled_bytes"] / 2**30:>12.2f}' + ('' if r['compiled_fits'] else ' NO')
+      at_least = '>' if r.get('compiled_at_least') else ''
+      line += (f' {at_least + format(r["compiled_bytes"] / 2**30, ".2f"):>12}' +
+               ('' if r['compiled_fits'] else ' NO'))
     lines.append(line.rstrip())
   return '\n'.join(lines)
