@@ -30,6 +30,7 @@ drops the same batches (zoo/data/streams.py), and train.data_skips gives the sam
 import collections
 import json
 
+import jax
 import numpy as np
 
 from zoo import config as config_lib
@@ -102,15 +103,10 @@ def read(workdir):
 def record(workdir, records, entry):
   """Appends `entry` (process 0 writes; the others keep it in memory) -> the records."""
   records = [*records, entry]
-  if _is_writer():
+  if jax.process_index() == 0:
     text = ''.join(json.dumps(r) + '\n' for r in records)
     storage.write_bytes(storage.join(workdir, RECORD), text.encode())
   return records
-
-
-def _is_writer():
-  import jax  # pylint: disable=g-import-not-at-top
-  return jax.process_index() == 0
 
 
 def skips(config, records):
