@@ -269,20 +269,15 @@ def _llama_rules(m):
              if m.qk_norm else []),
            *_norm(f'{zoo_layer}/mlp_norm', f'{layer}.post_attention_layernorm'),
            *_norm('final_norm', 'model.norm')]
-  if m.moe.num_experts and m.qk_norm:  # Qwen 3 MoE
-    moe, expert = f'{layer}.mlp', f'{layer}.mlp.experts.{{e}}'
+  if m.moe.num_experts:
+    # Qwen 3 MoE (the QK-normed one): mlp.experts.E.{gate,up,down}_proj; Mixtral:
+    # block_sparse_moe.experts.E.{w1,w3,w2}
+    moe, names = ((f'{layer}.mlp', ('gate_proj', 'up_proj', 'down_proj')) if m.qk_norm else
+                  (f'{layer}.block_sparse_moe', ('w1', 'w3', 'w2')))
     transpose = (lambda w: w.T, lambda w: w.T)
-    rules += [_rule(f'{zoo_layer}/moe/router', f'{moe}.gate.weight', transpose),
-              _rule(f'{zoo_layer}/moe/wi_0', f'{expert}.gate_proj.weight', transpose),
-              _rule(f'{zoo_layer}/moe/wi_1', f'{expert}.up_proj.weight', transpose),
-              _rule(f'{zoo_layer}/moe/wo', f'{expert}.down_proj.weight', transpose)]
-  elif m.moe.num_experts:
-    moe, expert = f'{layer}.block_sparse_moe', f'{layer}.block_sparse_moe.experts.{{e}}'
-    transpose = (lambda w: w.T, lambda w: w.T)
-    rules += [_rule(f'{zoo_layer}/moe/router', f'{moe}.gate.weight', transpose),
-              _rule(f'{zoo_layer}/moe/wi_0', f'{expert}.w1.weight', transpose),
-              _rule(f'{zoo_layer}/moe/wi_1', f'{expert}.w3.weight', transpose),
-              _rule(f'{zoo_layer}/moe/wo', f'{expert}.w2.weight', transpose)]
+    rules += [_rule(f'{zoo_layer}/moe/router', f'{moe}.gate.weight', transpose)]
+    rules += [_rule(f'{zoo_layer}/moe/{zoo}', f'{moe}.experts.{{e}}.{name}.weight', transpose)
+              for zoo, name in zip(('wi_0', 'wi_1', 'wo'), names)]
   else:
     rules += [*_dense('layers/mlp/wi_0', f'{layer}.mlp.gate_proj'),
               *_dense('layers/mlp/wi_1', f'{layer}.mlp.up_proj'),
