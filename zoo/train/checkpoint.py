@@ -97,12 +97,18 @@ class Checkpointer:
                         'previous one', step, type(e).__name__, str(e)[:200], aside)
         print(f'warning: checkpoint {step} is unreadable ({type(e).__name__}); moved aside '
               f'to {aside}, falling back to the previous one', flush=True)
-        self.manager.close()
-        if jax.process_index() == 0:
-          storage.rename(storage.join(self.directory, str(step)), aside)
-        multihost_utils.sync_global_devices(f'zoo_checkpoint_aside_{step}')
-        self.manager = self._open()
+        self._move({step: aside}, f'zoo_checkpoint_aside_{step}')
     return None
+
+  def _move(self, targets, tag):
+    """{step: new path}: each step's directory renamed (process 0; the others wait for it),
+    out of the manager's sight."""
+    self.manager.close()
+    if jax.process_index() == 0:
+      for step, target in targets.items():
+        storage.rename(storage.join(self.directory, str(step)), target)
+    multihost_utils.sync_global_devices(tag)
+    self.manager = self._open()
 
   def set_aside_after(self, step, why):
     """Moves the checkpoints of steps after `step` to checkpoints/WHY-STEP (kept, never
@@ -110,13 +116,8 @@ class Checkpointer:
     self.finish()
     newer = [s for s in self.manager.all_steps() if s > step]
     if newer:
-      self.manager.close()
-      if jax.process_index() == 0:
-        for s in newer:
-          storage.rename(storage.join(self.directory, str(s)),
-                         storage.join(self.directory, f'{why}-{s}'))
-      multihost_utils.sync_global_devices(f'zoo_checkpoint_set_aside_{why}')
-      self.manager = self._open()
+      self._move({s: storage.join(self.directory, f'{why}-{s}') for s in newer},
+                 f'zoo_checkpoint_set_aside_{why}')
     return newer
 
   def _restore_streams(self, step, data_iter):
