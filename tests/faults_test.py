@@ -67,3 +67,17 @@ def test_a_nonfinite_burst_skips_its_updates_and_the_run_goes_on(tmp_path):
   assert [rows[s]['nonfinite_streak'] for s in range(4, 10)] == [0, 1, 2, 3, 0, 0]
   assert rows[10]['nonfinite_total'] == 3
   assert not [r for r in metrics_lib.read(tmp_path) if r.get('event') == 'spike']
+
+
+def test_a_spike_under_the_default_action_is_a_row_and_a_line_and_training_goes_on(tmp_path):
+  args = [a for a in SPIKED if not a.startswith('train.spike.action')]
+  result = launch_test.launch(tmp_path, *args)
+  assert result.returncode == 0, result.stderr[-3000:]
+  [line] = [l for l in result.stdout.splitlines() if l.startswith('spike:')]
+  assert 'at step 14 is ' in line and line.endswith('training on (train.spike.action=log)')
+  rows = metrics_lib.read(tmp_path)
+  [spike] = [r for r in rows if r.get('event') == 'spike']
+  assert spike['step'] == 14 and spike['spike_signal'] == 'loss'
+  assert not [r for r in rows if r.get('event') == 'rollback']
+  assert not (tmp_path / 'rollbacks.jsonl').exists()
+  assert sorted(helpers.rows_by_step(rows)) == list(range(1, 25))  # no step trained twice

@@ -68,3 +68,17 @@ def test_a_local_tier_path_that_cannot_work_is_one_line(path, message):
   with pytest.raises(ConfigError, match=message):
     config_lib.validate(config)
     runtime.check_workdir(config, '/tmp/zoo-run')
+
+
+def test_a_local_write_that_fails_is_a_warning_and_leaves_no_step(tmp_path, monkeypatch,
+                                                                 capsys):
+  mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1), ('data', 'fsdp'))
+  tier = local_tier.LocalTier(str(tmp_path), keep=2)
+  def full_disk(*_, **__):
+    raise OSError(28, 'No space left on device', 'arrays.npz')
+  monkeypatch.setattr(np, 'savez', full_disk)
+  tier.save(2, _state(mesh), _Streams(20))
+  tier.finish()
+  assert tier.steps() == [] and not list(tmp_path.rglob('*.tmp'))  # nothing half-written
+  assert ('warning: the local checkpoint tier cannot be written (No space left on device: '
+          'arrays.npz); the persistent tier goes on') in capsys.readouterr().out

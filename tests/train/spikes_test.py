@@ -107,3 +107,15 @@ def test_settings_that_cannot_work_are_one_line_naming_the_field(overrides, mess
     node[last] = value
   with pytest.raises(ConfigError, match=message):
     config_lib.validate(config)
+
+
+def test_a_lasting_spike_is_reported_once_and_after_a_window_becomes_the_new_level():
+  detector = spikes.Detector(_spike())
+  _fed(detector, [1.0, 1.1, 0.9, 1.0])
+  found = [detector.check(step, {'loss': 9.0 + step / 100, 'grad_norm': 1.0})
+           for step in range(5, 10)]  # five steps at the new level, window 4
+  assert [s.step if s else None for s in found] == [5, None, None, None, None]
+  # steps 5..8 filled a window: they are the level now, step 9 joined it
+  assert [s for s, _ in detector.windows['loss']] == [6, 7, 8, 9]
+  assert detector.check(10, {'loss': 1.0, 'grad_norm': 1.0}) is None  # a drop is no spike
+  assert detector.check(11, {'loss': 30.0, 'grad_norm': 1.0}).step == 11  # a new spike

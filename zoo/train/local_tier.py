@@ -73,6 +73,7 @@ class LocalTier:
       for old in self.steps()[:-self.keep]:
         shutil.rmtree(os.path.join(self.directory, str(old)), ignore_errors=True)
     except OSError as e:  # a full local disk costs the fast tier, not the run
+      shutil.rmtree(os.path.join(self.directory, f'.{step}.tmp'), ignore_errors=True)
       self.error = f'{e.strerror}: {e.filename}'
 
   def finish(self):

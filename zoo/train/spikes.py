@@ -14,7 +14,9 @@ stationary loss (Gaussian batch noise) makes about once in 10^9 steps, so a dete
 not noise; the 5% rise keeps a tiny standard deviation late in training (large batches)
 from turning a harmless wobble into a rollback. Steps with a NaN/Inf loss are the nonfinite
 rule's (train.max_nonfinite_steps) and never enter the window; a spike does not either.
-Detection starts once the window is full, and starts over after a restart.
+Detection starts once the window is full, and starts over after a restart. Steps that spike
+one after another are one spike (reported once, at its first step); one that lasts a whole
+window is a new level, and its values become the window.
 
 train.spike.action: 'log' (the default) writes a `spike` row and a line and trains on;
 'rollback' restores the newest checkpoint at least `rollback_steps` older than the spike
@@ -59,33 +61,51 @@ class Spike(collections.namedtuple('Spike', 'step signal value mean std')):
 
 
 class Detector:
-  """The rule above over each signal's window of (step, value) pairs."""
+  """The rule above over each signal's window of (step, value) pairs. Steps that spike one
+  after another are one spike, reported at its first step; a spike that lasts a whole
+  window is the new level: its values become the window."""
 
   def __init__(self, spike):
     self.s = spike
     self.signals = [name for name in spike.signals.split(',') if name]
     self.windows = {name: collections.deque(maxlen=spike.window) for name in self.signals}
+    self.ongoing = []  # (step, values) of the spike in progress
 
   def check(self, step, metrics):
-    """-> the Spike `step`'s metrics make, or None (the step then joins the windows)."""
+    """-> the Spike `step`'s metrics start, or None (a step that does not spike joins the
+    windows; one that continues a spike is not reported again)."""
     if self.s.action == 'off':
       return None
     if not all(np.isfinite(float(metrics[name])) for name in config_lib.SPIKE_SIGNALS):
       return None  # a skipped update: the nonfinite rule's
     values = {name: float(metrics[name]) for name in self.signals}
-    for name, value in values.items():
-      window = self.windows[name]
-      if len(window) == window.maxlen:
-        past = np.array([v for _, v in window], np.float64)
-        mean, std = past.mean(), past.std()
-        if value > mean + self.s.sigmas * std and value > mean * (1 + self.s.min_rise):
-          return Spike(step, name, value, mean, std)
-    for name, value in values.items():
-      self.windows[name].append((step, value))
+    spike = next(filter(None, (self._spike(step, name, v) for name, v in values.items())), None)
+    if spike is None:
+      self.ongoing = []
+      for name, value in values.items():
+        self.windows[name].append((step, value))
+      return None
+    self.ongoing.append((step, values))
+    if len(self.ongoing) == self.s.window:  # lasted a window: the new level
+      for name, window in self.windows.items():
+        window.clear()
+        window.extend((s, v[name]) for s, v in self.ongoing)
+      self.ongoing = []
+    return spike if len(self.ongoing) == 1 else None
+
+  def _spike(self, step, name, value):
+    window = self.windows[name]
+    if len(window) < window.maxlen:
+      return None
+    past = np.array([v for _, v in window], np.float64)
+    mean, std = past.mean(), past.std()
+    if value > mean + self.s.sigmas * std and value > mean * (1 + self.s.min_rise):
+      return Spike(step, name, value, mean, std)
     return None
 
   def rewind(self, step):
     """Forgets the values of steps after `step` (a rollback to it)."""
+    self.ongoing = []
     for name, window in self.windows.items():
       kept = [(s, v) for s, v in window if s <= step]
       window.clear()
