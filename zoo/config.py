@@ -121,6 +121,7 @@ def _model():
   m.rope_local_theta = 0.0
   m.relative_buckets = 32  # t5_bias: buckets per stack's table
   m.relative_max_distance = 128  # t5_bias: offsets beyond share the last bucket
+  m.relative_bias_per_layer = False  # t5_bias: a table in every layer (umT5), not per stack
   m.use_bias = False
   m.tie_embeddings = False
   m.scale_tied_logits = False  # T5 v1.0, PaLM: tied head reads x * d_model^-0.5
@@ -570,6 +571,10 @@ def _validate_family(m, family):
     if m[name] not in allowed:
       raise ConfigError(f'model.{name}={m[name]!r} is not built for model.family='
                         f'{family.NAME!r}; use one of {", ".join(map(repr, allowed))}')
+  if m.relative_bias_per_layer and m.position != 't5_bias':
+    raise ConfigError(f'model.relative_bias_per_layer=True gives each layer a T5 bias table, '
+                      f"and model.position={m.position!r} has none; set position='t5_bias' "
+                      'or the flag False')
   if m.attention.window and not family.SLIDING_WINDOW:
     raise ConfigError(f'model.attention.window={m.attention.window}: a sliding window is not '
                       f'built for model.family={family.NAME!r}; set it to 0')

@@ -111,6 +111,17 @@ def t5(c, version):
   return c
 
 
+def umt5(c):
+  """umT5 (Chung et al. 2023, "UniMax"): T5 v1.1 blocks (GEGLU, untied head, pre-RMSNorm)
+  with a relative bias table in every layer's self-attention, not only the first; the
+  mT5/umT5 vocabulary of 256,384 ids (256,000 pieces, the rest sentinels and unused)."""
+  t5(c, version='1.1')
+  c.model.relative_bias_per_layer = True
+  c.model.vocab_size = 256_384
+  c.data.reserved_ids = 384
+  return c
+
+
 def variant(c, arg):
   """The variant `arg` of a published shape: none = as published, 'smoke' = smoke(c)."""
   if arg == 'smoke':

@@ -25,7 +25,7 @@ from zoo.train import metrics as metrics_lib
 
 FIXTURES = os.path.join(REPO, 'tests', 'fixtures', 'hf')
 NAMES = ['gpt2', 'bert', 'bert_mlm', 't5_v1_0', 't5_v1_1', 'mt5', 'llama', 'mistral', 'mixtral',
-         'llama3_1', 'gemma2', 'gemma3', 'gemma3_mm', 'qwen3', 'qwen3_moe']
+         'llama3_1', 'gemma2', 'gemma3', 'gemma3_mm', 'qwen3', 'qwen3_moe', 'umt5']
 
 
 CLASSIFIERS = ['bert_cls', 'gpt2_cls', 'llama_cls', 'mistral_cls']  # 3 labels, padded rows
@@ -42,7 +42,7 @@ def _batch(name, ref):
     return {'inputs': ids, 'token_type_ids': ref['token_type_ids'],
             'segment_ids': ref['attention_mask'],
             'positions': np.broadcast_to(np.arange(ids.shape[1]), ids.shape)}
-  if name.startswith(('t5', 'mt5')):
+  if name.startswith(('t5', 'mt5', 'umt5')):
     return {'encoder_inputs': ref['input_ids'], 'decoder_inputs': ref['decoder_input_ids']}
   return {'inputs': ref['input_ids']}
 

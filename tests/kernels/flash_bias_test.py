@@ -2,6 +2,8 @@
 relative bias and ALiBi computed in the kernel's blocks, forward and gradients (queries,
 keys, values and T5's bias table), and models that train with it as with xla."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -77,22 +79,33 @@ def test_flash_bias_matches_the_reference_forward_and_backward(name):
     np.testing.assert_allclose(got[3], want[3], atol=5e-5 * float(jnp.max(jnp.abs(want[3]))))
 
 
-def _losses(config, kernel, mesh_sizes):
+def _train(config, kernel, mesh_sizes):
   config = config.copy_and_resolve_references()
   config.model.attention.kernel = kernel
-  rows, _, _ = helpers.train_steps(config, mesh_sizes, steps=5)
-  return [float(r['loss']) for r in rows]
+  rows, params, initial = helpers.train_steps(config, mesh_sizes, steps=5)
+  return [float(r['loss']) for r in rows], params, jax.device_get(initial['params'])
 
 
 @pytest.mark.parametrize('name, overrides, mesh', [
     ('t5_base', [], {'data': 2, 'fsdp': 1, 'tensor': 2, 'expert': 1}),
     ('gpt2_small', ['model.position=alibi'], {'data': 1, 'fsdp': 1, 'tensor': 1, 'expert': 1}),
+    # umT5: a table in every layer, each layer's slice of the scanned tables into the kernel
+    ('umt5_base', [], {'data': 1, 'fsdp': 1, 'tensor': 1, 'expert': 1}),
 ])
 def test_models_train_five_steps_with_flash_bias_as_with_xla(name, overrides, mesh):
   config = helpers.smoke(name, 'train.batch_size=8', *overrides)
-  got, want = _losses(config, 'flash_bias', mesh), _losses(config, 'xla', mesh)
+  (got, got_params, initial), (want, want_params, _) = (
+      _train(config, kernel, mesh) for kernel in ('flash_bias', 'xla'))
   np.testing.assert_allclose(got, want, rtol=1e-5)
-  assert want[-1] < want[0]  # it trained
+  tables = [(path, leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(want_params)
+            if 'rel_embedding' in jax.tree_util.keystr(path)]
+  assert len(tables) == {'t5_base': 2, 'gpt2_small': 0, 'umt5_base': 2}[name]
+  for path, table in tables:  # the bias tables moved under flash_bias as under xla
+    start, got_table = (functools.reduce(lambda t, k: t[k.key], path, tree)
+                        for tree in (initial, got_params))
+    assert table.shape[0] == (2 if name == 'umt5_base' else 32)  # per layer: [layers, ...]
+    assert np.max(np.abs(table - start)) > 1e-3
+    np.testing.assert_allclose(got_table, table, atol=2e-4)
 
 
 def test_auto_picks_flash_bias_on_tpu_for_a_position_bias():

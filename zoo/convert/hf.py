@@ -3,10 +3,10 @@
     python -m zoo.convert.hf --hf_dir=DIR --workdir=W     # W/config.py + W/imported (orbax)
     python -m zoo.launch --config=W/config.py --workdir=W   # fine-tunes from the import
 
-Architectures: GPT-2, BERT (ForPreTraining and ForMaskedLM), T5 v1.0 / v1.1 / mT5, Llama
-(1/2/3/3.1+: GQA, any rope_theta, the 'llama3', 'linear', 'dynamic' and 'yarn' rope
-scalings), Mistral, Mixtral, Qwen 3, Gemma 2, Gemma 3 (ForCausalLM, and the text model of a
-ForConditionalGeneration: zoo/convert/hf_gemma.py); the
+Architectures: GPT-2, BERT (ForPreTraining and ForMaskedLM), T5 v1.0 / v1.1 / mT5 / umT5,
+Llama (1/2/3/3.1+: GQA, any rope_theta, the 'llama3', 'linear', 'dynamic' and 'yarn' rope
+scalings), Mistral, Mixtral, Qwen 3 (dense and MoE), Gemma 2, Gemma 3 (ForCausalLM, and the
+text model of a ForConditionalGeneration: zoo/convert/hf_gemma.py); the
 ForSequenceClassification heads of BERT, GPT-2, Llama and Mistral (model.num_labels,
 model.label_names: a decoder reads each row's last token, as transformers' last non-pad
 token on right-padded rows whose text holds no pad id). Each is a table
@@ -180,6 +180,7 @@ def _t5(hf, names):
   if m.scale_tied_logits and not m.tie_embeddings:
     raise ConvertError('t5 with an untied lm_head and scale_decoder_outputs=true is not built; '
                        'the zoo scales tied logits only')
+  m.relative_bias_per_layer = hf['model_type'] == 'umt5'
   m.relative_buckets = hf.get('relative_attention_num_buckets', 32)
   m.relative_max_distance = hf.get('relative_attention_max_distance', 128)
   m.norm_eps = hf.get('layer_norm_epsilon', 1e-6)
@@ -193,6 +194,9 @@ def _t5_rules(m):
   for stack in ('encoder', 'decoder'):
     layer = f'{stack}.block.{{i}}.layer'
     rules += [
+        _rule(f'{stack}/layers/relative_bias/rel_embedding',
+              f'{layer}.0.SelfAttention.relative_attention_bias.weight')
+        if m.relative_bias_per_layer else  # umT5: every layer's own table
         _rule(f'{stack}/relative_bias/rel_embedding',
               f'{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight'),
         *_attention(f'{stack}/layers/attention', f'{layer}.0.SelfAttention', m, 'qkvo'),
@@ -318,6 +322,8 @@ ARCHITECTURES = {
     't5': Architecture(_t5, _t5_rules, ('T5ForConditionalGeneration',), aliases=_T5_ALIASES),
     'mt5': Architecture(_t5, _t5_rules, ('MT5ForConditionalGeneration',),
                         aliases=_T5_ALIASES),
+    'umt5': Architecture(_t5, _t5_rules, ('UMT5ForConditionalGeneration',),
+                         aliases=_T5_ALIASES),
     'llama': Architecture(_llama, _llama_rules, ('LlamaForCausalLM',),
                           classifier='LlamaForSequenceClassification', others=('LlamaModel',)),
     'mistral': Architecture(_llama, _llama_rules, ('MistralForCausalLM',),
@@ -529,8 +535,8 @@ def _hf_config(config):
             'layer_norm_eps': m.norm_eps, 'hidden_dropout_prob': m.dropout_rate,
             'attention_probs_dropout_prob': m.dropout_rate,
             'architectures': ['BertForPreTraining' if m.nsp_head else 'BertForMaskedLM']}
-  if family == 't5':
-    return {'model_type': 't5', 'vocab_size': m.vocab_size, 'd_model': m.d_model,
+  if family in ('t5', 'umt5'):
+    return {'model_type': family, 'vocab_size': m.vocab_size, 'd_model': m.d_model,
             'd_kv': dims.head_dim(m), 'd_ff': m.mlp_dim, 'num_layers': m.num_encoder_layers,
             'num_decoder_layers': m.num_decoder_layers, 'num_heads': m.num_heads,
             'relative_attention_num_buckets': m.relative_buckets,

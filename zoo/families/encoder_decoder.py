@@ -79,8 +79,7 @@ def kv_cache_layers(m):
 
 
 def hf_model_type(m):
-  del m
-  return 't5'
+  return 'umt5' if m.relative_bias_per_layer else 't5'
 
 
 # ---------------------------------------------------------------------- generation

@@ -11,6 +11,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from zoo import kernels
+from zoo.kernels import bias as bias_lib
 from zoo.kernels import mask as mask_lib
 from zoo.models import attention
 from zoo.models import layers
@@ -18,7 +19,9 @@ from zoo.models import transformer
 
 
 class _Stack(nn.Module):
-  """Embedded tokens -> a stack of blocks with its own relative bias table -> final norm."""
+  """Embedded tokens -> a stack of blocks -> final norm. T5's relative bias: one table for
+  the stack, or (model.relative_bias_per_layer, umT5) a PositionBias without a table that
+  each Block completes with its own."""
   config: Any
   decoder: bool
 
@@ -31,7 +34,11 @@ class _Stack(nn.Module):
     mask = mask_lib.Mask(segment_ids_BL, kv_segment_ids_BS, causal=self.decoder,
                           kv_cache=cache_slots is not None)
     bias = None
-    if m.position == 't5_bias':
+    if m.position == 't5_bias' and m.relative_bias_per_layer:  # each Block adds its table
+      bias = bias_lib.PositionBias(positions_BL, kv_positions_BS, None,
+                                   bidirectional=not self.decoder,
+                                   max_distance=m.relative_max_distance)
+    elif m.position == 't5_bias':
       bias = kernels.prepare_bias(m.attention.kernel, attention.RelativePositionBias(
           m.num_heads, bidirectional=not self.decoder, num_buckets=m.relative_buckets,
           max_distance=m.relative_max_distance, name='relative_bias')(

@@ -56,6 +56,11 @@ class Block(nn.Module):
     norm = lambda name: layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name=name,
                                     **dtypes(m))
     decoding = isinstance(mask, mask_lib.Mask) and mask.kv_cache
+    if isinstance(bias, bias_lib.PositionBias) and bias.params is None:  # umT5: a table here
+      bias = kernels.prepare_bias(m.attention.kernel, attention.RelativePositionBias(
+          m.num_heads, bias.bidirectional, m.relative_buckets, m.relative_max_distance,
+          name='relative_bias')(bias.q_positions, bias.kv_positions), jnp.dtype(m.dtype),
+                                  decoding)
     local = self.kind == 'local'
     if self.kind and isinstance(mask, mask_lib.Mask):
       mask = mask.replace(window=m.attention.window if local else 0)
