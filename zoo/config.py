@@ -131,6 +131,8 @@ def _model():
   m.type_vocab_size = 0  # encoder: token-type (sentence A/B) embeddings; 0 = none
   m.embedding_norm = False  # encoder (BERT): a norm right after the embeddings
   m.embed_scale = False  # Gemma: token embeddings x sqrt(d_model)
+  # encoder_decoder: the encoder reads its own token table (T5Gemma); False: one for both (T5)
+  m.separate_encoder_embed = False
   m.qk_norm = False  # Qwen 3, Gemma 3: queries and keys normalised per head (model.norm)
   m.sandwich_norm = False  # Gemma 2, 3: a norm after attention and after the MLP as well
   m.final_softcap = 0.0  # Gemma 2: output logits cap x tanh(logits / cap); 0 = none
@@ -575,6 +577,15 @@ def _validate_family(m, family):
     raise ConfigError(f'model.relative_bias_per_layer=True gives each layer a T5 bias table, '
                       f"and model.position={m.position!r} has none; set position='t5_bias' "
                       'or the flag False')
+  if m.separate_encoder_embed and family.NAME != 'encoder_decoder':
+    raise ConfigError(f'model.separate_encoder_embed=True: model.family={family.NAME!r} has '
+                      'no encoder beside a decoder; set it False')
+  if (m.attention.window and family.NAME == 'encoder_decoder' and m.position == 't5_bias' and
+      m.attention.kernel in ('auto', 'flash_bias')):
+    raise ConfigError(f"model.attention.window={m.attention.window} with model.position="
+                      "'t5_bias': the encoder's window is two-sided and flash_bias takes "
+                      "causal windows only; set model.attention.kernel='xla' (or position "
+                      "'rope', as T5Gemma)")
   if m.attention.window and not family.SLIDING_WINDOW:
     raise ConfigError(f'model.attention.window={m.attention.window}: a sliding window is not '
                       f'built for model.family={family.NAME!r}; set it to 0')
@@ -615,10 +626,10 @@ def _validate_attention(m, d, family):
   if a.softcap and a.kernel in kernels.SOFTCAP_REFUSED:
     raise ConfigError(f'model.attention.kernel={a.kernel!r} cannot soft-cap the logits '
                       f"(model.attention.softcap={a.softcap}); use 'auto', 'splash' or 'xla'")
-  _validate_pattern(m)
+  _validate_pattern(m, family)
 
 
-def _validate_pattern(m):
+def _validate_pattern(m, family):
   """model.attention.pattern: its letters, its window, the layers it repeats over."""
   pattern = m.attention.pattern
   if not pattern:
@@ -629,9 +640,10 @@ def _validate_pattern(m):
   if 'L' in pattern and not m.attention.window:
     raise ConfigError(f'model.attention.pattern={pattern!r} has local layers but '
                       'model.attention.window=0; set the local window (Gemma 2: 4096)')
-  if len(pattern) > m.num_layers:
-    raise ConfigError(f'model.attention.pattern={pattern!r} is longer than model.num_layers='
-                      f'{m.num_layers}; shorten it or add layers')
+  for field in family.LAYER_FIELDS:
+    if len(pattern) > m[field]:
+      raise ConfigError(f'model.attention.pattern={pattern!r} is longer than model.{field}='
+                        f'{m[field]}; shorten it or add layers')
   if m.moe.num_experts and m.moe.every > 1:
     raise ConfigError(f'model.attention.pattern={pattern!r} with model.moe.every='
                       f'{m.moe.every}: a pattern takes experts in every layer (every=1) only')

@@ -49,6 +49,20 @@ def gemma(c, version, max_length):
   return c
 
 
+def t5gemma(c):
+  """T5Gemma (Zhang et al. 2025, "Encoder-Decoder Gemma"): Gemma 2's blocks in an encoder
+  and a decoder with cross-attention (sandwich-normed and soft-capped as self-attention),
+  the encoder's local windows two-sided (|q - k| <= window), each stack embedding with its
+  own table, the decoder's tied to the output; trained here by span corruption (T5's
+  lengths and 100 sentinels at the top of the vocabulary)."""
+  gemma(c, version=2, max_length=8192)
+  m = c.model
+  m.family, m.num_layers, m.separate_encoder_embed = 'encoder_decoder', 0, True
+  c.data.reserved_ids = 100
+  c.data.objective, c.data.seq_len, c.data.target_seq_len = 'span_corruption', 512, 114
+  return c
+
+
 def qwen3(c, max_length=40_960):
   """Qwen 3 dense (Qwen Team 2025; the models' config.json): Llama's block with QK-norm,
   RoPE base 1,000,000, RMSNorm eps 1e-6."""

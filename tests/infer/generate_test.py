@@ -108,9 +108,16 @@ def test_greedy_generation_equals_greedy_decoding_without_a_cache_and_stops_at_e
 T5_INPUTS = np.array([[10, 11, 12, 13, 3], [20, 21, 3, 0, 0]], np.int32)  # right-padded
 
 
-def _t5():
+def _t5(kind='t5'):
+  """A tiny T5 v1.1, or T5Gemma: local layers (the decoder's a ring of 2 slots, the
+  encoder's two-sided window of 1) and global ones, soft-caps, sandwich norms, two tables."""
   config = helpers.tiny_config()
-  presets.t5(config, version='1.1')
+  if kind == 't5':
+    presets.t5(config, version='1.1')
+  else:
+    presets.t5gemma(config)
+    config.model.attention.update(pattern='LG', window=2, softcap=3.0, query_scale=6.0)
+    config.model.final_softcap = 5.0
   config.model.update(vocab_size=64, d_model=32, num_encoder_layers=2, num_decoder_layers=2,
                       num_heads=4, head_dim=8, mlp_dim=64, dtype='float32', dropout_rate=0.0)
   model = families.build(config.model)
@@ -147,8 +154,9 @@ def _until_eos(tokens, eos):
   return tokens[:end] + [0] * (len(tokens) - end)
 
 
-def test_t5_greedy_generation_equals_greedy_decoding_without_a_cache():
-  model, variables = _t5()
+@pytest.mark.parametrize('kind', ['t5', 't5gemma'])
+def test_t5_greedy_generation_equals_greedy_decoding_without_a_cache(kind):
+  model, variables = _t5(kind)
   segments = (T5_INPUTS > 0).astype(np.int32)
   got = np.asarray(jax.jit(generate.make(model, 5, {'temperature': 0.0}, 3, 0))(
       variables, T5_INPUTS, segments, jax.random.PRNGKey(0)))

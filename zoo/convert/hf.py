@@ -297,6 +297,10 @@ def _gemma(hf, names):
   return _imported(hf_gemma.config(hf, names))
 
 
+def _t5gemma(hf, names):
+  return _imported(hf_gemma.t5gemma_config(hf, names))
+
+
 _T5_ALIASES = (('encoder.embed_tokens.weight', 'shared.weight'),
                ('decoder.embed_tokens.weight', 'shared.weight'))
 
@@ -338,6 +342,8 @@ ARCHITECTURES = {
                            others=('Gemma2Model',)),
     'gemma3_text': Architecture(_gemma, hf_gemma.rules, ('Gemma3ForCausalLM',),
                                 others=('Gemma3TextModel',)),
+    't5gemma': Architecture(_t5gemma, hf_gemma.t5gemma_rules,
+                            ('T5GemmaForConditionalGeneration',)),
     'gemma3': Architecture(_gemma, hf_gemma.rules, ('Gemma3ForConditionalGeneration',),
                            to_rules=lambda tensors, m: hf_gemma.text_tensors(tensors)),
 }
@@ -452,8 +458,8 @@ def load(path):
   for rule in rules:
     _set(params, rule.zoo, build(rule, _names(rule, m)))
   if m.tie_embeddings:
-    used.update({'lm_head.weight', 'cls.predictions.decoder.weight',
-                 'cls.predictions.decoder.bias'})
+    used.update({'lm_head.weight', 'lm_head.out_proj.weight',
+                 'cls.predictions.decoder.weight', 'cls.predictions.decoder.bias'})
   for alias, target in arch.aliases:
     if alias in tensors:
       if not np.array_equal(tensors[alias], tensors[target]):
@@ -548,6 +554,8 @@ def _hf_config(config):
             'eos_token_id': 1}
   if family in ('gemma2', 'gemma3_text'):
     return hf_gemma.hf_config(config)
+  if family == 't5gemma':
+    return hf_gemma.t5gemma_hf_config(config)
   hf = {'model_type': family, 'vocab_size': m.vocab_size, 'hidden_size': m.d_model,
         'num_hidden_layers': m.num_layers, 'num_attention_heads': m.num_heads,
         'num_key_value_heads': dims.kv_heads(m), 'head_dim': dims.head_dim(m),

@@ -128,30 +128,48 @@ def _rope(hf, m):
 def rules(m):
   """The zoo leaves of a patterned stack (layers/block_j for pattern letter j, each stacked
   over the repeats; layers_tail_t for the layers after the last whole repeat)."""
-  period = len(m.attention.pattern)
-  repeats = m.num_layers // period
   out = [hf_rules.rule('token_embed/embedding', 'model.embed_tokens.weight'),
-         *_norm('final_norm', 'model.norm')]
-  for j in range(period):
-    out += _layer(m, f'layers/block_{j}', 'model.layers.{i}',
-                  tuple(r * period + j for r in range(repeats)))
-  for t, i in enumerate(range(repeats * period, m.num_layers)):
-    out += _layer(m, f'layers_tail_{t}', f'model.layers.{i}', ())
+         *_stack(m, m.num_layers, '', 'model')]
   if not m.tie_embeddings:
     out += hf_rules.dense('logits', 'lm_head')
   return out
 
 
-def _layer(m, zoo, hf, layers):
-  out = [*hf_rules.attention(f'{zoo}/attention', f'{hf}.self_attn', m,
-                             ('q_proj', 'k_proj', 'v_proj', 'o_proj')),
-         *_norm(f'{zoo}/attention_norm', f'{hf}.input_layernorm'),
-         *_norm(f'{zoo}/post_attention_norm', f'{hf}.post_attention_layernorm'),
-         *_norm(f'{zoo}/mlp_norm', f'{hf}.pre_feedforward_layernorm'),
-         *_norm(f'{zoo}/post_mlp_norm', f'{hf}.post_feedforward_layernorm'),
+def _stack(m, num_layers, zoo, hf, cross=False):
+  """A patterned stack's layers and final norm: zoo prefix `zoo` ('' or 'encoder/'), the HF
+  one `hf` ('model', 'model.encoder'); cross: T5Gemma's decoder (its own norm names)."""
+  period = len(m.attention.pattern)
+  repeats = num_layers // period
+  names = T5GEMMA_NORMS if hf != 'model' else GEMMA_NORMS
+  out = _norm(f'{zoo}final_norm', f'{hf}.norm')
+  for j in range(period):
+    out += _layer(m, f'{zoo}layers/block_{j}', f'{hf}.layers.{{i}}',
+                  tuple(r * period + j for r in range(repeats)), names, cross)
+  for t, i in enumerate(range(repeats * period, num_layers)):
+    out += _layer(m, f'{zoo}layers_tail_{t}', f'{hf}.layers.{i}', (), names, cross)
+  return out
+
+
+# the HF names of (attention_norm, post_attention_norm, mlp_norm, post_mlp_norm)
+GEMMA_NORMS = ('input_layernorm', 'post_attention_layernorm', 'pre_feedforward_layernorm',
+               'post_feedforward_layernorm')
+T5GEMMA_NORMS = ('pre_self_attn_layernorm', 'post_self_attn_layernorm',
+                 'pre_feedforward_layernorm', 'post_feedforward_layernorm')
+PROJECTIONS = ('q_proj', 'k_proj', 'v_proj', 'o_proj')
+
+
+def _layer(m, zoo, hf, layers, norms=GEMMA_NORMS, cross=False):
+  out = [*hf_rules.attention(f'{zoo}/attention', f'{hf}.self_attn', m, PROJECTIONS),
+         *[r for name, hf_name in zip(
+             ('attention_norm', 'post_attention_norm', 'mlp_norm', 'post_mlp_norm'), norms)
+           for r in _norm(f'{zoo}/{name}', f'{hf}.{hf_name}')],
          *hf_rules.dense(f'{zoo}/mlp/wi_0', f'{hf}.mlp.gate_proj'),
          *hf_rules.dense(f'{zoo}/mlp/wi_1', f'{hf}.mlp.up_proj'),
          *hf_rules.dense(f'{zoo}/mlp/wo', f'{hf}.mlp.down_proj')]
+  if cross:
+    out += [*hf_rules.attention(f'{zoo}/cross_attention', f'{hf}.cross_attn', m, PROJECTIONS),
+            *_norm(f'{zoo}/cross_attention_norm', f'{hf}.pre_cross_attn_layernorm'),
+            *_norm(f'{zoo}/post_cross_attention_norm', f'{hf}.post_cross_attn_layernorm')]
   if m.qk_norm:
     out += [*_norm(f'{zoo}/attention/query_norm', f'{hf}.self_attn.q_norm'),
             *_norm(f'{zoo}/attention/key_norm', f'{hf}.self_attn.k_norm')]
@@ -165,12 +183,16 @@ def _norm(zoo, hf):
 
 def hf_config(config):
   """zoo config -> config.json of Gemma2ForCausalLM or Gemma3ForCausalLM."""
-  m = config.model
-  kind = 'gemma3_text' if m.qk_norm else 'gemma2'
+  return _module(config.model, 'gemma3_text' if config.model.qk_norm else 'gemma2',
+                 config.model.num_layers)
+
+
+def _module(m, kind, num_layers):
+  """One Gemma stack's config.json fields."""
   layer_types = [{'L': 'sliding_attention', 'G': 'full_attention'}[
-      m.attention.pattern[i % len(m.attention.pattern)]] for i in range(m.num_layers)]
+      m.attention.pattern[i % len(m.attention.pattern)]] for i in range(num_layers)]
   hf = {'model_type': kind, 'vocab_size': m.vocab_size, 'hidden_size': m.d_model,
-        'num_hidden_layers': m.num_layers, 'num_attention_heads': m.num_heads,
+        'num_hidden_layers': num_layers, 'num_attention_heads': m.num_heads,
         'num_key_value_heads': dims.kv_heads(m), 'head_dim': dims.head_dim(m),
         'intermediate_size': m.mlp_dim, 'hidden_activation': 'gelu_pytorch_tanh',
         'rms_norm_eps': m.norm_eps, 'max_position_embeddings': m.max_length,
@@ -181,9 +203,70 @@ def hf_config(config):
         'tie_word_embeddings': m.tie_embeddings}
   full = {'rope_theta': m.rope_theta, **hf_rules.rope_scaling_to_hf(m)}
   full.setdefault('rope_type', 'default')
-  if kind == 'gemma2':
+  if kind != 'gemma3_text':
     hf['rope_parameters'] = full
   else:
     hf['rope_parameters'] = {'full_attention': full, 'sliding_attention': {
         'rope_type': 'default', 'rope_theta': m.rope_local_theta or m.rope_theta}}
   return hf
+
+
+# ------------------------------------------------------------------------------ T5Gemma
+# T5GemmaForConditionalGeneration: an encoder and a decoder config (T5GemmaModuleConfig,
+# Gemma 2's fields) under config.json's 'encoder' and 'decoder'; tensors model.encoder.*,
+# model.decoder.* (each with its embed_tokens) and lm_head.out_proj, tied to the decoder's
+# table. The zoo's stacks share their shapes: the balanced sizes (2b-2b, 9b-9b).
+
+STACK_FIELDS = ('vocab_size', 'hidden_size', 'intermediate_size', 'num_attention_heads',
+                'num_key_value_heads', 'head_dim', 'hidden_activation', 'rms_norm_eps',
+                'query_pre_attn_scalar', 'sliding_window', 'attn_logit_softcapping',
+                'rope_parameters', 'rope_theta', 'attention_bias')
+T5GEMMA_HEAD = 'lm_head.out_proj'
+
+
+def t5gemma_config(hf, names):
+  """T5Gemma's config.json -> zoo config (encoder_decoder)."""
+  enc, dec = dict(hf['encoder']), dict(hf['decoder'])
+  for key in STACK_FIELDS:
+    if enc.get(key) != dec.get(key):
+      raise ConvertError(f't5gemma encoder.{key}={enc.get(key)!r} differs from decoder.{key}='
+                         f'{dec.get(key)!r}: the zoo\'s two stacks share their shapes (the '
+                         'balanced sizes, 2b-2b and 9b-9b)')
+  if enc.get('layer_types') and pattern(enc['layer_types']) != pattern(dec['layer_types']):
+    raise ConvertError('t5gemma encoder.layer_types and decoder.layer_types repeat different '
+                       'patterns; the zoo gives both stacks model.attention.pattern')
+  tied = hf.get('tie_word_embeddings', True) or f'{T5GEMMA_HEAD}.weight' not in names
+  c = config({**enc, 'model_type': 'gemma2', 'tie_word_embeddings': tied,
+              'final_logit_softcapping': dec.get('final_logit_softcapping')},
+             set() if tied else {'lm_head.weight'})
+  m, d = c.model, c.data
+  m.family, m.num_layers, m.separate_encoder_embed = 'encoder_decoder', 0, True
+  m.num_encoder_layers, m.num_decoder_layers = (enc['num_hidden_layers'],
+                                                dec['num_hidden_layers'])
+  m.dropout_rate = hf.get('dropout_rate', 0.0)
+  # span corruption's sentinels at the top ids, as presets.t5gemma (tasks do not read them)
+  d.objective, d.seq_len, d.target_seq_len, d.reserved_ids = 'span_corruption', 512, 114, 100
+  return c
+
+
+def t5gemma_rules(m):
+  out = [hf_rules.rule('token_embed/embedding', 'model.decoder.embed_tokens.weight'),
+         hf_rules.rule('encoder_embed/embedding', 'model.encoder.embed_tokens.weight'),
+         *_stack(m, m.num_encoder_layers, 'encoder/', 'model.encoder'),
+         *_stack(m, m.num_decoder_layers, 'decoder/', 'model.decoder', cross=True)]
+  if not m.tie_embeddings:
+    out += hf_rules.dense('logits', T5GEMMA_HEAD)
+  return out
+
+
+def t5gemma_hf_config(config):
+  """zoo config -> config.json of T5GemmaForConditionalGeneration."""
+  m = config.model
+  stack = lambda layers: {**_module(m, 't5gemma_module', layers),
+                          'tie_word_embeddings': m.tie_embeddings}
+  decoder = {**stack(m.num_decoder_layers), 'is_decoder': True,
+             'cross_attention_hidden_size': m.d_model}
+  return {'model_type': 't5gemma', 'encoder': stack(m.num_encoder_layers),
+          'decoder': decoder, 'is_encoder_decoder': True, 'vocab_size': m.vocab_size,
+          'tie_word_embeddings': m.tie_embeddings, 'dropout_rate': m.dropout_rate,
+          'attention_dropout': 0.0, 'pad_token_id': 0, 'eos_token_id': 1, 'bos_token_id': 2}

@@ -17,7 +17,7 @@ LAYER_FIELDS = ('num_encoder_layers', 'num_decoder_layers')
 MODEL_INPUTS = ('encoder_inputs', 'decoder_inputs')
 POSITIONS = ('t5_bias', 'sinusoidal', 'rope', 'none')
 BLOCKS = ('sequential',)  # a parallel block has no place for cross-attention
-SLIDING_WINDOW = False
+SLIDING_WINDOW = True  # the encoder's two-sided, the decoder's causal (T5Gemma)
 CONTEXT_CHUNKS = 0  # cross-attention over a split sequence is not built
 TASKS = ('text_to_text',)  # data.task.kind values it fine-tunes on (T5: every task as text)
 PROMPT_JOINT = '\n=> '  # an answer, not a continuation
@@ -79,6 +79,8 @@ def kv_cache_layers(m):
 
 
 def hf_model_type(m):
+  if m.sandwich_norm:  # Gemma 2's blocks
+    return 't5gemma'
   return 'umt5' if m.relative_bias_per_layer else 't5'
 
 

@@ -142,6 +142,9 @@ def attention(query, key, value, mask=None, bias=None, scale=None, kernel='xla',
                      "window), not a dense mask; use kernel 'xla' for arbitrary masks")
   interpret = jax.default_backend() == 'cpu' and platform() == 'cpu'
   if name == 'flash_bias':
+    if mask.window and not mask.causal:
+      raise ValueError("kernel 'flash_bias' takes causal windows only, not a bidirectional "
+                       "stack's two-sided one; use model.attention.kernel='xla' or 'splash'")
     if not isinstance(bias, bias_lib.PositionBias):
       raise ValueError("kernel 'flash_bias' computes a bias.PositionBias (t5, alibi) in its "
                        "blocks, not a dense bias array; use 'xla' or 'gpu' for those")
@@ -183,6 +186,9 @@ def ring_blocks(kernel, causal, local_length, on=None):
 
 
 def _ring(query, key, value, mask, scale, kernel, block_sizes, softcap=0.0):
+  if mask.window and not mask.causal:
+    raise ValueError('ring attention (mesh.context > 1) takes causal windows only, not a '
+                     "bidirectional stack's two-sided one; use mesh.context=1")
   local_length = query.shape[1] // sharding.axis_size('context')
   balanced = mask.slots is not None  # splash's causal blocks assume ring.balance's layout
   if (balanced or not mask.causal) and ring_blocks(kernel, mask.causal,

@@ -16,7 +16,9 @@ DTYPES = (jnp.bfloat16, jnp.float16)
 def attention(q_BLHK, k_BSGK, v_BSGK, mask, bias=None, scale=None, implementation='cudnn'):
   """`implementation='xla'` runs the same call through XLA (how CPU tests check it)."""
   segments = mask_lib.segment_mask(mask.q_segment_ids, mask.kv_segment_ids)
-  window = (mask.window - 1, 0) if mask.window else None
+  window = None
+  if mask.window:  # (keys back, keys ahead), each end included
+    window = (mask.window - 1, 0) if mask.causal else (mask.window, mask.window)
   return jax.nn.dot_product_attention(
       q_BLHK, k_BSGK, v_BSGK, bias=None if bias is None else bias.astype(q_BLHK.dtype),
       mask=segments, scale=scale, is_causal=mask.causal, local_window_size=window,

@@ -34,10 +34,20 @@ def sliding_window_mask(length, window, kv_length=None, q_start=0):
   return (jnp.arange(kv_length or length)[None, :] > q_slot_L1 - window)[None, None]
 
 
+def two_sided_window_mask(length, window, kv_length=None):
+  """[1, 1, L, S]: query i attends keys j with |i - j| <= window (a bidirectional stack's
+  window, T5Gemma's encoder: 2 window + 1 keys)."""
+  distance_LS = jnp.arange(length)[:, None] - jnp.arange(kv_length or length)[None, :]
+  return (jnp.abs(distance_LS) <= window)[None, None]
+
+
 @flax.struct.dataclass
 class Mask:
   """Which keys each query may attend: same segment (and not padding), at or before it when
-  `causal`, and within the last `window` positions when window > 0 (causal only).
+  `causal`, and, when window > 0, within the window: a causal mask's last `window` keys
+  (the query's own included; Mistral, Gemma), a bidirectional one's keys at most `window`
+  away on either side (|q - k| <= window, T5Gemma's encoder). The window's sides follow
+  `causal`, so a causal stack cannot be given a two-sided window.
 
   Query i sits at key slot q_start + i (0 when queries and keys are the same tokens; the
   cache index when decoding). `kv_cache`: the keys are the self-attention layer's cache of
@@ -60,13 +70,18 @@ class Mask:
       before_BLS = self.slots[:, None, :] <= self.slots[:, :, None]
       if self.causal:
         mask &= before_BLS[:, None]
+      distance_BLS = self.slots[:, :, None] - self.slots[:, None, :]
       if self.window:
-        mask &= (self.slots[:, None, :] > self.slots[:, :, None] - self.window)[:, None]
+        mask &= (distance_BLS < self.window if self.causal else
+                 jnp.abs(distance_BLS) <= self.window)[:, None]
       return mask
     lengths = dict(length=self.q_segment_ids.shape[1], kv_length=self.kv_segment_ids.shape[1],
                    q_start=self.q_start)
     if self.causal:
       mask &= causal_mask(**lengths)
-    if self.window:
+    if self.window and self.causal:
       mask &= sliding_window_mask(window=self.window, **lengths)
+    elif self.window:
+      mask &= two_sided_window_mask(self.q_segment_ids.shape[1], self.window,
+                                    self.kv_segment_ids.shape[1])
     return mask

@@ -2,7 +2,8 @@
 masked blocks), for every mask the zoo uses, sharded with shard_map.
 
 Masks: causal (CausalMask), bidirectional (FullMask), causal sliding window
-(LocalMask, window - 1 keys back), each with segment ids for packing and padding. Padding
+(LocalMask, window - 1 keys back), two-sided window (LocalMask, window keys each way), each
+with segment ids for packing and padding. Padding
 queries (segment 0) attend other padding keys here while the reference masks them
 entirely; no real token ever sees padding either way, and padding carries no loss.
 GQA/MQA: the MQA kernel per kv head over its N query heads; MHA: the MHA kernel.
@@ -41,8 +42,10 @@ def block_sizes(length, kv_length, block_q=0, block_kv=0):
 
 
 def _base_mask(length, kv_length, causal, window):
-  if window:
+  if window and causal:
     return splash.LocalMask((length, kv_length), window_size=(window - 1, 0), offset=0)
+  if window:  # a bidirectional stack's window: |q - k| <= window
+    return splash.LocalMask((length, kv_length), window_size=(window, window), offset=0)
   if causal:
     return splash.CausalMask((length, kv_length))
   return splash.FullMask((length, kv_length))

@@ -3,6 +3,10 @@
 Glossary: B batch, L decoder length, S encoder length, D d_model, H heads, V vocab.
 With tied embeddings (T5 v1.0) the decoder output is scaled by d_model^-0.5
 (model.scale_tied_logits) before the shared table; untied (v1.1) heads are a dense layer.
+model.separate_encoder_embed (T5Gemma): the encoder reads its own token table, the decoder
+(and a tied head) the other. Gemma 2's blocks (T5Gemma) bring their switches: patterned
+local/global layers whose window is two-sided in the encoder (|q - k| <= window) and causal
+in the decoder, soft-capping, sandwich norms (cross-attention's too), embed_scale.
 """
 
 from typing import Any
@@ -13,6 +17,7 @@ import jax.numpy as jnp
 from zoo import kernels
 from zoo.kernels import bias as bias_lib
 from zoo.kernels import mask as mask_lib
+from zoo.kernels import reference
 from zoo.models import attention
 from zoo.models import layers
 from zoo.models import transformer
@@ -32,7 +37,7 @@ class _Stack(nn.Module):
     m = self.config
     kv_segment_ids_BS, kv_positions_BS = cache_slots or (segment_ids_BL, positions_BL)
     mask = mask_lib.Mask(segment_ids_BL, kv_segment_ids_BS, causal=self.decoder,
-                          kv_cache=cache_slots is not None)
+                          window=m.attention.window, kv_cache=cache_slots is not None)
     bias = None
     if m.position == 't5_bias' and m.relative_bias_per_layer:  # each Block adds its table
       bias = bias_lib.PositionBias(positions_BL, kv_positions_BS, None,
@@ -64,14 +69,19 @@ class EncoderDecoder(nn.Module):
     m = self.config
     self.token_embed = layers.Embed(m.vocab_size, m.d_model, init_std=m.embed_init_std,
                                     **transformer.dtypes(m))
+    if m.separate_encoder_embed:
+      self.encoder_embed = layers.Embed(m.vocab_size, m.d_model, init_std=m.embed_init_std,
+                                        **transformer.dtypes(m))
     self.encoder = _Stack(m, decoder=False)
     self.decoder = _Stack(m, decoder=True)
     if not m.tie_embeddings:
       self.logits = layers.DenseGeneral(m.vocab_size, ('embed', 'vocab'), use_bias=m.use_bias,
                                         init_std=m.kernel_init_std, **transformer.dtypes(m))
 
-  def _embed(self, ids_BL, positions_BL):
-    x_BLD = self.token_embed(ids_BL)
+  def _embed(self, ids_BL, positions_BL, table):
+    x_BLD = table(ids_BL)
+    if self.config.embed_scale:  # Gemma: x sqrt(d_model), rounded to the compute dtype
+      x_BLD = x_BLD * jnp.asarray(self.config.d_model ** 0.5, x_BLD.dtype)
     if self.config.position == 'sinusoidal':
       x_BLD += layers.sinusoidal(positions_BL, self.config.d_model).astype(x_BLD.dtype)
     return x_BLD
@@ -80,8 +90,9 @@ class EncoderDecoder(nn.Module):
     """-> encoder output [B, S, D]."""
     segment_ids_BS, positions_BS = transformer.default_positions(
         batch, 'encoder_inputs', 'encoder_positions', 'encoder_segment_ids')
-    return self.encoder(self._embed(batch['encoder_inputs'], positions_BS), segment_ids_BS,
-                        positions_BS, train)
+    table = self.encoder_embed if self.config.separate_encoder_embed else self.token_embed
+    return self.encoder(self._embed(batch['encoder_inputs'], positions_BS, table),
+                        segment_ids_BS, positions_BS, train)
 
   def decode(self, encoded_BSD, batch, train=False, head=True):
     """Encoder output + decoder inputs -> float32 logits [B, L, V] (head=False: the hidden
@@ -94,8 +105,9 @@ class EncoderDecoder(nn.Module):
     cache_slots = None
     if 'decoder_kv_segment_ids' in batch:
       cache_slots = (batch['decoder_kv_segment_ids'], batch['decoder_kv_positions'])
-    x_BLD = self.decoder(self._embed(batch['decoder_inputs'], positions_BL), segment_ids_BL,
-                         positions_BL, train, encoded_BSD, encoder_segment_ids_BS, cache_slots)
+    x_BLD = self.decoder(self._embed(batch['decoder_inputs'], positions_BL, self.token_embed),
+                         segment_ids_BL, positions_BL, train, encoded_BSD,
+                         encoder_segment_ids_BS, cache_slots)
     m = self.config
     if m.tie_embeddings and m.scale_tied_logits:
       x_BLD = x_BLD * m.d_model ** -0.5
@@ -105,8 +117,8 @@ class EncoderDecoder(nn.Module):
       logits_BLV = self.token_embed.attend(x_BLD)
     else:
       logits_BLV = self.logits(x_BLD)
-    return nn.with_logical_constraint(logits_BLV.astype(jnp.float32),
-                                      ('batch', 'length', 'vocab'))
+    logits_BLV = reference.soft_cap(logits_BLV.astype(jnp.float32), m.final_softcap)
+    return nn.with_logical_constraint(logits_BLV, ('batch', 'length', 'vocab'))
 
   def __call__(self, batch, train=False, head=True):
     return self.decode(self.encode(batch, train), batch, train, head)

@@ -97,7 +97,8 @@ class Block(nn.Module):
       x_BLD = x_BLD + drop(after('post_attention_norm')(
           self_attend(norm('attention_norm')(x_BLD))))
       if encoded_BSD is not None:
-        x_BLD = x_BLD + drop(cross_attend(norm('cross_attention_norm')(x_BLD)))
+        x_BLD = x_BLD + drop(after('post_cross_attention_norm')(
+            cross_attend(norm('cross_attention_norm')(x_BLD))))
       x_BLD = x_BLD + drop(after('post_mlp_norm')(mlp(norm('mlp_norm')(x_BLD))))
     else:
       x_BLD = norm('attention_norm')(x_BLD + drop(self_attend(x_BLD)))
