@@ -1,6 +1,7 @@
 """Plans that compile: the real train step on simulated CPU devices (--plan_compile) and on a
 TPU slice through libtpu (--plan_topology), the mesh sweep, and their bad input."""
 
+import collections
 import json
 import os
 import re
@@ -348,6 +349,40 @@ def test_t5_trains_through_flash_bias_on_a_tpu_slice():
   assert sorted(calls) == sorted(['flash_bias_fwd', 'flash_bias_dq', 'flash_bias_dkv'] * 2 + [
       'splash_mha_fwd_segmented_residuals', 'splash_mha_dq_segmented_no_residuals',
       'splash_mha_dkv_segmented_no_residuals']), calls
+
+
+def _splash(kind, n):
+  return {f'splash_{kind}_fwd_segmented_residuals': n,
+          f'splash_{kind}_dq_segmented_no_residuals': n,
+          f'splash_{kind}_dkv_segmented_no_residuals': n}
+
+
+@pytest.mark.parametrize('name, overrides, want', [
+    # Gemma 2 cut down: a local (256-token window) and a global layer, soft-capped: each
+    # kind's splash kernels (forward and both backward)
+    ('gemma2_9b', ['model.d_model=256', 'model.num_heads=2', 'model.num_kv_heads=1',
+                   'model.head_dim=128', 'model.mlp_dim=512', 'model.num_layers=2',
+                   'model.vocab_size=1024', 'model.attention.window=256',
+                   'model.attention.query_scale=128.0', 'model.max_length=1024',
+                   'data.seq_len=1024', 'train.batch_size=4'], _splash('mqa', 2)),
+    # umT5: flash_bias with each layer's table in each stack, splash in cross-attention
+    ('umt5_base', ['data.seq_len=256', 'data.target_seq_len=128'],
+     {'flash_bias_fwd': 2, 'flash_bias_dq': 2, 'flash_bias_dkv': 2, **_splash('mha', 1)}),
+    # T5Gemma: local, global and tail layers in each stack (the encoder's windows two-sided),
+    # and the decoder's cross-attention: 9 of each splash kernel
+    ('t5gemma_2b_2b', ['data.seq_len=256', 'data.target_seq_len=128',
+                       'model.attention.window=64', 'model.head_dim=128'],
+     _splash('mqa', 9)),
+], ids=['gemma2', 'umt5', 't5gemma'])
+def test_the_new_blocks_run_pallas_kernels_on_a_tpu_slice(name, overrides, want):
+  devices = topology.devices(topology.parse('v5p-8'))
+  config = config_lib.load(helpers.config_file(name), [
+      *overrides, 'model.dtype=bfloat16', 'mesh.data=1', 'mesh.fsdp=4'])
+  assert runtime.attention_kernel(config, 1, on='tpu')[0] in ('splash', 'flash_bias')
+  with jax.default_matmul_precision('default'):
+    hlo = compiled.lower(config, sharding.make_mesh(config.mesh, devices)).compile().as_text()
+  calls = re.findall(r'%([a-z_]+)[.0-9]* = .*custom_call_target="tpu_custom_call"', hlo)
+  assert collections.Counter(calls) == want
 
 
 @pytest.mark.parametrize('context, stage', [(4, 1), (2, 2)], ids=['context4', 'context2_stage2'])

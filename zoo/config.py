@@ -656,7 +656,8 @@ def _validate_data(d, m, t):
     if not 0 < d.noise_density < 1 or d.mean_noise_span_length < 1:
       raise ConfigError('data.noise_density must be in (0, 1) and data.mean_noise_span_length '
                         '>= 1')
-    if d.tokenizer.vocab_size + d.num_sentinels > m.vocab_size:
+    # a task (fine-tuning) writes its targets: no sentinels
+    if d.tokenizer.vocab_size + d.num_sentinels > m.vocab_size and not d.task.kind:
       raise ConfigError(f'data.tokenizer.vocab_size={d.tokenizer.vocab_size} + '
                         f'data.num_sentinels={d.num_sentinels} exceed model.vocab_size='
                         f'{m.vocab_size}; sentinels need the top of the vocabulary')

@@ -155,6 +155,7 @@ def smoke(c):
     m[field] = 2
   if c.data.objective == 'span_corruption':
     c.data.target_seq_len = 24
+  c.data.reserved_ids = min(c.data.reserved_ids, 128)  # the tokenizer keeps 384 ids
   m.dropout_rate = 0.0
   m.num_kv_heads = 0 if kv_ratio == 1 else max(1, int(4 * kv_ratio))
   m.head_dim = 0 if not m.head_dim else 16
@@ -163,7 +164,8 @@ def smoke(c):
   if m.attention.window:
     m.attention.window = 16
   if m.attention.pattern:  # one whole pattern and one more layer: the tail is kept too
-    m.num_layers = len(m.attention.pattern) + 1
+    for field in families.get(m).LAYER_FIELDS:
+      m[field] = len(m.attention.pattern) + 1
   if m.attention.query_scale:
     m.attention.query_scale = 16.0
   if m.moe.num_experts:  # keep the routing (experts, top-k, every), shrink the widths

@@ -1,7 +1,8 @@
 """Fine-tuning end to end: an imported Hugging Face BERT fine-tunes on a classification
 task (new head named, unused heads dropped only when asked, its loss falls, task metrics in
 the eval rows, the imported checkpoint untouched); a decoder run's checkpoint fine-tunes on
-prompts and completions; T5 and regression report their metrics; bad starts are one line
+prompts and completions; T5 and regression report their metrics; imported umT5 and T5Gemma
+fine-tune text to text; bad starts are one line
 before anything compiles; the label head's loss by hand."""
 
 import json
@@ -214,3 +215,23 @@ def test_a_label_heads_flops_count_no_vocabulary_projection():
   # every parameter but the two tables (token: a gather, its LM head not built; positions)
   want = 6 * (params - m.vocab_size * m.d_model - m.max_length * m.d_model) + attention
   assert counting.flops_per_token(config) == want
+
+
+@pytest.mark.parametrize('name', ['umt5', 't5gemma'])
+def test_an_imported_umt5_or_t5gemma_fine_tunes_text_to_text(name, tmp_path):
+  """umT5 (a bias table in every layer), T5Gemma (Gemma 2's blocks, two tables, two-sided
+  encoder windows): the task's targets generated and scored."""
+  imported = str(tmp_path / 'imported')
+  hf.write_workdir(os.path.join(helpers.REPO, 'tests', 'fixtures', 'hf', name), imported)
+  task = helpers.speakers_task(str(tmp_path / 't2t'), 'text_to_text', 16, 8)
+  config = config_lib.load(os.path.join(imported, 'config.py'), [
+      'data.task.kind=text_to_text', f'data.task.path={task}', 'data.seq_len=32',
+      'train.steps=30', 'train.eval_every=30', 'optim.learning_rate=3e-3',
+      'generate.max_new_tokens=4', 'data.reserved_ids=0', *FAST])  # a task reads no sentinels
+  loop.train(config, str(tmp_path / 'tuned'), task_eval.make)
+  rows = _rows(str(tmp_path / 'tuned'))
+  losses = [r['loss'] for r in rows if 'loss' in r and 'event' not in r]
+  assert np.mean(losses[-3:]) < 0.7 * np.mean(losses[:3]), losses
+  [row] = [r for r in rows if 'eval_loss' in r]
+  assert {'eval_exact_match', 'eval_bleu', 'eval_rouge_l'} <= set(row)
+  assert 0 <= row['eval_exact_match'] <= 1

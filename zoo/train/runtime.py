@@ -198,7 +198,7 @@ def _check_vocab(config, tokenizer):
                       f'data.reserved_ids={config.data.reserved_ids} leaves {room}; '
                       'raise model.vocab_size or use a smaller tokenizer')
   d = config.data
-  if d.objective == 'span_corruption' and \
+  if d.objective == 'span_corruption' and not d.task.kind and \
       max(tokenizer.sentinel_ids(d.num_sentinels)) >= config.model.vocab_size:
     raise ConfigError(f'the sentinels <extra_id_0..{d.num_sentinels - 1}> of a '
                       f'{tokenizer.vocab_size}-piece tokenizer need ids up to '
