@@ -53,6 +53,8 @@ DEFAULT_RULES = (
     ('heads', 'tensor'),
     ('kv_heads', 'tensor'),
     ('head_dim', None),
+    ('q_lora', None),  # multi-head latent attention's latents (zoo/models/mla.py)
+    ('kv_lora', None),
     ('mlp', 'tensor'),
     ('vocab', 'tensor'),
     ('expert', 'expert'),
@@ -171,6 +173,13 @@ def _model():
       'block_q': 0,  # splash/flash_bias blocks; 0 = min(512, length); must divide it
       'block_kv': 0,
   })
+  # multi-head latent attention (DeepSeek-V2/V3, zoo/models/mla.py): kv_lora_rank > 0 turns
+  # it on; keys and values from a kv_lora_rank latent, queries through a q_lora_rank one
+  # (0 = a plain projection), head dims qk_nope + qk_rope (one rotary key for all heads) and
+  # v_head_dim; model.head_dim and num_kv_heads are unused
+  m.mla = ml_collections.ConfigDict({'kv_lora_rank': 0, 'q_lora_rank': 0,
+                                     'qk_nope_head_dim': 128, 'qk_rope_head_dim': 64,
+                                     'v_head_dim': 128})
   m.moe = ml_collections.ConfigDict({
       'num_experts': 0,  # 0 = dense MLPs
       'top_k': 2,
@@ -586,9 +595,34 @@ def _validate_family(m, family):
                       "'t5_bias': the encoder's window is two-sided and flash_bias takes "
                       "causal windows only; set model.attention.kernel='xla' (or position "
                       "'rope', as T5Gemma)")
+  _validate_mla(m, family)
   if m.attention.window and not family.SLIDING_WINDOW:
     raise ConfigError(f'model.attention.window={m.attention.window}: a sliding window is not '
                       f'built for model.family={family.NAME!r}; set it to 0')
+
+
+def _validate_mla(m, family):
+  """model.mla: ranks within the width, rotary dims that pair up, what it is built with."""
+  a = m.mla
+  if not a.kv_lora_rank:
+    return
+  for name in ('kv_lora_rank', 'q_lora_rank'):
+    if not 0 <= a[name] <= m.d_model:
+      raise ConfigError(f'model.mla.{name}={a[name]} must be in [0, model.d_model={m.d_model}]: '
+                        'a latent narrower than the model (DeepSeek-V3: 512 and 1536 of 7168)')
+  if a.qk_rope_head_dim <= 0 or a.qk_rope_head_dim % 2:
+    raise ConfigError(f'model.mla.qk_rope_head_dim={a.qk_rope_head_dim} must be a positive even '
+                      'number (RoPE rotates pairs; DeepSeek-V3: 64)')
+  for name in ('qk_nope_head_dim', 'v_head_dim'):
+    _positive(f'model.mla.{name}', a[name])
+  if a.v_head_dim > a.qk_nope_head_dim + a.qk_rope_head_dim:
+    raise ConfigError(f'model.mla.v_head_dim={a.v_head_dim} must be at most qk_nope_head_dim + '
+                      f'qk_rope_head_dim = {a.qk_nope_head_dim + a.qk_rope_head_dim} (the '
+                      'kernels pad values to the query and key head dim)')
+  if family.NAME != 'decoder' or m.position != 'rope' or m.attention.window:
+    raise ConfigError(f'model.mla.kv_lora_rank={a.kv_lora_rank}: latent attention is built for '
+                      "decoders with model.position='rope' and no window; set kv_lora_rank=0 "
+                      'for this model')
 
 
 def _validate_attention(m, d, family):

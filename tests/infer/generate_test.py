@@ -24,10 +24,11 @@ PROMPTS = [[2, 10, 11, 12, 13, 14], [2, 20, 21]]  # the second is left-padded by
 TEACHER = [30, 31, 32, 33]  # tokens fed after the prompts
 
 
-def _decoder(moe=None, window=0, attention=None, **overrides):
+def _decoder(moe=None, window=0, attention=None, mla=None, **overrides):
   config = helpers.tiny_config(**overrides)
   config.model.attention.window = window
   config.model.attention.update(attention or {})
+  config.model.mla.update(mla or {})
   if moe:
     config.model.moe.update(moe)
   model = families.build(config.model)
@@ -53,8 +54,11 @@ def _full_logits(model, variables, tokens):
     dict(position='rope', window=3, num_layers=4, sandwich_norm=True, qk_norm=True,
          final_softcap=5.0, rope_local_theta=100.0,
          attention=dict(pattern='LLG', softcap=3.0, query_scale=6.0)),
+    # DeepSeek's latent attention: the cache holds the latent and the rotary key
+    dict(position='rope', mla=dict(kv_lora_rank=16, q_lora_rank=12, qk_nope_head_dim=8,
+                                   qk_rope_head_dim=4, v_head_dim=6)),
 ], ids=['rope_gqa', 'learned', 'sinusoidal_mqa', 'alibi', 'window', 'parallel', 'moe',
-        'gemma_pattern'])
+        'gemma_pattern', 'mla'])
 def test_cached_decoding_gives_the_full_forward_logits(overrides):
   model, variables = _decoder(**overrides)
   ids, segments = decoding.left_pad(PROMPTS, pad_id=0)

@@ -19,6 +19,7 @@ from zoo.kernels import ring
 from zoo.models import attention
 from zoo.models import dims
 from zoo.models import layers
+from zoo.models import mla
 from zoo.models import moe as moe_lib
 from zoo.models import pipeline
 
@@ -74,7 +75,12 @@ class Block(nn.Module):
         init_std=m.kernel_init_std,
         out_init_scale=_out_init_scale(m), kernel=m.attention.kernel,
         block_sizes=(m.attention.block_q, m.attention.block_kv), name=name, **dtypes(m))
-    attend = attention_module('attention', rope=True)
+    if m.mla.kv_lora_rank:  # DeepSeek's multi-head latent attention
+      attend = mla.LatentAttention(m, out_init_scale=_out_init_scale(m),
+                                   rope_scaling=dims.rope_scaling(m), name='attention',
+                                   **dtypes(m))
+    else:
+      attend = attention_module('attention', rope=True)
     if self.moe:
       mlp = moe_lib.MoE(m, out_init_scale=_out_init_scale(m), name='moe')
     else:

@@ -32,6 +32,7 @@ from zoo import phases
 from zoo import sharding
 from zoo.families import spans
 from zoo.models import dims
+from zoo.models import mla
 from zoo.models import transformer
 from zoo.train import optim
 
@@ -239,6 +240,8 @@ def kv_cache(config, cached_layers):
   """The KV-cache fields of the plan (module docstring): local layers apart."""
   m = config.model
   per_token = 2 * dims.kv_heads(m) * dims.head_dim(m) * np.dtype(m.dtype).itemsize
+  if m.mla.kv_lora_rank:  # the latent and the rotary key (zoo/models/mla.py)
+    per_token = mla.cache_values_per_token(m) * np.dtype(m.dtype).itemsize
   window = m.attention.window
   local = 0
   if window:

@@ -1,0 +1,143 @@
+"""Multi-head latent attention (DeepSeek-V2/V3, model.mla): keys and values come from one
+compressed latent per token, so a decoding cache holds the latent, not the heads.
+
+Glossary: B batch, L query length, S key length, D d_model, H heads, C kv_lora_rank (the
+latent), Q q_lora_rank, N qk_nope_head_dim, R qk_rope_head_dim, V v_head_dim.
+
+- queries: x -> [Q] -> RMSNorm -> [H, N + R] (q_lora_rank 0: x -> [H, N + R] directly);
+- keys and values: x -> [C + R]; the C part RMSNormed is the latent c, the R part the rotary
+  key, one for all heads; keys [H, N + R] = (c W_key_up [C, H, N], the rotary key), values
+  c W_value_up [C, H, V];
+- logits x (N + R)^-0.5, times YaRN's mscale(factor, mscale_all_dim)^2 where RoPE is YaRN
+  scaled (DeepSeek's convention).
+
+Training runs the zoo's kernels on the expanded heads (values zero-padded to N + R: the
+kernels take one head dim; v_head_dim <= N + R). Decoding keeps the latent and the rotary key in the
+'cache' collection (C + R values per token and layer) and absorbs the up-projections: the
+query's N part times W_key_up gives its latent query, the attention output over the latents
+times W_value_up gives the heads' values, so a step reads only the cache.
+"""
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from zoo import kernels
+from zoo.kernels import reference
+from zoo.models import layers
+from zoo.models import rope
+
+
+def softmax_scale(m):
+  """(N + R)^-0.5, times YaRN's mscale(factor, mscale_all_dim)^2 under YaRN scaling."""
+  scale = (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim) ** -0.5
+  r = m.rope_scaling
+  if r.type == 'yarn' and r.mscale_all_dim and r.factor > 1:
+    scale *= (0.1 * r.mscale_all_dim * math.log(r.factor) + 1.0) ** 2
+  return scale
+
+
+class LatentAttention(nn.Module):
+  """Self-attention through a compressed latent; the same call as MultiHeadAttention's
+  (x, mask, positions; no cross-attention, no position bias, no window)."""
+  config: object  # the model config (model.mla, heads, rope, kernel)
+  out_init_scale: float = 1.0
+  rope_scaling: tuple = ()
+  dtype: jnp.dtype = jnp.float32
+  param_dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BLD, kv_BSD=None, mask=None, q_positions_BL=None, kv_positions_BS=None,
+               bias=None):
+    m, a = self.config, self.config.mla
+    H, C, N, R, V = m.num_heads, a.kv_lora_rank, a.qk_nope_head_dim, a.qk_rope_head_dim, \
+        a.v_head_dim
+    dense = lambda name, f, axes, num_in=1, scale=1.0: layers.DenseGeneral(
+        f, axes, num_in=num_in, dtype=self.dtype, param_dtype=self.param_dtype,
+        init_std=m.kernel_init_std, init_scale=scale, name=name)
+    norm = lambda name, axis: layers.Norm(m.norm, m.norm_eps, axis=axis, name=name,
+                                          dtype=self.dtype, param_dtype=self.param_dtype)
+    if a.q_lora_rank:
+      latent_q = norm('query_norm', 'q_lora')(
+          dense('query_down', a.q_lora_rank, ('embed', 'q_lora'))(x_BLD))
+      q_BLHK = dense('query_up', (H, N + R), ('q_lora', 'heads', 'head_dim'))(latent_q)
+    else:
+      q_BLHK = dense('query', (H, N + R), ('embed', 'heads', 'head_dim'))(x_BLD)
+    down_BLE = dense('kv_down', C + R, ('embed', 'kv_lora'))(x_BLD)
+    c_BLC = norm('kv_norm', 'kv_lora')(down_BLE[..., :C])
+    k_rope_BL1R = rope.apply(down_BLE[..., None, C:], q_positions_BL, m.rope_theta,
+                             self.rope_scaling)
+    q_nope_BLHN = q_BLHK[..., :N]
+    q_rope_BLHR = rope.apply(q_BLHK[..., N:], q_positions_BL, m.rope_theta, self.rope_scaling)
+    up = lambda name, features: self.param(name, nn.with_logical_partitioning(
+        nn.initializers.normal(m.kernel_init_std) if m.kernel_init_std else
+        nn.initializers.variance_scaling(1.0, 'fan_in', 'truncated_normal', in_axis=0,
+                                         out_axis=(1, 2)), ('kv_lora', 'heads', 'head_dim')),
+        (C, H, features), self.param_dtype).astype(self.dtype)
+    key_up_CHN, value_up_CHV = up('key_up', N), up('value_up', V)
+    scale = softmax_scale(m)
+    if mask.kv_cache:
+      out_BLHV = self._decode(q_nope_BLHN, q_rope_BLHR, c_BLC, k_rope_BL1R[:, :, 0], mask,
+                              key_up_CHN, value_up_CHV, scale)
+    else:
+      out_BLHV = self._attend(q_nope_BLHN, q_rope_BLHR, c_BLC, k_rope_BL1R, mask, key_up_CHN,
+                              value_up_CHV, scale)
+    out_BLHV = nn.with_logical_constraint(out_BLHV, ('batch', 'length', 'heads', 'head_dim'))
+    return dense('out', x_BLD.shape[-1], ('heads', 'head_dim', 'embed'), num_in=2,
+                 scale=self.out_init_scale)(out_BLHV)
+
+  def _attend(self, q_nope_BLHN, q_rope_BLHR, c_BLC, k_rope_BL1R, mask, key_up_CHN,
+              value_up_CHV, scale):
+    """Training and prefill without a cache: the heads expanded, the zoo's kernels."""
+    m = self.config
+    H, V = q_nope_BLHN.shape[2], value_up_CHV.shape[-1]
+    k_nope_BLHN = jnp.einsum('BLC,CHN->BLHN', c_BLC, key_up_CHN)
+    v_BLHV = jnp.einsum('BLC,CHV->BLHV', c_BLC, value_up_CHV)
+    k_rope_BLHR = jnp.broadcast_to(k_rope_BL1R, (*k_rope_BL1R.shape[:2], H,
+                                                 k_rope_BL1R.shape[-1]))
+    q_BLHK = jnp.concatenate([q_nope_BLHN, q_rope_BLHR.astype(q_nope_BLHN.dtype)], -1)
+    k_BLHK = jnp.concatenate([k_nope_BLHN, k_rope_BLHR.astype(k_nope_BLHN.dtype)], -1)
+    q_BLHK = nn.with_logical_constraint(q_BLHK, ('batch', 'length', 'heads', 'head_dim'))
+    K = q_BLHK.shape[-1]
+    # the kernels take one head dim: values zero-padded to it, the output cut back
+    v_BLHK = jnp.pad(v_BLHV, ((0, 0), (0, 0), (0, 0), (0, K - V)))
+    out = kernels.attention(q_BLHK, k_BLHK, v_BLHK, mask, scale=scale,
+                            kernel=m.attention.kernel,
+                            block_sizes=(m.attention.block_q, m.attention.block_kv))
+    return out[..., :V]
+
+  def _decode(self, q_nope_BLHN, q_rope_BLHR, c_BLC, k_rope_BLR, mask, key_up_CHN,
+              value_up_CHV, scale):
+    """The latent cache: the new latents and rotary keys written at the cache index, then
+    attention over all S slots with the up-projections absorbed."""
+    B, L, C = c_BLC.shape
+    S = mask.kv_segment_ids.shape[1]
+    slot = lambda name, width: self.variable('cache', name, jnp.zeros, (B, S, width),
+                                             c_BLC.dtype)
+    latent, rope_key = slot('cached_latent', C), slot('cached_rope_key', k_rope_BLR.shape[-1])
+    index = self.variable('cache', 'cache_index', jnp.zeros, (), jnp.int32)
+    start = index.value
+    write = lambda cache, new: nn.with_logical_constraint(
+        jax.lax.dynamic_update_slice(cache, new.astype(cache.dtype), (0, start, 0)),
+        ('batch', 'length', None))
+    latent.value, rope_key.value = write(latent.value, c_BLC), write(rope_key.value, k_rope_BLR)
+    index.value = start + L
+    f32 = jnp.float32
+    q_latent_BLHC = jnp.einsum('BLHN,CHN->BLHC', q_nope_BLHN, key_up_CHN,
+                               preferred_element_type=f32)
+    logits_BHLS = (jnp.einsum('BLHC,BSC->BHLS', q_latent_BLHC, latent.value.astype(f32)) +
+                   jnp.einsum('BLHR,BSR->BHLS', q_rope_BLHR.astype(f32),
+                              rope_key.value.astype(f32))) * scale
+    visible_B1LS = mask.replace(q_start=start).dense()
+    logits_BHLS = jnp.where(visible_B1LS, logits_BHLS, reference.MASKED)
+    probs_BHLS = jax.nn.softmax(logits_BHLS, axis=-1)
+    out_BLHC = jnp.einsum('BHLS,BSC->BLHC', probs_BHLS, latent.value.astype(f32))
+    return jnp.einsum('BLHC,CHV->BLHV', out_BLHC, value_up_CHV.astype(f32)).astype(self.dtype)
+
+
+def cache_values_per_token(m):
+  """Values a token adds to one layer's cache: the latent and the rotary key."""
+  return m.mla.kv_lora_rank + m.mla.qk_rope_head_dim
+
