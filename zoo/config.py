@@ -186,6 +186,19 @@ def _model():
       # top-k gates renormalised to sum to 1 (Mixtral, Qwen 3's norm_topk_prob); False: the
       # router's probabilities as they are (top_k = 1 always keeps them: Switch)
       'normalize_top_k': True,
+      # 'softmax' (probabilities over the experts) or 'sigmoid' (DeepSeek-V3: each expert's
+      # affinity alone; the balance statistics read them normalised to sum to 1)
+      'router': 'softmax',
+      # group-limited routing (DeepSeek-V3): the experts in num_groups groups, each token's
+      # groups ranked by the sum of their two best (bias-adjusted) scores, the top_groups
+      # best kept and the top_k experts chosen within them; 0 = no groups
+      'num_groups': 0,
+      'top_groups': 0,
+      'routed_scale': 1.0,  # the routed experts' gates x this (routed_scaling_factor)
+      'first_dense': 0,  # the first k layers keep a dense MLP (DeepSeek's first_k_dense)
+      # the balance loss over the global batch (Switch) or per sequence, averaged
+      # (DeepSeek-V3's sequence-wise loss)
+      'balance_scope': 'batch',
       'every': 1,  # a mixture of experts in every k-th layer (the last of each k)
       'capacity_factor': 0.0,  # slots per expert = ceil(k L cf / E) per sequence; 0 = dropless
       'expert_mlp_dim': 0,  # 0 = model.mlp_dim
@@ -458,14 +471,37 @@ def _validate_moe(m, mesh):
     raise ConfigError(f'model.moe.capacity_factor={moe.capacity_factor} must be >= 0 '
                       '(0 = dropless)')
   for n in (m[field] for field in families.get(m).LAYER_FIELDS):
+    if not 0 <= moe.first_dense < n:
+      raise ConfigError(f'model.moe.first_dense={moe.first_dense} must leave MoE layers: '
+                        f'in [0, {n})')
+    n -= moe.first_dense
     if not 1 <= moe.every <= n or n % moe.every:
       raise ConfigError(f'model.moe.every={moe.every} must divide the layer count {n} '
-                        '(a MoE in every k-th layer)')
+                        '(a MoE in every k-th layer, after model.moe.first_dense)')
+  _one_of('model.moe.router', moe.router, ('softmax', 'sigmoid'))
+  _one_of('model.moe.balance_scope', moe.balance_scope, ('batch', 'sequence'))
+  if moe.num_groups:
+    if moe.num_experts % moe.num_groups or moe.num_experts // moe.num_groups < 2:
+      raise ConfigError(f'model.moe.num_experts={moe.num_experts} does not split into '
+                        f'model.moe.num_groups={moe.num_groups} groups of 2 or more; use a '
+                        'divisor (DeepSeek-V3: 8 groups of 32)')
+    if not 1 <= moe.top_groups <= moe.num_groups:
+      raise ConfigError(f'model.moe.top_groups={moe.top_groups} must be in [1, '
+                        f'model.moe.num_groups={moe.num_groups}] (DeepSeek-V3: 4 of 8)')
+    if moe.top_k > moe.top_groups * (moe.num_experts // moe.num_groups):
+      raise ConfigError(f'model.moe.top_k={moe.top_k} exceeds the experts in '
+                        f'model.moe.top_groups={moe.top_groups} groups; keep more groups')
+  if moe.first_dense and mesh.stage > 1:
+    raise ConfigError(f'model.moe.first_dense={moe.first_dense} with mesh.stage={mesh.stage}: '
+                      'the dense layers are not pipelined; set mesh.stage=1')
+  if moe.balance_scope == 'sequence' and mesh.context > 1:
+    raise ConfigError("model.moe.balance_scope='sequence' with mesh.context > 1: each device "
+                      "holds a chunk of a sequence; use 'batch' there")
   if mesh.expert > 1 and moe.num_experts % mesh.expert:
     raise ConfigError(f'model.moe.num_experts={moe.num_experts} does not split over '
                       f'mesh.expert={mesh.expert}; use a divisor of the expert count')
   for name in ('balance_loss', 'z_loss', 'bias_update_rate', 'expert_mlp_dim',
-               'num_shared_experts'):
+               'num_shared_experts', 'routed_scale'):
     if moe[name] < 0:
       raise ConfigError(f'model.moe.{name}={moe[name]} must be >= 0')
 
@@ -678,6 +714,10 @@ def _validate_pattern(m, family):
     if len(pattern) > m[field]:
       raise ConfigError(f'model.attention.pattern={pattern!r} is longer than model.{field}='
                         f'{m[field]}; shorten it or add layers')
+  if m.moe.num_experts and m.moe.first_dense:
+    raise ConfigError(f'model.attention.pattern={pattern!r} with model.moe.first_dense='
+                      f'{m.moe.first_dense}: a pattern takes experts in every layer; set '
+                      'first_dense=0')
   if m.moe.num_experts and m.moe.every > 1:
     raise ConfigError(f'model.attention.pattern={pattern!r} with model.moe.every='
                       f'{m.moe.every}: a pattern takes experts in every layer (every=1) only')

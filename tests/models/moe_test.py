@@ -67,6 +67,49 @@ def test_routing_gates_and_slots_match_numpy():
   assert np.all(np.asarray(gates).sum(-1) < 1.0)
 
 
+def _np_grouped_route(logits, bias, k, groups, top_groups, scale):
+  """DeepSeek-V3's routing in float64 numpy, token by token."""
+  scores = 1 / (1 + np.exp(-logits.astype(np.float64)))
+  experts, gates = [], []
+  for s in scores:
+    choice = s + bias
+    per_group = choice.reshape(groups, -1)
+    group_score = np.sort(per_group, axis=-1)[:, -2:].sum(-1)
+    kept = np.argsort(-group_score, kind='stable')[:top_groups]
+    masked = np.where(np.isin(np.arange(len(s)) // per_group.shape[1], kept), choice, 0.0)
+    top = np.argsort(-masked, kind='stable')[:k]
+    experts.append(top)
+    gates.append(s[top] / s[top].sum() * scale)
+  return np.asarray(experts), np.asarray(gates), scores / scores.sum(-1, keepdims=True)
+
+
+def test_grouped_sigmoid_routing_matches_numpy_where_the_group_limit_changes_the_choice():
+  # affinities 0.9 | 0.1 (group sum 1.0), 0.6 | 0.6 (1.2), 0.55 | 0.55 (1.1), 0.2 | 0.2:
+  # ungrouped, top-2 takes expert 0 (0.9) and one 0.6; the 2 best groups (1 and 2) leave
+  # expert 0 out and take experts 2 and 3
+  affinity = np.array([[0.9, 0.1, 0.6, 0.6, 0.55, 0.55, 0.2, 0.2]])
+  logits = np.log(affinity / (1 - affinity)).astype(np.float32)
+  none = np.zeros(8, np.float32)
+  route = lambda logits, bias, groups, top_groups: moe.route(
+      jnp.asarray(logits), 2, jnp.asarray(bias), router='sigmoid', groups=groups,
+      top_groups=top_groups, scale=2.5)
+  assert sorted(np.asarray(route(logits, none, 0, 0)[2])[0]) == [0, 2]
+  _, gates, experts = route(logits, none, 4, 2)
+  assert sorted(np.asarray(experts)[0]) == [2, 3]
+  np.testing.assert_allclose(gates, [[1.25, 1.25]], rtol=1e-6)  # 0.6 / 1.2 x 2.5
+  rng = np.random.default_rng(7)  # and on random scores with a bias, 8 groups of 4
+  logits = rng.normal(size=(64, 32)).astype(np.float32)
+  bias = (0.3 * rng.normal(size=32)).astype(np.float32)
+  probs, gates, experts = moe.route(jnp.asarray(logits), 6, jnp.asarray(bias),
+                                    router='sigmoid', groups=8, top_groups=3, scale=2.5)
+  want_experts, want_gates, want_probs = _np_grouped_route(logits, bias, 6, 8, 3, 2.5)
+  np.testing.assert_array_equal(experts, want_experts)
+  np.testing.assert_allclose(gates, want_gates, rtol=1e-5)
+  np.testing.assert_allclose(probs, want_probs, rtol=1e-5)
+  assert len({tuple(sorted(set(e // 4))) for e in want_experts}) > 1  # groups vary by token
+  assert all(len(set(e // 4)) <= 3 for e in want_experts)
+
+
 def test_capacity_slots_follow_priority_and_count_by_hand():
   experts = jnp.array([[0, 1], [0, 2], [0, 1], [1, 0]])  # 4 tokens, top-2 of 3 experts
   # first choices in token order: e0 gets tokens 0,1,2 (slots 0,1,2), e1 token 3 (slot 0);
@@ -115,12 +158,12 @@ def _stats(state):
 
 
 def _layer(num_experts=4, top_k=2, capacity_factor=0.0, activation='swiglu', shared=0,
-           bias_update_rate=0.0):
+           bias_update_rate=0.0, **moe_overrides):
   config = helpers.tiny_config(d_model=16, mlp_dim=8, num_heads=2, activation=activation)
   with config.unlocked():
     config.model.moe.update(num_experts=num_experts, top_k=top_k,
                             capacity_factor=capacity_factor, num_shared_experts=shared,
-                            bias_update_rate=bias_update_rate)
+                            bias_update_rate=bias_update_rate, **moe_overrides)
   return moe.MoE(ml_collections.FrozenConfigDict(config.model))
 
 
@@ -173,6 +216,29 @@ def test_auxiliary_losses_match_numpy_and_balance_is_one_at_uniform_routing():
   assert float(_stats(state)['balance_loss']) > 1.5
 
 
+def test_the_sequence_wise_balance_loss_is_the_mean_of_each_sequences():
+  # DeepSeek-V3 (eqs. 17-20): per sequence E sum_i f_i P_i, f_i its share of the pairs,
+  # P_i its mean normalised affinity; the loss is the mean over sequences
+  layer = _layer(num_experts=8, top_k=2, router='sigmoid', num_groups=4, top_groups=2,
+                 balance_scope='sequence')
+  x = jnp.asarray(np.random.default_rng(8).normal(size=(3, 6, 16)), jnp.float32)
+  variables = layer.init(jax.random.PRNGKey(3), x)
+  _, state = layer.apply(variables, x, mutable=['moe'])
+  router = np.asarray(nn.unbox(variables['params'])['router'], np.float64)
+  logits = np.asarray(x, np.float64) @ router  # [B, L, E]
+  losses = []
+  for row in logits:
+    experts, _, probs = _np_grouped_route(row, np.zeros(8), 2, 4, 2, 1.0)
+    share = np.bincount(experts.ravel(), minlength=8) / experts.size
+    losses.append(8 * np.sum(share * probs.mean(0)))
+  np.testing.assert_allclose(_stats(state)['balance_loss'], np.mean(losses), rtol=1e-5)
+  whole = 8 * np.sum(np.bincount(np.concatenate([_np_grouped_route(
+      r, np.zeros(8), 2, 4, 2, 1.0)[0].ravel() for r in logits]), minlength=8) / 36 *
+                     np.concatenate([_np_grouped_route(r, np.zeros(8), 2, 4, 2, 1.0)[2]
+                                     for r in logits]).mean(0))
+  assert abs(whole - np.mean(losses)) > 1e-3  # not the batch-wide loss
+
+
 def test_shared_experts_add_a_dense_mlp():
   layer = _layer(shared=1)
   x = jnp.ones((1, 4, 16))
@@ -182,6 +248,12 @@ def test_shared_experts_add_a_dense_mlp():
 
 @pytest.mark.parametrize('overrides, message', [
     (['model.moe.num_experts=4', 'model.moe.top_k=5'], r'model.moe.top_k=5 must be in \[1'),
+    (['model.moe.num_experts=6', 'model.moe.num_groups=4', 'model.moe.top_groups=2'],
+     r'model.moe.num_experts=6 does not split into model.moe.num_groups=4 groups of 2'),
+    (['model.moe.num_experts=8', 'model.moe.num_groups=4', 'model.moe.top_groups=5'],
+     r'model.moe.top_groups=5 must be in \[1, model.moe.num_groups=4\]'),
+    (['model.moe.num_experts=8', 'model.moe.first_dense=2'],
+     r'model.moe.first_dense=2 must leave MoE layers: in \[0, 2\)'),
     (['model.moe.num_experts=6', 'mesh.expert=4', 'mesh.data=2'],
      r'model.moe.num_experts=6 does not split over mesh.expert=4'),
     (['model.moe.num_experts=4', 'model.moe.capacity_factor=-1'],

@@ -17,7 +17,8 @@ the partitioner's choice. Routing is per token and capacity per sequence, so res
 depend on the mesh.
 
 Gates: top-k probabilities renormalised to sum to 1 (Mixtral); with top_k = 1 the raw
-probability (Switch), so the router still gets a gradient.
+probability (Switch), so the router still gets a gradient. DeepSeek-V3 (`route`): sigmoid
+affinities, experts chosen within each token's best groups, gates renormalised and scaled.
 Auxiliary losses over the global batch (Switch, Fedus et al. eq. 4; ST-MoE z-loss):
 balance = E x sum_i f_i P_i with f_i the share of (token, choice) pairs sent to expert i and
 P_i the mean router probability of i (1 at uniform routing); z = mean (logsumexp logits)^2.
@@ -40,7 +41,8 @@ from zoo import collectives
 from zoo import sharding
 from zoo.models import layers
 
-SUMS = ('pairs_per_expert', 'probs', 'z', 'dropped', 'tokens')  # what each layer sows
+# what each layer sows (and, with balance_scope 'sequence', sequence_balance and sequences)
+SUMS = ('pairs_per_expert', 'probs', 'z', 'dropped', 'tokens')
 
 
 def statistics(sums):
@@ -52,7 +54,10 @@ def statistics(sums):
   pairs = jnp.sum(sums['pairs_per_expert'], axis=-1)  # tokens x A
   share_E = sums['pairs_per_expert'] / pairs[..., None]  # f_i, sums to 1
   E = share_E.shape[-1]
-  return {'balance_loss': E * jnp.sum(share_E * sums['probs'], axis=-1) / tokens,
+  balance = E * jnp.sum(share_E * sums['probs'], axis=-1) / tokens
+  if 'sequence_balance' in sums:  # model.moe.balance_scope='sequence': the mean over sequences
+    balance = sums['sequence_balance'] / sums['sequences']
+  return {'balance_loss': balance,
           'z_loss': sums['z'] / tokens,
           'dropped_fraction': sums['dropped'] / pairs,
           'load': share_E * (pairs / tokens)[..., None]}
@@ -64,19 +69,36 @@ def moved_bias(bias_E, load_E, top_k, rate):
   return bias_E + rate * jnp.sign(top_k / bias_E.shape[-1] - load_E)
 
 
-def route(logits_TE, top_k, bias_E=None, normalize=True):
+def route(logits_TE, top_k, bias_E=None, normalize=True, router='softmax', groups=0,
+          top_groups=0, scale=1.0):
   """-> (probabilities [T, E] float32, gates [T, A], expert ids [T, A]). A balancing bias
   moves which experts are chosen, never the gates' values. normalize=False (a Qwen 3 MoE
-  checkpoint's norm_topk_prob false): the top-k probabilities as they are."""
-  probs_TE = jax.nn.softmax(logits_TE.astype(jnp.float32), axis=-1)
-  if bias_E is None:
-    gates_TA, experts_TA = jax.lax.top_k(probs_TE, top_k)
+  checkpoint's norm_topk_prob false): the top-k probabilities as they are.
+
+  router='sigmoid' (DeepSeek-V3): each expert's affinity sigmoid(logit); the returned
+  probabilities (what the balance statistics read) are them normalised to sum to 1. groups:
+  the experts in `groups` equal groups; a token keeps the `top_groups` groups whose two best
+  bias-adjusted scores sum highest, the others' scores count as 0 in its choice (as
+  DeepSeek's masked_fill). The gates x `scale` (routed_scaling_factor)."""
+  logits_TE = logits_TE.astype(jnp.float32)
+  if router == 'sigmoid':
+    scores_TE = jax.nn.sigmoid(logits_TE)
+    probs_TE = scores_TE / jnp.sum(scores_TE, axis=-1, keepdims=True)
   else:
-    _, experts_TA = jax.lax.top_k(probs_TE + jnp.broadcast_to(bias_E, probs_TE.shape), top_k)
-    gates_TA = jnp.take_along_axis(probs_TE, experts_TA, axis=-1)
+    scores_TE = probs_TE = jax.nn.softmax(logits_TE, axis=-1)
+  choice_TE = scores_TE if bias_E is None else scores_TE + jnp.broadcast_to(
+      bias_E, scores_TE.shape)
+  if groups:  # (T may be several leading dims)
+    *T, E = choice_TE.shape
+    best_TG2, _ = jax.lax.top_k(choice_TE.reshape(*T, groups, E // groups), 2)
+    _, kept_TK = jax.lax.top_k(jnp.sum(best_TG2, axis=-1), top_groups)
+    kept_TG = jnp.any(jax.nn.one_hot(kept_TK, groups, dtype=jnp.bool_), axis=-2)
+    choice_TE = jnp.where(jnp.repeat(kept_TG, E // groups, axis=-1), choice_TE, 0.0)
+  _, experts_TA = jax.lax.top_k(choice_TE, top_k)
+  gates_TA = jnp.take_along_axis(scores_TE, experts_TA, axis=-1)
   if top_k > 1 and normalize:
-    gates_TA = gates_TA / jnp.sum(gates_TA, axis=-1, keepdims=True)
-  return probs_TE, gates_TA, experts_TA
+    gates_TA = gates_TA / (jnp.sum(gates_TA, axis=-1, keepdims=True) + 1e-20)
+  return probs_TE, gates_TA * scale, experts_TA
 
 
 def capacity(seq_len, num_experts, top_k, capacity_factor):
@@ -221,7 +243,9 @@ def _moe_shard(x_BLD, router_DE, bias_E, w, cfg, num_shards, batch_axes):
   B, L, _ = x_BLD.shape
   E, A = cfg['num_experts'], cfg['top_k']
   logits_BLE = jnp.einsum('bld,de->ble', x_BLD.astype(jnp.float32), router_DE)
-  probs_BLE, gates_BLA, experts_BLA = route(logits_BLE, A, bias_E, cfg['normalize_top_k'])
+  probs_BLE, gates_BLA, experts_BLA = route(
+      logits_BLE, A, bias_E, cfg['normalize_top_k'], cfg['router'], cfg['num_groups'],
+      cfg['top_groups'], cfg['routed_scale'])
   experts_fn = _dropless_experts if cfg['capacity_factor'] == 0 else _capacity_experts
   y_BLD, dropped = experts_fn(x_BLD, gates_BLA, experts_BLA, w, cfg, num_shards)
 
@@ -229,6 +253,10 @@ def _moe_shard(x_BLD, router_DE, bias_E, w, cfg, num_shards, batch_axes):
           'probs': jnp.sum(probs_BLE, axis=(0, 1)),
           'z': jnp.sum(jnp.square(jax.nn.logsumexp(logits_BLE, axis=-1))),
           'dropped': dropped.astype(jnp.float32), 'tokens': jnp.float32(B * L)}
+  if cfg['balance_scope'] == 'sequence':  # each sequence's E sum_i f_i P_i, summed
+    share_BE = jnp.sum(jax.nn.one_hot(experts_BLA, E), axis=(1, 2)) / (L * A)
+    sums['sequence_balance'] = E * jnp.sum(share_BE * jnp.mean(probs_BLE, axis=1))
+    sums['sequences'] = jnp.float32(B)
   if batch_axes:
     sums = jax.lax.psum(sums, batch_axes)
   return y_BLD, sums
@@ -264,8 +292,9 @@ class MoE(nn.Module):
     if m.activation in layers.GATED:
       w['wi_1'] = param('wi_1', (E, D, F), ('expert', 'embed', 'mlp'), D)
     cfg = {'num_experts': E, 'top_k': moe.top_k, 'normalize_top_k': moe.normalize_top_k,
-           'capacity_factor': moe.capacity_factor,
-           'activation': m.activation}
+           'capacity_factor': moe.capacity_factor, 'activation': m.activation,
+           'router': moe.router, 'num_groups': moe.num_groups, 'top_groups': moe.top_groups,
+           'routed_scale': moe.routed_scale, 'balance_scope': moe.balance_scope}
 
     rate, bias, bias_E = moe.bias_update_rate, None, None
     if rate:
@@ -292,7 +321,7 @@ class MoE(nn.Module):
           mesh=mesh, in_specs=(token_spec, P(), P(), {k: expert_spec for k in w}),
           out_specs=(token_spec, P()), check_vma=False)
       y_BLD, sums = fn(x_BLD, router_DE, bias_E, w)
-    for name in SUMS:
+    for name in sums:
       self.sow('moe', name, sums[name])
     if bias is not None and self.is_mutable_collection('moe_bias') and (
         not self.is_initializing()):

@@ -161,10 +161,15 @@ def stack(m, train, num_layers, name, owner):
 
   With model.attention.pattern the unit is a PatternGroup of len(pattern) layers, and the
   layers after the last whole pattern (Gemma 3 1B: 26 = 4 x 6 + 2) run as `name`_tail_j.
+  With model.moe.first_dense = k the first k layers (dense MLPs) run first as `name`_dense.
 
   -> fn(x, mask, positions, bias=None, encoded=None, cross_mask=None) -> (x, None).
   """
   unit, length = Block, num_layers
+  dense = None
+  if m.moe.num_experts and m.moe.first_dense:  # DeepSeek: the first layers' MLPs dense
+    dense = _body(m, train, Block, m.moe.first_dense, f'{name}_dense', owner)
+    num_layers -= m.moe.first_dense
   if m.moe.num_experts:
     unit, length = MoEGroup, num_layers // m.moe.every
   tail = []
@@ -178,6 +183,8 @@ def stack(m, train, num_layers, name, owner):
   body = _body(m, train, unit, length, name, owner)
 
   def run(x_BLD, *args):
+    if dense is not None:
+      x_BLD, _ = dense(x_BLD, *args)
     x_BLD, _ = body(x_BLD, *args) if length else (x_BLD, None)
     for block in tail:
       x_BLD, _ = block(x_BLD, *args)
