@@ -37,10 +37,26 @@ PUBLISHED = {
     'gemma3_1b': 999_885_952, 'gemma3_27b': 27_009_346_304,  # text; config.json shapes
     'qwen3_8b': 8_190_735_360, 'qwen3_32b': 32_762_123_264,
     'qwen3_30b_a3b': 30_532_122_624, 'qwen3_235b_a22b': 235_093_634_560,
+    # the transformers classes' counts (umT5's with its untied head: + vocab x d_model)
+    'umt5_base': 592_043_520, 'umt5_xl': 3_768_356_864, 't5gemma_2b_2b': 5_596_853_760,
+    'deepseek_v3': 671_026_404_352, 'deepseek_v2_lite': 15_706_484_224,
 }
 # total less the routed experts a token does not use (Qwen 3 report, Table 2: 3.3B, 22B)
 ACTIVE = {'mixtral_8x7b': 12_879_925_248, 'qwen3_30b_a3b': 3_353_032_704,
-          'qwen3_235b_a22b': 22_190_763_520}
+          'qwen3_235b_a22b': 22_190_763_520, 'deepseek_v3': 37_552_282_624,
+          'deepseek_v2_lite': 2_661_150_208}
+
+
+def test_deepseek_counts_round_to_the_reports_and_its_cache_holds_the_latent():
+  # the reports count activated parameters without the input embedding: 37B and 2.4B
+  v3, lite = (analytic.plan(config_lib.load(helpers.config_file(n, arg=None)), 1)
+              for n in ('deepseek_v3', 'deepseek_v2_lite'))
+  assert round(v3['params_total'] / 1e9) == 671
+  assert round(v3['params_active_without_input_embedding'] / 1e9) == 37
+  assert lite['params_active_without_input_embedding'] == 2_451_435_008  # the report's 2.4B
+  assert round(lite['params_total'] / 1e8) == 157
+  # 61 layers x (latent 512 + rotary key 64) x 2 bytes: the 70,272
+  assert v3['kv_cache_bytes_per_token'] == 61 * (512 + 64) * 2 == 70_272
 
 
 @pytest.mark.parametrize('name', sorted(PUBLISHED))

@@ -68,6 +68,9 @@ def _attention_flops(config):
     local = (sum(transformer.layer_kind(m, i) == 'local' for i in range(m.num_layers))
              if m.attention.pattern else layers)
   per_key = 12 * m.num_heads * dims.head_dim(m)
+  if m.mla.kv_lora_rank:  # latent attention: q.k over N + R dims, p.v over V
+    per_key = 6 * m.num_heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim +
+                                 m.mla.v_head_dim)
   return round(per_key * ((layers - local) * L / 2 + local * (W - W * (W - 1) / (2 * L))))
 
 

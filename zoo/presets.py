@@ -34,6 +34,20 @@ def llama(c, rope_theta, max_length, norm_eps=1e-5):
   return c
 
 
+def deepseek(c, max_length=163_840):
+  """DeepSeek-V2/V3 (the models' config.json): Llama's block with multi-head latent
+  attention (rotary key 64 dims, no-position 128, values 128, latent 512), YaRN x40 over a
+  4,096-token original context, dropless fine-grained experts beside shared ones, the first
+  layers dense, RMSNorm eps 1e-6."""
+  llama(c, rope_theta=10_000.0, max_length=max_length, norm_eps=1e-6)
+  m = c.model
+  m.mla.update(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+  m.rope_scaling.update(type='yarn', factor=40.0, original_max_length=4096, beta_fast=32.0,
+                        beta_slow=1.0)
+  m.moe.capacity_factor, m.moe.every, m.moe.z_loss = 0.0, 1, 0.0
+  return c
+
+
 def gemma(c, version, max_length):
   """Gemma 2 / 3 (Gemma Team 2024, 2025; the models' config.json): pre- and post-RMSNorm
   around each sublayer (eps 1e-6), GeGLU (tanh GELU), RoPE, no biases, embeddings x
@@ -172,6 +186,10 @@ def smoke(c):
     m.moe.num_experts = min(m.moe.num_experts, 16)
     m.moe.top_k = min(m.moe.top_k, m.moe.num_experts)
     m.moe.expert_mlp_dim = 32 if m.moe.expert_mlp_dim else 0
+    m.moe.first_dense = min(m.moe.first_dense, 1)  # one dense layer, one MoE
+  if m.mla.kv_lora_rank:  # latent attention kept, narrower
+    m.mla.update(kv_lora_rank=32, q_lora_rank=24 if m.mla.q_lora_rank else 0,
+                 qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16)
   c.data.seq_len = 64
   t = c.train
   t.steps, t.batch_size, t.log_every, t.eval_every, t.eval_batches = 6, 8, 1, 3, 2

@@ -161,6 +161,41 @@ def palm(c, batch_size, doublings, tokens=780e9):
   return c
 
 
+def deepseek_v3(c):
+  """DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", sec. 4.2 (hyper-parameters)."""
+  c.data.seq_len = 4096  # 4.2: maximum sequence length 4K in pre-training
+  c.train.batch_size = 15_360  # 4.2: the batch grows from 3072 to 15360 ...
+  c.train.batch_ramp = '3072:768:469Btokens'  # ... over the first 469B tokens (16 equal steps:
+  # the report gives no increment)
+  _adamw(c, learning_rate=2.2e-4,  # 4.2: 2.2e-4 after a linear warmup ...
+         warmup_steps=2000,  # ... over the first 2K steps, held to 10T tokens, then decayed
+         b2=0.95, eps=1e-8,  # 4.2: beta1 0.9, beta2 0.95 (eps not stated: optax's default)
+         weight_decay=0.1,  # 4.2
+         schedule='wsd', floor=0.1)  # to 2.2e-5 over the last 4.8T (the report: a cosine
+  c.optim.decay_fraction = 4.8 / 14.8  # curve over 4.3T, then 2.2e-5 and 7.3e-6 steps)
+  c.optim.clip_norm = 1.0  # 4.2: gradient clipping norm 1.0
+  m = c.model
+  m.embed_init_std = m.kernel_init_std = 0.006  # 4.2: weights N(0, 0.006)
+  m.moe.bias_update_rate = 0.001  # 4.2: gamma 0.001 for the first 14.3T tokens (then 0)
+  m.moe.balance_loss, m.moe.balance_scope = 0.0001, 'sequence'  # 4.2: alpha 0.0001
+  c.train.steps = _steps_with_phases(c, 14.8e12)  # 4.2: 14.8T tokens
+  return c
+
+
+def deepseek_v2_lite(c):
+  """DeepSeek-AI 2024, "DeepSeek-V2", appendix B (DeepSeek-V2-Lite's pre-training)."""
+  c.data.seq_len = 4096
+  c.train.batch_size = 4608  # B: 4608 sequences
+  _adamw(c, learning_rate=4.2e-4,  # B: maximum learning rate 4.2e-4
+         warmup_steps=2000, b2=0.95, eps=1e-8, weight_decay=0.1,  # as DeepSeek-V2 (sec. 3.1)
+         schedule='wsd', floor=0.1)  # x0.316 at 80% and 90% of training: the zoo decays
+  c.optim.decay_fraction = 0.2  # linearly over the last 20% to the same 0.1
+  c.optim.clip_norm = 1.0
+  c.model.moe.balance_loss, c.model.moe.balance_scope = 0.001, 'sequence'  # B: alpha1 0.001
+  c.train.steps = _steps_for(c, 5.7e12)  # B: 5.7T tokens
+  return c
+
+
 def deepseek_moe(c):
   """Dai et al. 2024, "DeepSeekMoE", sec. 4.1 (the training settings of its 2B model)."""
   c.data.seq_len = 2048  # 4.1: sequences of up to 2K tokens ...

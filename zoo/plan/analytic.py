@@ -212,6 +212,8 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
                  'vocab_size': m.vocab_size, 'seq_len': config.data.seq_len},
       'params_total': total,
       'params_active': active,
+      **({'params_active_without_input_embedding': active - m.vocab_size * m.d_model}
+         if m.moe.num_experts and not m.tie_embeddings else {}),
       'flops_per_token': counting.flops_per_token(config, active),
       'remat_flops_per_token': counting.remat_flops_per_token(config, active),
       'flops_convention': counting.CONVENTION,
@@ -264,7 +266,10 @@ def report(result):
   gib = lambda b: f'{b / 2**30:,.2f} GiB'
   lines = [
       f"{result['config']['family']}: {result['params_total']:,} parameters "
-      f"({result['params_active']:,} active per token)",
+      f"({result['params_active']:,} active per token" + (
+          f"; {result['params_active_without_input_embedding']:,} without the input embedding, "
+          "as DeepSeek counts" if 'params_active_without_input_embedding' in result else '') +
+      ')',
       f"training FLOPs/token: {result['flops_per_token']:.4g} ({result['flops_convention']})",
       f"mesh: {result['mesh']}",
       *([f"attention kernel: {result['attention_kernel']} ({result['attention_kernel_why']})"]
