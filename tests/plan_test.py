@@ -274,3 +274,18 @@ def test_a_compile_that_runs_out_of_hbm_is_an_answer_not_a_traceback(monkeypatch
   sweep.confirm(config, rows, None, tpu.chip)
   assert rows[0]['compiled_fits'] is False and rows[0]['compiled_at_least']
   assert sweep.table(rows, tpu).splitlines()[-1].endswith(' yes       >241.33 NO')
+
+
+def test_the_plan_says_what_the_group_limit_does_to_the_all_to_all():
+  # DeepSeek-V3 on 64 expert shards: groups of 32 experts are blocks of 8 shards, a token
+  # reaches at most 4 blocks (8 without the limit); on 4 shards, 2 groups to a shard: at
+  # most 4 shards, not 8 -> all 4
+  for shards, blocks, reach in ((64, 8, 8), (4, 0, 4)):
+    config = config_lib.load(helpers.config_file('deepseek_v3', arg=None),
+                             ['mesh.data=1', f'mesh.expert={shards}', 'mesh.fsdp=4'])
+    result = analytic.plan(config, 4 * shards)
+    assert result['moe']['moe_layers'] == 58  # 61 less the 3 dense
+    assert result['moe']['group_limit'] == {
+        'groups': 8, 'top_groups': 4, 'shards_per_group': blocks, 'groups_reached_at_most': 4,
+        'groups_reached_at_most_without_limit': 8, 'shards_reached_at_most': reach}
+  assert 'land in at most 4 of 8 groups' in analytic.report(result)

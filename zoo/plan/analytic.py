@@ -68,11 +68,33 @@ def moe_communication(m, expert_shards):
   value_bytes = np.dtype(m.dtype).itemsize
   slots = moe.top_k * (moe.capacity_factor or 1.0)
   forward = 2 * slots * m.d_model * value_bytes * (x - 1) / x
-  layers = families.total_layers(m) // moe.every
-  return {'dispatch': 'capacity' if moe.capacity_factor else 'dropless',
-          'num_experts': moe.num_experts, 'top_k': moe.top_k, 'moe_layers': layers,
-          'expert_shards': x, 'bytes_per_token_per_layer_forward': int(forward),
-          'bytes_per_token_per_layer_train': int(2 * forward)}
+  layers = (families.total_layers(m) - moe.first_dense * len(families.get(m).LAYER_FIELDS)
+            ) // moe.every
+  out = {'dispatch': 'capacity' if moe.capacity_factor else 'dropless',
+         'num_experts': moe.num_experts, 'top_k': moe.top_k, 'moe_layers': layers,
+         'expert_shards': x, 'bytes_per_token_per_layer_forward': int(forward),
+         'bytes_per_token_per_layer_train': int(2 * forward)}
+  if moe.num_groups:
+    out['group_limit'] = group_limit(moe, x)
+  return out
+
+
+def group_limit(moe, expert_shards):
+  """What DeepSeek-V3's group limit does to the all-to-all. Experts lie contiguous on the
+  expert shards and in the groups, so when G divides X each group is a block of X/G shards
+  (put a block on one host and a token's pairs reach at most top_groups hosts, where
+  without the limit they may reach min(top_k, G)); when X divides G a shard holds whole
+  groups and a token reaches at most top_groups shards. The bytes stay top_k pairs' (each
+  pair is sent: no per-host deduplication)."""
+  x, groups, kept = expert_shards, moe.num_groups, moe.top_groups
+  out = {'groups': groups, 'top_groups': kept, 'shards_per_group': x // groups,
+         'groups_reached_at_most': kept,
+         'groups_reached_at_most_without_limit': min(moe.top_k, groups)}
+  shards = min(moe.top_k, x)
+  if groups % x == 0:
+    shards = min(shards, kept)
+  out.update(shards_reached_at_most=shards)
+  return out
 
 
 def ring_communication(m, context_shards):
@@ -282,6 +304,15 @@ def report(result):
                  f"{moe['moe_layers']} layers over {moe['expert_shards']} expert shards: "
                  f"{moe['bytes_per_token_per_layer_train']:,} bytes/token/layer over the "
                  'expert axis per training step')
+    if 'group_limit' in moe:
+      g = moe['group_limit']
+      lines.append(f"group limit: a token's {moe['top_k']} pairs land in at most "
+                   f"{g['groups_reached_at_most']} of {g['groups']} groups (without it "
+                   f"{g['groups_reached_at_most_without_limit']}), "
+                   + (f"each group {g['shards_per_group']} expert shards"
+                      if g['shards_per_group'] else
+                      f"{g['groups'] // moe['expert_shards']} groups to a shard")
+                   + f", at most {g['shards_reached_at_most']} shards; the bytes stay top-k's")
   if 'context' in result:
     ring = result['context']
     lines.append(f"sequence split over {ring['context_shards']} context shards (ring "
