@@ -26,7 +26,7 @@ from zoo.train import metrics as metrics_lib
 FIXTURES = os.path.join(REPO, 'tests', 'fixtures', 'hf')
 NAMES = ['gpt2', 'bert', 'bert_mlm', 't5_v1_0', 't5_v1_1', 'mt5', 'llama', 'mistral', 'mixtral',
          'llama3_1', 'gemma2', 'gemma3', 'gemma3_mm', 'qwen3', 'qwen3_moe', 'umt5',
-         't5gemma']
+         't5gemma', 'deepseek_v3']
 
 
 CLASSIFIERS = ['bert_cls', 'gpt2_cls', 'llama_cls', 'mistral_cls']  # 3 labels, padded rows
@@ -50,9 +50,9 @@ def _batch(name, ref):
 
 @pytest.mark.parametrize('name', NAMES)
 def test_zoo_logits_equal_the_pytorch_logits(name):
-  config, params = hf.load(os.path.join(FIXTURES, name))
+  config, variables = hf.load_variables(os.path.join(FIXTURES, name))
   ref = np.load(os.path.join(FIXTURES, name, 'reference.npz'))
-  out = families.build(config.model).apply({'params': params},
+  out = families.build(config.model).apply(variables,
                                          jax.tree.map(jnp.asarray, _batch(name, ref)))
   logits = out['logits'] if isinstance(out, dict) else out
   real = ref['attention_mask'][..., None] > 0 if 'attention_mask' in ref else True

@@ -34,6 +34,7 @@ from zoo import platform
 from zoo import presets
 from zoo import storage
 from zoo.config import ConfigError
+from zoo.convert import hf_deepseek
 from zoo.convert import hf_gemma
 from zoo.convert.hf_rules import ConvertError
 from zoo.convert.hf_rules import attention as _attention
@@ -297,6 +298,10 @@ def _gemma(hf, names):
   return _imported(hf_gemma.config(hf, names))
 
 
+def _deepseek(hf, names):
+  return _imported(hf_deepseek.config(hf, names))
+
+
 def _t5gemma(hf, names):
   return _imported(hf_gemma.t5gemma_config(hf, names))
 
@@ -315,6 +320,9 @@ class Architecture:
   aliases: tuple = ()  # (name, name it must equal): copies some files keep of a tied tensor
   classifier: str = ''  # the class of its ForSequenceClassification head, if the zoo has one
   others: tuple = ()  # more classes whose weights it reads (the bare model's, other heads')
+  # tensors -> (the 'moe_bias' collection, the tensor names it read) (DeepSeek-V3), and back
+  state: Callable = None
+  state_tensors: Callable = None
 
 
 ARCHITECTURES = {
@@ -342,6 +350,11 @@ ARCHITECTURES = {
                            others=('Gemma2Model',)),
     'gemma3_text': Architecture(_gemma, hf_gemma.rules, ('Gemma3ForCausalLM',),
                                 others=('Gemma3TextModel',)),
+    'deepseek_v3': Architecture(_deepseek, hf_deepseek.rules,
+                                ('DeepseekV3ForCausalLM',), hf_deepseek.split_kv_up,
+                                hf_deepseek.join_kv_up, state=hf_deepseek.routing_bias,
+                                state_tensors=hf_deepseek.routing_bias_tensors,
+                                others=('DeepseekV3Model',)),
     't5gemma': Architecture(_t5gemma, hf_gemma.t5gemma_rules,
                             ('T5GemmaForConditionalGeneration',)),
     'gemma3': Architecture(_gemma, hf_gemma.rules, ('Gemma3ForConditionalGeneration',),
@@ -425,7 +438,15 @@ def _add_prefix(tensors, rules):
 
 def load(path):
   """Hugging Face checkpoint directory -> (zoo config, params). The config is complete:
-  `zoo.models.build(config.model).apply({'params': params}, batch)` gives the logits."""
+  `zoo.models.build(config.model).apply({'params': params}, batch)` gives the logits (with
+  a routing bias, DeepSeek-V3's: `load_variables`)."""
+  config, variables = load_variables(path)
+  return config, variables['params']
+
+
+def load_variables(path):
+  """-> (zoo config, {'params': ..., and the model's state collections the checkpoint holds:
+  DeepSeek-V3's routing biases as 'moe_bias'}), what model.apply takes."""
   hf = read_config(path)
   arch = ARCHITECTURES[hf['model_type']]
   tensors = read_tensors(path)
@@ -457,6 +478,10 @@ def load(path):
   params = {}
   for rule in rules:
     _set(params, rule.zoo, build(rule, _names(rule, m)))
+  variables = {'params': params}
+  if arch.state:
+    variables['moe_bias'], state_names = arch.state(tensors, m)
+    used.update(state_names)
   if m.tie_embeddings:
     used.update({'lm_head.weight', 'lm_head.out_proj.weight',
                  'cls.predictions.decoder.weight', 'cls.predictions.decoder.bias'})
@@ -472,7 +497,7 @@ def load(path):
                        f'{hf["model_type"]} ({", ".join(unused)}); an option or head the zoo '
                        'does not build')
   _check_shapes(config, params, path)
-  return config, params
+  return config, variables
 
 
 def _validate(config):
@@ -556,6 +581,8 @@ def _hf_config(config):
     return hf_gemma.hf_config(config)
   if family == 't5gemma':
     return hf_gemma.t5gemma_hf_config(config)
+  if family == 'deepseek_v3':
+    return hf_deepseek.hf_config(config)
   hf = {'model_type': family, 'vocab_size': m.vocab_size, 'hidden_size': m.d_model,
         'num_hidden_layers': m.num_layers, 'num_attention_heads': m.num_heads,
         'num_key_value_heads': dims.kv_heads(m), 'head_dim': dims.head_dim(m),
@@ -594,16 +621,17 @@ def _model_type(config):
   return families.get(config.model).hf_model_type(config.model)
 
 
-def save(config, params, path):
-  """Writes a Hugging Face directory (config.json + model.safetensors) for `params`."""
+def save(config, params, path, moe_bias=None):
+  """Writes a Hugging Face directory (config.json + model.safetensors) for `params` (and a
+  routing bias, DeepSeek-V3's: its 'moe_bias' collection; zeros when None)."""
   params = nn.unbox(params)
   family = _model_type(config)
   arch = ARCHITECTURES[family]
   m = config.model
-  if m.moe.num_experts and (m.moe.every != 1 or m.moe.num_shared_experts or
-                            m.moe.capacity_factor):
+  if m.moe.num_experts and family != 'deepseek_v3' and (
+      m.moe.every != 1 or m.moe.num_shared_experts or m.moe.capacity_factor):
     raise ConvertError('save: only Mixtral-style experts (every layer, dropless, no shared '
-                       'experts) have a Hugging Face layout')
+                       'experts) and DeepSeek-V3\'s have a Hugging Face layout')
   hf = _hf_config(config)
   hf.setdefault('architectures', list(arch.architectures))
   if m.num_labels:
@@ -622,7 +650,14 @@ def save(config, params, path):
 
   for rule in arch.rules(m):
     put(rule, _names(rule, m), _get(params, rule.zoo))
-  tensors = arch.from_rules(tensors, m)
+  # safetensors writes an array's buffer as it lies: a joined tensor may not be C-ordered
+  tensors = {k: np.ascontiguousarray(v) for k, v in arch.from_rules(tensors, m).items()}
+  if arch.state_tensors:
+    if moe_bias is None:
+      layers = m.num_layers - m.moe.first_dense
+      moe_bias = {'layers': {'block_0': {'moe': {'bias': np.zeros(
+          (layers, m.moe.num_experts), np.float32)}}}}
+    tensors.update(arch.state_tensors(moe_bias, m))
   for alias, target in arch.aliases:  # for loaders that keep the copies as separate modules
     tensors[alias] = tensors[target].copy()
   os.makedirs(path, exist_ok=True)

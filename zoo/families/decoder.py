@@ -104,6 +104,8 @@ def hf_model_type(m):
   """The Hugging Face model_type this shape imports from and exports to (zoo/convert)."""
   if m.position == 'learned':
     return 'gpt2'
+  if m.mla.kv_lora_rank:
+    return 'deepseek_v3'
   if m.sandwich_norm:
     return 'gemma3_text' if m.qk_norm else 'gemma2'
   if m.qk_norm:
