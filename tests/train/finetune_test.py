@@ -21,6 +21,7 @@ from zoo import families
 from zoo.convert import hf
 from zoo.errors import ConfigError
 from zoo.infer import task_eval
+from zoo.train import checkpoint
 from zoo.train import loop
 from zoo.train import metrics as metrics_lib
 
@@ -235,3 +236,24 @@ def test_an_imported_umt5_or_t5gemma_fine_tunes_text_to_text(name, tmp_path):
   [row] = [r for r in rows if 'eval_loss' in r]
   assert {'eval_exact_match', 'eval_bleu', 'eval_rouge_l'} <= set(row)
   assert 0 <= row['eval_exact_match'] <= 1
+
+
+def test_an_imported_deepseek_v3_keeps_its_routing_biases_when_it_fine_tunes(tmp_path):
+  """The routing biases (the moe_bias collection, not parameters) travel with the import
+  into the run's first state; the loss-free balancing moves them from there."""
+  fixture = os.path.join(helpers.REPO, 'tests', 'fixtures', 'hf', 'deepseek_v3')
+  imported = str(tmp_path / 'imported')
+  hf.write_workdir(fixture, imported)
+  _, variables = hf.load_variables(fixture)
+  want = variables['moe_bias']['layers']['block_0']['moe']['bias']
+  assert np.max(np.abs(want)) > 0.05
+  config = config_lib.load(os.path.join(imported, 'config.py'), [
+      'train.steps=1', 'train.eval_every=100', 'data.seq_len=32',
+      'model.moe.bias_update_rate=0.001', *FAST, 'optim.warmup_steps=0'])
+  loop.train(config, str(tmp_path / 'tuned'))
+  abstract = {'layers': {'block_0': {'moe': {'bias': jax.ShapeDtypeStruct(
+      want.shape, jnp.float32, sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0]))}}}}
+  got = np.asarray(checkpoint.restore_collection(str(tmp_path / 'tuned'), 'moe_bias',
+                                                 abstract)['layers']['block_0']['moe']['bias'])
+  # one step of balancing moves each bias by exactly the rate, up or down
+  np.testing.assert_allclose(np.abs(got - want), 0.001, atol=1e-6)

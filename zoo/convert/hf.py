@@ -743,13 +743,14 @@ def write_workdir(hf_dir, workdir):
   tokenizer (workdir/tokenizer/, if it has one) and workdir/config.py, whose
   train.init_params and data.tokenizer.path point at them."""
   from zoo.train import checkpoint  # pylint: disable=g-import-not-at-top
-  config, params = load(hf_dir)
+  config, variables = load_variables(hf_dir)
+  params = variables.pop('params')
   imported = storage.absolute(storage.join(workdir, 'imported'))
   if storage.exists(imported):
     raise ConvertError(f'{imported} exists; import into a new --workdir (nothing is '
                        'overwritten)')
   storage.makedirs(workdir)
-  checkpoint.save_params(imported, params)
+  checkpoint.save_params(imported, params, variables)  # with DeepSeek-V3's routing biases
   with config.unlocked():
     config.train.init_params = imported
   tokenizer = _import_tokenizer(hf_dir, workdir, config)

@@ -171,10 +171,13 @@ class _IteratorSnapshot:
     return self._state
 
 
-def save_params(path, params):
-  """Params alone (an imported model), for train.init_params."""
+def save_params(path, params, collections=None):
+  """Params alone (an imported model), for train.init_params; with the model's state
+  collections (DeepSeek-V3's routing biases: {'moe_bias': ...}) the tree is {'params':
+  params, **collections}."""
   checkpointer = ocp.StandardCheckpointer()
-  checkpointer.save(storage.native(path), params)
+  checkpointer.save(storage.native(path), {'params': params, **collections} if collections
+                    else params)
   checkpointer.wait_until_finished()
 
 
@@ -186,8 +189,8 @@ def _params_source(path):
                             'python -m zoo.convert.hf first, train the run it names, or clear '
                             'train.init_params')
   runs = storage.join(path, 'checkpoints')
-  if not storage.isdir(runs):
-    return path, None
+  if not storage.isdir(runs):  # params alone, or {'params', collections} (save_params)
+    return path, 'params' if 'params' in _metadata(path) else None
   steps = sorted((int(n) for n in storage.listdir(runs) if n.isdigit()), reverse=True)
   if not steps:
     raise FileNotFoundError(f'train.init_params={path!r} is a run without checkpoints; train '
@@ -222,11 +225,31 @@ def saved_param_shapes(directory):
   return _saved_shapes(directory, 'params')
 
 
+def _metadata(directory):
+  """The tree an orbax checkpoint's metadata holds."""
+  with _quiet():
+    return ocp.StandardCheckpointer().metadata(storage.native(directory)).item_metadata.tree
+
+
 def _saved_shapes(directory, key):
   """{name: shape} of the tree (or its `key` subtree) an orbax checkpoint's metadata holds."""
-  with _quiet():
-    tree = ocp.StandardCheckpointer().metadata(storage.native(directory)).item_metadata.tree
+  tree = _metadata(directory)
   return param_shapes(tree[key] if key else tree)
+
+
+def restore_collection(path, name, abstract):
+  """train.init_params' state collection `name` (a run's, or an import's: DeepSeek-V3's
+  moe_bias) laid out as `abstract`; None when it holds none (or of other shapes)."""
+  directory, key = _params_source(path)
+  tree = _metadata(directory)
+  if not key or name not in tree or param_shapes(tree[name]) != param_shapes(abstract):
+    return None
+  target = {name: abstract}
+  args = ocp.args.PyTreeRestore(
+      item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+      partial_restore=True)
+  with _quiet():
+    return ocp.PyTreeCheckpointer().restore(storage.native(directory), args=args)[name]
 
 
 def param_shapes(params):

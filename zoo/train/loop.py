@@ -163,6 +163,7 @@ def _start(config, place, state, saved, local, data_iter):
       jax.random.PRNGKey(config.train.seed))
   if config.train.init_params:  # pretrained weights, fresh optimizer state (and new heads)
     fresh['params'] = runtime.initial_params(config, state, fresh['params'])
+    fresh.update(runtime.initial_collections(config, state))  # DeepSeek-V3's routing biases
   return 0, fresh
 
 

@@ -14,6 +14,7 @@ what it uses. Training builds them all; --mode=eval skips nothing but the train 
   model_state(config, mesh)    model, optimizer and the abstract sharded train state
   check_workdir(config, workdir)  never a workdir inside train.init_params
   init_plan(config, state)     what train.init_params gives the model
+  initial_collections(...)     the state collections it holds (routing biases)
   size_label_head(config)      a classification task's label count, without its tokens
   restore_variables(...)       the newest checkpoint's model variables
 Everything here checks its input before anything compiles (ConfigError, one line).
@@ -31,6 +32,7 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from zoo import families
 from zoo import kernels
+from zoo import models
 from zoo import phases
 from zoo import platform
 from zoo import sharding
@@ -369,6 +371,19 @@ def initial_params(config, state, fresh_params=None):
                                      fresh_params)
   except (FileNotFoundError, ValueError) as e:
     raise ConfigError(str(e)) from None
+
+
+def initial_collections(config, state):
+  """The model's state collections train.init_params holds (a run's moe_bias, an import's
+  routing biases), restored onto the state's shardings: {name: tree}, {} when none."""
+  out = {}
+  for name in models.STATE_COLLECTIONS:
+    if name in state.abstract:
+      held = checkpoint.restore_collection(config.train.init_params, name,
+                                           state.abstract[name])
+      if held is not None:
+        out[name] = held
+  return out
 
 
 def size_label_head(config):
