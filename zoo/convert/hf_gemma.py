@@ -266,7 +266,8 @@ def t5gemma_hf_config(config):
                           'tie_word_embeddings': m.tie_embeddings}
   decoder = {**stack(m.num_decoder_layers), 'is_decoder': True,
              'cross_attention_hidden_size': m.d_model}
-  return {'model_type': 't5gemma', 'encoder': stack(m.num_encoder_layers),
-          'decoder': decoder, 'is_encoder_decoder': True, 'vocab_size': m.vocab_size,
-          'tie_word_embeddings': m.tie_embeddings, 'dropout_rate': m.dropout_rate,
-          'attention_dropout': 0.0, 'pad_token_id': 0, 'eos_token_id': 1, 'bos_token_id': 2}
+  # config.json's two module configs, keyword-built (their keys are not zoo families)
+  return dict(model_type='t5gemma', encoder=stack(m.num_encoder_layers), decoder=decoder,
+              is_encoder_decoder=True, vocab_size=m.vocab_size,
+              tie_word_embeddings=m.tie_embeddings, dropout_rate=m.dropout_rate,
+              attention_dropout=0.0, pad_token_id=0, eos_token_id=1, bos_token_id=2)
