@@ -85,6 +85,12 @@ def test_t5_counts_its_decoder_self_attention_cache_and_bert_none():
   assert t5['kv_cache_bytes_per_token'] == 2 * 12 * 12 * 64 * 2  # 12 decoder layers, bf16
   bert = analytic.plan(config_lib.load(helpers.config_file('bert_base', arg=None)), 1)
   assert 'kv_cache_bytes_per_token' not in bert
+  # T5Gemma's decoder: 13 global layers keep every token, 13 local ones a 4096-slot ring
+  t5gemma = analytic.plan(config_lib.load(helpers.config_file('t5gemma_2b_2b', arg=None)), 1)
+  per_layer = 2 * 4 * 256 * 2  # keys and values, 4 kv heads of 256, bf16
+  assert t5gemma['kv_cache_bytes_per_token'] == 13 * per_layer
+  assert t5gemma['kv_cache_local'] == {'layers': 13, 'window': 4096,
+                                       'bytes_per_sequence': 13 * 4096 * per_layer}
 
 
 def test_kv_cache_and_flops_for_llama3_8b_by_hand():

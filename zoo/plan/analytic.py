@@ -269,7 +269,7 @@ def kv_cache(config, cached_layers):
   window = m.attention.window
   local = 0
   if window:
-    local = (sum(transformer.layer_kind(m, i) == 'local' for i in range(m.num_layers))
+    local = (sum(transformer.layer_kind(m, i) == 'local' for i in range(cached_layers))
              if m.attention.pattern else cached_layers)
   out = {'kv_cache_bytes_per_token': (cached_layers - local) * per_token}
   if local:
