@@ -53,8 +53,10 @@ DEFAULT_RULES = (
     ('heads', 'tensor'),
     ('kv_heads', 'tensor'),
     ('head_dim', None),
-    ('q_lora', None),  # multi-head latent attention's latents (zoo/models/mla.py)
-    ('kv_lora', None),
+    # multi-head latent attention's latents (zoo/models/mla.py): the up-projections [latent,
+    # heads, head_dim] split over fsdp by the latent (their heads over tensor)
+    ('q_lora', 'fsdp'),
+    ('kv_lora', 'fsdp'),
     ('mlp', 'tensor'),
     ('vocab', 'tensor'),
     ('expert', 'expert'),

@@ -60,12 +60,13 @@ class LatentAttention(nn.Module):
     norm = lambda name, axis: layers.Norm(m.norm, m.norm_eps, axis=axis, name=name,
                                           dtype=self.dtype, param_dtype=self.param_dtype)
     if a.q_lora_rank:
+      # the down-projections' latent dim unsplit: their embed dim takes fsdp
       latent_q = norm('query_norm', 'q_lora')(
-          dense('query_down', a.q_lora_rank, ('embed', 'q_lora'))(x_BLD))
+          dense('query_down', a.q_lora_rank, ('embed', None))(x_BLD))
       q_BLHK = dense('query_up', (H, N + R), ('q_lora', 'heads', 'head_dim'))(latent_q)
     else:
       q_BLHK = dense('query', (H, N + R), ('embed', 'heads', 'head_dim'))(x_BLD)
-    down_BLE = dense('kv_down', C + R, ('embed', 'kv_lora'))(x_BLD)
+    down_BLE = dense('kv_down', C + R, ('embed', None))(x_BLD)
     c_BLC = norm('kv_norm', 'kv_lora')(down_BLE[..., :C])
     k_rope_BL1R = rope.apply(down_BLE[..., None, C:], q_positions_BL, m.rope_theta,
                              self.rope_scaling)

@@ -60,8 +60,11 @@ def _cost(compiled):
 
 
 def _unrolled_cost(config, mesh):
-  """Per-device (flops, bytes) of the full depth, from 1- and 2-layer unrolled compiles."""
+  """Per-device (flops, bytes) of the full depth, from 1- and 2-layer unrolled compiles
+  (with model.moe.first_dense = k dense layers: k + 1 and k + 2, the dense ones counted
+  once)."""
   fields = families.get(config.model).LAYER_FIELDS
+  dense = config.model.moe.first_dense if config.model.moe.num_experts else 0
 
   def cost(layers):
     variant = config.copy_and_resolve_references()
@@ -72,12 +75,12 @@ def _unrolled_cost(config, mesh):
     with ring.unrolled():  # every hop's block counted
       return _cost(lower(variant, mesh).compile())
 
-  base = cost([1] * len(fields))
+  base = cost([dense + 1] * len(fields))
   total = base.copy()
   for i, field in enumerate(fields):
-    layers = [1] * len(fields)
-    layers[i] = 2
-    total += (config.model[field] - 1) * (cost(layers) - base)
+    layers = [dense + 1] * len(fields)
+    layers[i] = dense + 2
+    total += (config.model[field] - dense - 1) * (cost(layers) - base)
   return total
 
 
