@@ -169,6 +169,19 @@ def test_bad_checkpoints_name_the_tensor_or_field(tmp_path):
   with pytest.raises(hf.ConvertError, match="model_type='falcon' is not supported"):
     hf.load(str(path))
 
+  path = _copy('deepseek_v3', tmp_path / 'fp8')  # the hub's V3 is FP8 with block scales
+  _edit_config(path, quantization_config={'quant_method': 'fp8', 'weight_block_size': [128, 128]})
+  with pytest.raises(hf.ConvertError, match=r'deepseek_v3 quantization_config: .* FP8 .* '
+                                            r'convert it to bfloat16 first'):
+    hf.load(str(path))
+  path = _copy('deepseek_v3', tmp_path / 'no_bias')
+  tensors = safetensors_np.load_file(str(path / 'model.safetensors'))
+  del tensors['model.layers.2.mlp.gate.e_score_correction_bias']
+  safetensors_np.save_file(tensors, str(path / 'model.safetensors'))
+  with pytest.raises(hf.ConvertError, match="'model.layers.2.mlp.gate.e_score_correction_bias' "
+                                            'is missing'):
+    hf.load(str(path))
+
   path = _copy('gpt2_cls', tmp_path / 'no_pad')
   _edit_config(path, pad_token_id=None)
   with pytest.raises(hf.ConvertError, match='config.json has no pad_token_id; '

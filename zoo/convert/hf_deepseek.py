@@ -30,6 +30,10 @@ def config(hf, names):
   del names
   if hf.get('hidden_act', 'silu') != 'silu' or hf.get('attention_bias'):
     raise ConvertError('deepseek_v3 hidden_act other than silu, or attention_bias, is not built')
+  if hf.get('quantization_config'):
+    raise ConvertError('deepseek_v3 quantization_config: the hub\'s checkpoint is FP8 with '
+                       'block scales (weight_scale_inv); convert it to bfloat16 first '
+                       '(DeepSeek\'s inference/fp8_cast_bf16.py) and drop quantization_config')
   if hf.get('scoring_func', 'sigmoid') != 'sigmoid' or not hf.get('rope_interleave', True):
     raise ConvertError("deepseek_v3 scoring_func other than 'sigmoid', or rope_interleave "
                        'false, is not built (the released checkpoints are sigmoid, interleaved)')
