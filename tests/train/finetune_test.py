@@ -228,7 +228,7 @@ def test_an_imported_umt5_or_t5gemma_fine_tunes_text_to_text(name, tmp_path):
   task = helpers.speakers_task(str(tmp_path / 't2t'), 'text_to_text', 16, 8)
   config = config_lib.load(os.path.join(imported, 'config.py'), [
       'data.task.kind=text_to_text', f'data.task.path={task}', 'data.seq_len=32',
-      'train.steps=30', 'train.eval_every=30', 'optim.learning_rate=3e-3',
+      'train.steps=20', 'train.eval_every=20', 'optim.learning_rate=3e-3',
       'generate.max_new_tokens=4', 'data.reserved_ids=0', *FAST])  # a task reads no sentinels
   loop.train(config, str(tmp_path / 'tuned'), task_eval.make)
   rows = _rows(str(tmp_path / 'tuned'))
