@@ -366,11 +366,11 @@ def _splash(kind, n):
                    'model.attention.query_scale=128.0', 'model.max_length=1024',
                    'data.seq_len=1024', 'train.batch_size=4'], _splash('mqa', 2)),
     # umT5: flash_bias with each layer's table in each stack, splash in cross-attention
-    ('umt5_base', ['data.seq_len=256', 'data.target_seq_len=128'],
+    ('umt5_base', ['data.seq_len=128', 'data.target_seq_len=128'],
      {'flash_bias_fwd': 2, 'flash_bias_dq': 2, 'flash_bias_dkv': 2, **_splash('mha', 1)}),
     # T5Gemma: local, global and tail layers in each stack (the encoder's windows two-sided),
     # and the decoder's cross-attention: 9 of each splash kernel
-    ('t5gemma_2b_2b', ['data.seq_len=256', 'data.target_seq_len=128',
+    ('t5gemma_2b_2b', ['data.seq_len=128', 'data.target_seq_len=128',
                        'model.attention.window=64', 'model.head_dim=128'],
      _splash('mqa', 9)),
 ], ids=['gemma2', 'umt5', 't5gemma'])
