@@ -47,19 +47,20 @@ def test_experts_on_a_circular_pipeline_over_a_split_sequence_give_the_data_loss
   np.testing.assert_allclose(piped[-1]['moe_load'], reference[-1]['moe_load'], atol=1e-6)
 
 
-@pytest.mark.parametrize('name, mesh', [
+@pytest.mark.parametrize('name, mesh, overrides', [
     # 16 experts (the smoke's cut of 128), top 8 renormalised, QK-norm
-    ('qwen3_30b_a3b', {'data': 2, 'expert': 4}),
-    # latent attention, a dense first layer, sigmoid routing in 4 of 8 groups, the
-    # sequence-wise balance loss, the loss-free bias; and V2-Lite's softmax routing
-    ('deepseek_v3', {'fsdp': 2, 'tensor': 2, 'expert': 2}),
-    ('deepseek_v2_lite', {'data': 2, 'tensor': 2, 'expert': 2}),
+    ('qwen3_30b_a3b', {'data': 2, 'expert': 4}, []),
+    # latent attention (its latents over fsdp, ring attention over context), a dense first
+    # layer, sigmoid routing in 4 of 8 groups, the loss-free bias (the balance loss over the
+    # batch: a split sequence has no sequence-wise one); V2-Lite: heads over tensor, softmax
+    ('deepseek_v3', {'fsdp': 2, 'context': 2, 'expert': 2}, ['model.moe.balance_scope=batch']),
+    ('deepseek_v2_lite', {'data': 2, 'tensor': 2, 'expert': 2}, []),
 ])
-def test_moe_smokes_on_an_expert_mesh_give_one_devices_losses(name, mesh):
+def test_moe_smokes_on_an_expert_mesh_give_one_devices_losses(name, mesh, overrides):
   """Four steps on the mesh against the same steps on one device, in float32 (the batches
   generated: helpers.family_batch)."""
-  config = helpers.smoke(name)
-  sizes = lambda **s: {'data': 1, 'fsdp': 1, 'tensor': 1, 'expert': 1, **s}
+  config = helpers.smoke(name, *overrides)
+  sizes = lambda **s: {'data': 1, 'fsdp': 1, 'tensor': 1, 'expert': 1, 'context': 1, **s}
   want = [float(r['loss']) for r in helpers.train_steps(config, sizes(), steps=4)[0]]
   got = [float(r['loss']) for r in helpers.train_steps(config, sizes(**mesh), steps=4)[0]]
   assert got == pytest.approx(want, rel=2e-5, abs=2e-5)  # (their losses fall: configs_test)
