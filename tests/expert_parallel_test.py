@@ -19,7 +19,7 @@ def _moe_rows(overrides, workdir):
   return [r for r in metrics_lib.read(str(workdir)) if 'loss' in r]
 
 
-@pytest.mark.parametrize('capacity_factor', [0.0, 2.0])  # dropless; capacity, generous
+@pytest.mark.parametrize('capacity_factor', [2.0])  # capacity, generous (dropless: below)
 def test_experts_sharded_over_the_expert_axis_give_the_data_parallel_losses(capacity_factor,
                                                                            tmp_path):
   losses = {}
