@@ -275,6 +275,26 @@ def test_an_imported_model_trains_and_generates_with_its_own_tokenizer(tmp_path)
   assert 'ROMEO: But, soft' in completion and len(completion.strip()) > len('ROMEO: But, soft')
 
 
+def test_a_deepseek_v3_config_in_the_hubs_layout_loads_the_same(tmp_path):
+  """deepseek-ai/DeepSeek-V3's config.json keys: rope_theta and rope_scaling ('type':
+  'yarn') at the top level, scoring_func, topk_method, seq_aux, aux_loss_alpha."""
+  path = _copy('deepseek_v3', tmp_path / 'hub')
+  with open(path / 'config.json', encoding='utf-8') as f:
+    config = json.load(f)
+  rope = config.pop('rope_parameters')
+  config['rope_theta'] = rope.pop('rope_theta')
+  rope['type'] = rope.pop('rope_type')
+  config.update(rope_scaling=rope, scoring_func='sigmoid', topk_method='noaux_tc',
+                seq_aux=True, aux_loss_alpha=0.0001)
+  with open(path / 'config.json', 'w', encoding='utf-8') as f:
+    json.dump(config, f)
+  want_config, want = hf.load_variables(os.path.join(FIXTURES, 'deepseek_v3'))
+  got_config, got = hf.load_variables(str(path))
+  assert got_config.model.to_dict() == want_config.model.to_dict()
+  assert got_config.model.rope_scaling.type == 'yarn'
+  chex.assert_trees_all_equal(got, want)
+
+
 def test_gemma_configs_in_the_hubs_older_layout_load_the_same(tmp_path):
   """config.json as the hub's Gemma 2 and 3 files have it: no layer_types or
   rope_parameters, but sliding_window_pattern, rope_theta, rope_scaling and
