@@ -317,3 +317,12 @@ def test_gemma_configs_in_the_hubs_older_layout_load_the_same(tmp_path):
     got_config, got = hf.load(str(path))
     assert got_config.model.to_dict() == want_config.model.to_dict()
     chex.assert_trees_all_equal(got, want)
+
+
+def test_a_deepseek_v3_saved_without_routing_biases_writes_zeros(tmp_path):
+  config, variables = hf.load_variables(os.path.join(FIXTURES, 'deepseek_v3'))
+  hf.save(config, variables['params'], str(tmp_path))  # a run without the loss-free bias
+  _, saved = hf.load_variables(str(tmp_path))
+  np.testing.assert_array_equal(saved['moe_bias']['layers']['block_0']['moe']['bias'],
+                                np.zeros((2, 8), np.float32))  # 2 MoE layers, 8 experts
+  chex.assert_trees_all_equal(saved['params'], variables['params'])

@@ -653,10 +653,6 @@ def save(config, params, path, moe_bias=None):
   # safetensors writes an array's buffer as it lies: a joined tensor may not be C-ordered
   tensors = {k: np.ascontiguousarray(v) for k, v in arch.from_rules(tensors, m).items()}
   if arch.state_tensors:
-    if moe_bias is None:
-      layers = m.num_layers - m.moe.first_dense
-      moe_bias = {'layers': {'block_0': {'moe': {'bias': np.zeros(
-          (layers, m.moe.num_experts), np.float32)}}}}
     tensors.update(arch.state_tensors(moe_bias, m))
   for alias, target in arch.aliases:  # for loaders that keep the copies as separate modules
     tensors[alias] = tensors[target].copy()

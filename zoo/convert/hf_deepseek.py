@@ -88,16 +88,14 @@ def rules(m):
   order = _rope_order(m)
   back = np.argsort(order)
 
-  def heads_in(rotary_rows):  # [H * (N + R), in] -> [in, H, N + R], rotary dims as halves
-    def to_zoo(w):
-      w = w.reshape(H, N + R, -1)
-      w = np.concatenate([w[:, :N], w[:, N:][:, order if rotary_rows else slice(None)]], 1)
-      return w.transpose(2, 0, 1)
+  def query_to_zoo(w):  # [H * (N + R), in] -> [in, H, N + R], rotary dims as halves
+    w = w.reshape(H, N + R, -1)
+    return np.concatenate([w[:, :N], w[:, N:][:, order]], 1).transpose(2, 0, 1)
 
-    def to_hf(w):
-      w = w.transpose(1, 2, 0)
-      return np.concatenate([w[:, :N], w[:, N:][:, back]], 1).reshape(H * (N + R), -1)
-    return to_zoo, to_hf
+  def query_to_hf(w):
+    w = w.transpose(1, 2, 0)
+    return np.concatenate([w[:, :N], w[:, N:][:, back]], 1).reshape(H * (N + R), -1)
+  query = (query_to_zoo, query_to_hf)
 
   kv_down = (lambda w: np.concatenate([w[:C], w[C:][order]]).T,
              lambda w: np.concatenate([w.T[:C], w.T[C:][back]]))
@@ -117,10 +115,10 @@ def rules(m):
       rs += [*hf_rules.dense(f'{zoo}/attention/query_down', f'{attn}.q_a_proj'),
              *hf_rules.norm(f'{zoo}/attention/query_norm', f'{attn}.q_a_layernorm'),
              hf_rules.rule(f'{zoo}/attention/query_up/kernel', f'{attn}.q_b_proj.weight',
-                           heads_in(True))]
+                           query)]
     else:
       rs.append(hf_rules.rule(f'{zoo}/attention/query/kernel', f'{attn}.q_proj.weight',
-                              heads_in(True)))
+                              query))
     mlp = f'{hf}.mlp'
     if dense:
       rs += [r for zoo_name, name in (('wi_0', 'gate_proj'), ('wi_1', 'up_proj'),
@@ -187,7 +185,12 @@ def routing_bias(tensors, m):
 
 
 def routing_bias_tensors(moe_bias, m):
-  """The 'moe_bias' collection -> each layer's e_score_correction_bias (save)."""
+  """The 'moe_bias' collection (None: zeros, a model trained without the loss-free bias)
+  -> each layer's e_score_correction_bias (save)."""
+  if moe_bias is None:
+    return {f'model.layers.{i}.mlp.gate.e_score_correction_bias':
+            np.zeros(m.moe.num_experts, np.float32)
+            for i in range(m.moe.first_dense, m.num_layers)}
   bias = np.asarray(moe_bias['layers']['block_0']['moe']['bias'], np.float32)
   return {f'model.layers.{i}.mlp.gate.e_score_correction_bias': bias[j]
           for j, i in enumerate(range(m.moe.first_dense, m.num_layers))}
