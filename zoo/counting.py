@@ -27,8 +27,12 @@ def param_count(params):
 
 
 def abstract_params(config):
-  """Boxed abstract params (shapes, dtypes and logical axis names; no memory)."""
-  model = families.build(config.model)
+  """Boxed abstract params (shapes, dtypes and logical axis names; no memory). The shapes
+  are the attention kernel's whatever it is, so they are traced with XLA's: a config for a
+  GPU or TPU kernel plans on any machine."""
+  m = config.model.copy_and_resolve_references()
+  m.attention.kernel = 'xla'
+  model = families.build(m)
   batch = families.example_batch(config.model, 1, config.data.seq_len)
   return jax.eval_shape(model.init, jax.random.PRNGKey(0), batch)['params']
 

@@ -131,6 +131,7 @@ def measure(config, runs, steps, decode_batches, prompt_len, new_tokens, use_tor
     side['model_gflops'] = side['train_tokens_per_sec'] * flops_per_token / 1e9
   z = results['zoo']
   z['compile_seconds'] = zoo.compile_seconds
+  z['memory'] = zoo.memory
   z['mfu'] = metrics_lib.mfu(z['model_gflops'] * 1e9, jax.devices())
   z['device'] = machine.describe(jax.devices()[0])
   ratios = {}

@@ -10,6 +10,7 @@ import numpy as np
 
 from zoo import sharding
 from zoo.infer import generate
+from zoo.plan import compiled as compiled_lib
 from zoo.train import runtime
 from zoo.train import state as state_lib
 
@@ -26,8 +27,9 @@ def random_batch(config, seed=0):
 
 
 class Trainer:
-  """step() runs one train step to completion; compile_seconds, params (float32 numpy, for
-  the other side) and first_loss are read after construction."""
+  """step() runs one train step to completion; compile_seconds, memory (the compiled step's
+  bytes on one device, by part), params (float32 numpy, for the other side) and first_loss
+  are read after construction."""
 
   def __init__(self, config, batch):
     if config.data.objective != 'causal_lm':
@@ -45,6 +47,7 @@ class Trainer:
         (parts.shardings, sharding.replicated(place.mesh)), donate_argnums=(0,)
     ).compile(self.state, self.batch)
     self.compile_seconds = time.perf_counter() - start
+    self.memory = compiled_lib.memory_bytes(self.step_fn.memory_analysis())
     self.first_loss = float(self.step()['loss'])
 
   def step(self):

@@ -84,6 +84,17 @@ def _unrolled_cost(config, mesh):
   return total
 
 
+def memory_bytes(memory):
+  """A compiled program's memory_analysis() -> its per-device bytes by part and in total."""
+  parts = {
+      'arguments': int(memory.argument_size_in_bytes),
+      'outputs_not_aliased': int(memory.output_size_in_bytes - memory.alias_size_in_bytes),
+      'temporaries': int(memory.temp_size_in_bytes),
+      'code': int(memory.generated_code_size_in_bytes),
+  }
+  return {**parts, 'total': sum(parts.values())}
+
+
 def compile_step(config, devices, scan_corrected_cost=True):
   """-> dict: per-device memory from the compiler, FLOPs and HBM bytes per step, timings.
   scan_corrected_cost=False skips the two extra compiles (the cost then counts one layer)."""
@@ -114,17 +125,8 @@ def compile_step(config, devices, scan_corrected_cost=True):
   flops, bytes_accessed = _unrolled_cost(config, mesh) if corrected else _cost(compiled)
   if corrected:
     print(f'compiled in {time.time() - start:.0f} s', flush=True)
-  total = (memory.argument_size_in_bytes + memory.output_size_in_bytes -
-           memory.alias_size_in_bytes + memory.temp_size_in_bytes +
-           memory.generated_code_size_in_bytes)
   return {
-      'per_device_bytes': {
-          'arguments': int(memory.argument_size_in_bytes),
-          'outputs_not_aliased': int(memory.output_size_in_bytes - memory.alias_size_in_bytes),
-          'temporaries': int(memory.temp_size_in_bytes),
-          'code': int(memory.generated_code_size_in_bytes),
-          'total': int(total),
-      },
+      'per_device_bytes': memory_bytes(memory),
       'flops_per_step_per_device': float(flops),
       'hbm_bytes_per_step_per_device': float(bytes_accessed),
       'compile_seconds': round(compile_seconds, 1),
