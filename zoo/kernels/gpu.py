@@ -13,9 +13,18 @@ from zoo.kernels import mask as mask_lib
 DTYPES = (jnp.bfloat16, jnp.float16)
 
 
+def keys_of(mask):
+  """[B, 1, L, S] boolean: the segment part of `mask` as cuDNN gets it, where a padding query
+  (segment 0) attends every key. cuDNN's backward returns NaN for a query that attends no key
+  (docs/contracts.md, Known problems); a padding query's output reaches no loss and no other
+  token (padding keys are never attended), so its keys change no gradient."""
+  segments = mask_lib.segment_mask(mask.q_segment_ids, mask.kv_segment_ids)
+  return segments | (mask.q_segment_ids == 0)[:, None, :, None]
+
+
 def attention(q_BLHK, k_BSGK, v_BSGK, mask, bias=None, scale=None, implementation='cudnn'):
   """`implementation='xla'` runs the same call through XLA (how CPU tests check it)."""
-  segments = mask_lib.segment_mask(mask.q_segment_ids, mask.kv_segment_ids)
+  segments = keys_of(mask)
   window = None
   if mask.window:  # (keys back, keys ahead), each end included
     window = (mask.window - 1, 0) if mask.causal else (mask.window, mask.window)
