@@ -13,6 +13,7 @@ from zoo import counting
 from zoo import families
 from zoo import sharding
 from zoo.plan import analytic
+from zoo.plan import preflight
 from zoo.train import state as state_lib
 
 
@@ -106,6 +107,18 @@ def test_kv_cache_and_flops_for_llama3_8b_by_hand():
     config = config_lib.load(helpers.config_file('llama3_8b', arg=None),
                              [f'model.remat={policy}'])
     assert counting.remat_flops_per_token(config) == recomputed, policy
+
+
+def test_a_config_for_the_cudnn_kernel_plans_on_a_cpu():
+  # the shapes are the kernel's whatever it is; only the memory model asks which one runs
+  config = config_lib.load(helpers.config_file('llama3_8b', arg=None),
+                           ['model.attention.kernel=gpu', 'model.dtype=bfloat16'])
+  result = analytic.plan(config, 1)
+  assert result['params_total'] == PUBLISHED['llama3_8b']
+  sizes = analytic.mesh_sizes_for(config.mesh, 1)
+  on_gpu = preflight.estimate(config, sizes, 'gpu')
+  on_cpu = preflight.estimate(config, sizes, 'cpu')  # xla there: the [H, L] scores held
+  assert on_gpu['params'] == on_cpu['params'] and on_gpu['activations'] < on_cpu['activations']
 
 
 def test_per_device_bytes_follow_the_sharding_rules():

@@ -91,6 +91,33 @@ def test_the_cudnn_call_with_a_position_bias_means_the_reference_forward_and_bac
     np.testing.assert_allclose(g, w, atol=1e-5)
 
 
+def test_padding_queries_get_every_key_under_cudnn_and_change_no_gradient():
+  # a decoder's padding queries against an unpadded encoder attend no key, which cuDNN's
+  # backward turns into NaN (docs/contracts.md, Known problems); cuDNN gets them every key
+  rng = np.random.default_rng(3)
+  q = jnp.asarray(rng.normal(size=(2, 6, 4, 8)), jnp.float32)
+  k, v = (jnp.asarray(rng.normal(size=(2, 10, 2, 8)), jnp.float32) for _ in range(2))
+  q_ids = jnp.asarray([[1] * 4 + [0] * 2, [1] * 3 + [2] * 3], jnp.int32)
+  kv_ids = jnp.asarray([[1] * 10, [1] * 5 + [2] * 5], jnp.int32)
+  mask = mask_lib.Mask(q_ids, kv_ids)
+  segments, keys = mask.dense(), np.asarray(gpu.keys_of(mask))
+  assert not segments[0, 0, 4:].any()  # the raw mask: two queries without a key
+  assert keys.any(-1).all()
+  real = np.asarray(q_ids > 0)
+  np.testing.assert_array_equal(keys[:, 0][real], np.asarray(segments)[:, 0][real])
+
+  def loss(attend):
+    return lambda q, k, v: jnp.sum(jnp.sin(attend(q, k, v)) * real[..., None, None])
+  cudnn = lambda q, k, v: gpu.attention(q, k, v, mask, scale=0.3, implementation='xla')
+  xla = lambda q, k, v: reference.dot_product_attention(q, k, v, segments, scale=0.3)
+  np.testing.assert_allclose(cudnn(q, k, v), reference.dot_product_attention(
+      q, k, v, keys, scale=0.3), atol=1e-5)  # the call takes those keys
+  got = jax.grad(loss(cudnn), (0, 1, 2))(q, k, v)
+  want = jax.grad(loss(xla), (0, 1, 2))(q, k, v)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g, w, atol=1e-5)
+
+
 def test_the_decoder_on_xla_and_a_dense_mask_still_work():
   q = jnp.ones((1, 4, 2, 8))
   out = kernels.attention(q, q, q, mask_lib.causal_mask(4), kernel='xla')
