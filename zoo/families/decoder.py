@@ -136,6 +136,20 @@ def tokenize_prompts(config, tokenizer, prompts, fit=False):
 
 def start_generation(model, variables, ids_BP, segments_BP, max_new_tokens):
   """Left-padded prompts prefilled -> (first logits [B, V], cache, step(token, i, cache))."""
+  logits_BV, cache, feed = prefill(model, variables, ids_BP, segments_BP, max_new_tokens)
+  return logits_BV, cache, lambda token_B, i, cache: last(feed(token_B[:, None], i, cache))
+
+
+def last(logits_and_cache):
+  logits_BLV, cache = logits_and_cache
+  return logits_BLV[:, -1], cache
+
+
+def prefill(model, variables, ids_BP, segments_BP, max_new_tokens, lookahead=0):
+  """Left-padded prompts prefilled into a cache of P + max_new_tokens slots -> (first logits
+  [B, V], cache, feed(ids [B, L], i, cache) -> (logits [B, L, V], cache)), where feed writes
+  L new tokens from new-token slot i (the cache index must be at P + i). lookahead: slots a
+  local layer's ring keeps beyond its window (speculative decoding's rollbacks)."""
   B, P = ids_BP.shape
   S = P + max_new_tokens
   kv_segments_BS = jnp.concatenate([segments_BP, jnp.ones((B, max_new_tokens), jnp.int32)], 1)
@@ -146,12 +160,13 @@ def start_generation(model, variables, ids_BP, segments_BP, max_new_tokens):
   def batch_at(ids_BL, start):
     return {'inputs': ids_BL, 'segment_ids': at(kv_segments_BS, start, ids_BL.shape[1]),
             'positions': at(kv_positions_BS, start, ids_BL.shape[1]),
-            'kv_segment_ids': kv_segments_BS, 'kv_positions': kv_positions_BS}
+            'kv_segment_ids': kv_segments_BS, 'kv_positions': kv_positions_BS,
+            'lookahead': lookahead}
 
   def run(cache, ids_BL, start):
     logits_BLV, mutated = model.apply({**variables, 'cache': cache}, batch_at(ids_BL, start),
                                       mutable=['cache'])
-    return logits_BLV[:, -1], mutated['cache']
+    return logits_BLV, mutated['cache']
 
-  logits_BV, cache = run(decoding.empty_cache(model, (batch_at(ids_BP, 0),)), ids_BP, 0)
-  return logits_BV, cache, lambda token_B, i, cache: run(cache, token_B[:, None], P + i)
+  logits_BV, cache = last(run(decoding.empty_cache(model, (batch_at(ids_BP, 0),)), ids_BP, 0))
+  return logits_BV, cache, lambda ids_BL, i, cache: run(cache, ids_BL, P + i)

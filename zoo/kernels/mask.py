@@ -59,6 +59,9 @@ class Mask:
   window: int = flax.struct.field(pytree_node=False, default=0)
   q_start: jax.Array | int = 0  # int32 scalar
   kv_cache: bool = flax.struct.field(pytree_node=False, default=False)
+  # decoding: a local layer's cache ring keeps this many slots beyond the window, so that
+  # speculative decoding can take back the keys of rejected tokens (zoo/infer/speculative.py)
+  lookahead: int = flax.struct.field(pytree_node=False, default=0)
   # [B, L] int: each token's place in the sequence when the tokens are laid out in another
   # order (self-attention only; ring attention's balanced layout); None = in order
   slots: jax.Array | None = None

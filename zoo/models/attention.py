@@ -121,20 +121,23 @@ class MultiHeadAttention(nn.Module):
 
 
   def _rolling(self, k_BLGK, v_BLGK, mask):
-    """A local layer's cache: the last W = mask.window cache slots' keys and values in a
-    ring (slot t at t mod W). The L new queries attend the ring's slots and their own keys
-    within the window -> (W + L keys, values, the dense mask [B, 1, L, W + L]); then the
-    last min(L, W) new keys and values overwrite the ring. Equal to the whole cache: the
-    window holds the same keys."""
+    """A local layer's cache: the last R = W + mask.lookahead cache slots' keys and values
+    in a ring (slot t at t mod R; W = mask.window). The L new queries attend the ring's
+    slots and their own keys within the window -> (R + L keys, values, the dense mask
+    [B, 1, L, R + L]); then the last min(L, R) new keys and values overwrite the ring.
+    Equal to the whole cache: the window holds the same keys. Moving the cache index back
+    by up to `lookahead` slots (rejected speculative tokens) leaves the ring right: the
+    slots it overwrote are R apart from what it kept, outside every later query's window."""
     B, L, G, K = k_BLGK.shape
     W = mask.window
+    R = W + mask.lookahead
     slot = lambda name, shape: self.variable('cache', name, jnp.zeros, shape, k_BLGK.dtype)
-    key = slot('cached_key', (B, G, K, W))
-    value = slot('cached_value', (B, G, W, K))
+    key = slot('cached_key', (B, G, K, R))
+    value = slot('cached_value', (B, G, R, K))
     index = self.variable('cache', 'cache_index', jnp.zeros, (), jnp.int32)
     start = index.value
-    held_W = start - 1 - jnp.mod(start - 1 - jnp.arange(W), W)  # the newest slot < start
-    kv_slots_S = jnp.concatenate([held_W, start + jnp.arange(L)])  # S = W + L keys
+    held_R = start - 1 - jnp.mod(start - 1 - jnp.arange(R), R)  # the newest slot < start
+    kv_slots_S = jnp.concatenate([held_R, start + jnp.arange(L)])  # S = R + L keys
     q_slots_L = start + jnp.arange(L)
     last = mask.kv_segment_ids.shape[1] - 1
     kv_segments_BS = jnp.take(mask.kv_segment_ids, jnp.clip(kv_slots_S, 0, last), axis=1)
@@ -148,8 +151,8 @@ class MultiHeadAttention(nn.Module):
                                 axis=1)
     values_BSGK = jnp.concatenate([value.value.transpose(0, 2, 1, 3),
                                    v_BLGK.astype(value.value.dtype)], axis=1)
-    n = min(L, W)
-    ring_n = jnp.mod(start + L - n + jnp.arange(n), W)
+    n = min(L, R)
+    ring_n = jnp.mod(start + L - n + jnp.arange(n), R)
     key.value = key.value.at[:, :, :, ring_n].set(k_BLGK[:, L - n:].transpose(0, 2, 3, 1))
     value.value = value.value.at[:, :, ring_n, :].set(v_BLGK[:, L - n:].transpose(0, 2, 1, 3))
     index.value = start + L

@@ -431,7 +431,8 @@ class Decoder(nn.Module):
     kv_segment_ids_BS = batch['kv_segment_ids'] if kv_cache else segment_ids_BL
     kv_positions_BS = batch['kv_positions'] if kv_cache else positions_BL
     mask = mask_lib.Mask(segment_ids_BL, kv_segment_ids_BS, causal=True,
-                          window=m.attention.window, kv_cache=kv_cache, slots=slots_BL)
+                          window=m.attention.window, kv_cache=kv_cache, slots=slots_BL,
+                          lookahead=batch.get('lookahead', 0))
     bias = None
     if m.position == 'alibi':
       bias = kernels.prepare_bias(m.attention.kernel, attention.alibi_bias(
