@@ -386,6 +386,18 @@ def test_generate_cuts_each_completion_at_a_stop_string_and_takes_penalties(refe
   assert penalized.stdout != plain.stdout  # greedy either way; the penalties changed it
 
 
+def test_generate_with_itself_as_draft_keeps_every_proposal_and_the_greedy_text(reference):
+  args = ('--prompt=ROMEO:', '--config.generate.max_new_tokens=16')
+  plain = _generate(reference, *args)
+  speculative = _generate(reference, *args, f'--config.generate.draft_workdir={reference}',
+                          '--config.generate.draft_tokens=3')
+  assert speculative.returncode == 0, speculative.stderr[-3000:]
+  text, line = speculative.stdout.rsplit('\nspeculative: ', 1)
+  assert text + '\n' == plain.stdout
+  kept, proposed = re.match(r'(\d+) of (\d+) draft tokens kept \(100%\)', line).groups()
+  assert kept == proposed
+
+
 @pytest.mark.parametrize('args, message', [
     ([], r'--mode=generate needs at least one --prompt'),
     (['--prompt=hi', '--config.generate.repetition_penalty=0.5'],

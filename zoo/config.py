@@ -389,6 +389,11 @@ def _generate():
   # 'zoo' (T5X's: GNMT's penalty, any of the 2 x num_beams candidates may end) or
   # 'transformers' (its beam search: length^alpha, docs/generate.md has the differences)
   g.beam_rules = 'zoo'
+  # speculative decoding (zoo/infer/speculative.py): a decoder trained on the same tokenizer
+  # in another workdir proposes draft_tokens tokens a round for this model to verify;
+  # '' = plain decoding
+  g.draft_workdir = ''
+  g.draft_tokens = 4
   return g
 
 
@@ -533,6 +538,16 @@ def _validate_generate(g, m):
   if g.frequency_penalty < 0:
     raise ConfigError(f'generate.frequency_penalty={g.frequency_penalty} must be >= 0 (0 = '
                       'off)')
+  if g.draft_workdir:
+    _positive('generate.draft_tokens', g.draft_tokens)
+    neutral = {'generate.num_beams': (g.num_beams, 1),
+               'generate.repetition_penalty': (g.repetition_penalty, 1.0),
+               'generate.frequency_penalty': (g.frequency_penalty, 0.0)}
+    for name, (value, off) in neutral.items():
+      if value != off:
+        raise ConfigError(f'{name}={value} with generate.draft_workdir: speculative decoding '
+                          f'samples or takes the argmax token by token; set {name}={off} or '
+                          'generate.draft_workdir=""')
   if isinstance(g.stop, str) or not all(isinstance(x, str) and x for x in g.stop):
     raise ConfigError(f'generate.stop={g.stop!r} must be a tuple of non-empty strings, e.g. '
                       '--config.generate.stop="(\'THE END\',)"')

@@ -8,10 +8,14 @@ import numpy as np
 import pytest
 
 from tests import helpers
+from zoo import config as config_lib
 from zoo import families
+from zoo.errors import ConfigError
 from zoo.families import decoding
+from zoo.infer import draft as draft_lib
 from zoo.infer import generate
 from zoo.infer import speculative
+from zoo.train import run_config
 
 PROMPT = [[2, 10, 11, 12, 13]]
 NEW = 24
@@ -92,3 +96,42 @@ def test_sampled_tokens_follow_the_targets_distribution():
     got = np.bincount(tokens[:, position], minlength=vocab) / runs
     # total variation: ~0.03 from sampling alone; the draft's own distribution is ~0.4 away
     assert 0.5 * np.abs(got - want).sum() < 0.06, (position, got, want)
+
+
+@pytest.mark.parametrize('overrides, message', [
+    (['generate.draft_tokens=0'], r'generate.draft_tokens=0 must be positive'),
+    (['generate.num_beams=2'], r'generate.num_beams=2 with generate.draft_workdir: .* set '
+     r'generate.num_beams=1'),
+    (['generate.repetition_penalty=1.2'], r'generate.repetition_penalty=1.2 with generate'),
+])
+def test_a_speculative_setup_it_cannot_run_names_the_field(overrides, message):
+  with pytest.raises(ConfigError, match=message):
+    config_lib.load(helpers.config_file('gpt_shakespeare'),
+                    ['generate.draft_workdir=/draft', *overrides])
+
+
+def test_a_draft_of_another_vocabulary_or_tokenizer_is_refused_before_compiling(tmp_path):
+  def run(name, tokenizer, *overrides):
+    workdir = tmp_path / name
+    workdir.mkdir()
+    (tmp_path / f'{name}.model').write_bytes(tokenizer)
+    config = config_lib.load(helpers.config_file('gpt_shakespeare'), [
+        f'data.tokenizer.path={tmp_path / name}.model',
+        f'generate.draft_workdir={tmp_path / "draft"}', *overrides])
+    run_config.write(config, str(workdir))
+    return config, str(workdir)
+  config, target = run('target', b'pieces')
+  with pytest.raises(ConfigError, match=r'draft_workdir=.*draft: no config.json there'):
+    draft_lib.load_config(config, target)
+  run('draft', b'other pieces')
+  with pytest.raises(ConfigError, match=r'its tokenizer \(.*draft.model\) is not this run'):
+    draft_lib.load_config(config, target)
+  with pytest.raises(ConfigError, match=r'continues one prompt at a time \(2 --prompt given'):
+    draft_lib.check(config, ['a', 'b'])
+  (tmp_path / 'draft.model').write_bytes(b'pieces')
+  assert draft_lib.load_config(config, target).model.vocab_size == 512
+  wider, _ = run('wider', b'pieces', 'model.vocab_size=1024')
+  run_config.write(wider, str(tmp_path / 'draft'))
+  with pytest.raises(ConfigError, match=r'model.vocab_size=1024; the draft must be a decoder '
+                     r"over this model's 512 ids"):
+    draft_lib.load_config(config, target)

@@ -2,8 +2,9 @@
 
 Prompts are tokenized as the family's `tokenize_prompts` says (decoder: BOS + pieces;
 encoder-decoder: pieces + EOS as encoder inputs), generated together in one batch with the
-config's `generate` settings, and printed with their completions. It builds the mesh, reads
-the run's tokenizer and checkpoint, and never reads the corpus.
+config's `generate` settings, and printed with their completions; with
+generate.draft_workdir, one prompt is continued by speculative decoding (zoo/infer/draft.py).
+It builds the mesh, reads the run's tokenizer and checkpoint, and never reads the corpus.
 """
 
 import jax
@@ -13,6 +14,7 @@ from zoo import families
 from zoo.train import runtime
 from zoo import sharding
 from zoo.errors import ConfigError
+from zoo.infer import draft
 from zoo.infer import generate
 from zoo.train import state as state_lib
 
@@ -26,6 +28,8 @@ def check(config, prompts):
                       'not')
   if not prompts:
     raise ConfigError('--mode=generate needs at least one --prompt="..."')
+  if config.generate.draft_workdir:
+    draft.check(config, prompts)
 
 
 def _text(tokenizer, ids, data_config):
@@ -56,7 +60,12 @@ def run(config, workdir, prompts):
   ids, segments = family.tokenize_prompts(config, tokenizer, prompts)
   state = runtime.model_state(config, place.mesh)
   step, variables = runtime.restore_variables(config, workdir, state, 'generate')
-  tokens = generator(config, place, state, tokenizer)(variables, ids, segments)
+  stats = None
+  if config.generate.draft_workdir:
+    tokens, stats = draft.generator(config, workdir, place, state, tokenizer)(
+        variables, ids, segments)
+  else:
+    tokens = generator(config, place, state, tokenizer)(variables, ids, segments)
   outputs = []
   for prompt, (text, ended, length) in zip(prompts, _completions(config, tokenizer, tokens)):
     text, stopped = cut_at_stop(text, config.generate.stop)
@@ -65,6 +74,8 @@ def run(config, workdir, prompts):
       how = f' before stop string {stopped!r}' if stopped else ' then EOS' if ended else ''
       print(f'--- step {step}: {length} tokens{how}\n'
             f'{prompt}{family.PROMPT_JOINT}{text}', flush=True)
+  if stats and jax.process_index() == 0:
+    print(draft.describe(stats, config.generate.draft_tokens), flush=True)
   return outputs
 
 

@@ -1,0 +1,89 @@
+"""--mode=generate with generate.draft_workdir: the draft run's config and newest checkpoint,
+checked against the target before anything compiles, and the speculative generator
+(zoo/infer/speculative.py) jitted on the mesh with both models' variables."""
+
+import json
+
+import jax
+import ml_collections
+import numpy as np
+
+from zoo import sharding
+from zoo import storage
+from zoo.data import corpus as corpus_lib
+from zoo.data import tokenizer as tokenizer_lib
+from zoo.errors import ConfigError
+from zoo.infer import generate
+from zoo.infer import speculative
+from zoo.train import run_config
+from zoo.train import runtime
+from zoo.train import state as state_lib
+
+
+def check(config, prompts):
+  """One-line errors about the speculative setup that need no files."""
+  if config.model.family != 'decoder':
+    raise ConfigError(f'generate.draft_workdir: speculative decoding drafts for decoders; '
+                      f'model.family={config.model.family!r}; set generate.draft_workdir=""')
+  if len(prompts) != 1:
+    raise ConfigError(f'generate.draft_workdir: speculative decoding continues one prompt at '
+                      f'a time ({len(prompts)} --prompt given); pass one')
+
+
+def load_config(config, workdir):
+  """The draft run's config (its WORKDIR/config.json), checked against the target's: a
+  decoder with the same vocabulary size and the same tokenizer file."""
+  g = config.generate
+  path = storage.join(g.draft_workdir, run_config.FILE)
+  if not storage.isfile(path):
+    raise ConfigError(f'generate.draft_workdir={g.draft_workdir}: no {run_config.FILE} there; '
+                      'pass the workdir of a trained run')
+  draft = ml_collections.ConfigDict(json.loads(storage.read_text(path)))
+  if draft.model.family != 'decoder' or draft.model.vocab_size != config.model.vocab_size:
+    raise ConfigError(
+        f'generate.draft_workdir={g.draft_workdir}: a {draft.model.family} with '
+        f'model.vocab_size={draft.model.vocab_size}; the draft must be a decoder over this '
+        f"model's {config.model.vocab_size} ids")
+  mine = corpus_lib.tokenizer_path(config.data, workdir)
+  theirs = corpus_lib.tokenizer_path(draft.data, g.draft_workdir)
+  if tokenizer_lib.checksum(mine) != tokenizer_lib.checksum(theirs):
+    raise ConfigError(f'generate.draft_workdir={g.draft_workdir}: its tokenizer ({theirs}) is '
+                      f'not this run\'s ({mine}); train the draft with '
+                      f'--config.data.tokenizer.path={mine}')
+  return draft
+
+
+def generator(config, workdir, place, state, tokenizer):
+  """-> generate(variables, ids [1, P], segment ids [1, P]) -> (new tokens [1, N] numpy,
+  {'rounds', 'accepted'}), the draft restored from generate.draft_workdir."""
+  g = config.generate
+  draft_config = load_config(config, workdir)
+  draft_state = runtime.model_state(draft_config, place.mesh)
+  _, draft_variables = runtime.restore_variables(draft_config, g.draft_workdir, draft_state,
+                                                 'generate')
+  fn = speculative.make(state.model, draft_state.model, g.max_new_tokens, g.draft_tokens,
+                        {'temperature': g.temperature, 'top_k': g.top_k, 'top_p': g.top_p,
+                         'min_p': g.min_p}, tokenizer.eos_id, tokenizer.pad_id)
+  replicated = sharding.replicated(place.mesh)
+  jitted = place.jit(fn, (state_lib.model_variables(state.shardings),
+                          state_lib.model_variables(draft_state.shardings),
+                          replicated, replicated, replicated), replicated,
+                     rules=generate.decode_rules(place.rules))
+
+  def run(variables, ids, segments):
+    inputs = [jax.device_put(a, replicated) for a in (ids, segments,
+                                                      jax.random.PRNGKey(g.seed))]
+    tokens, stats = jitted(variables, draft_variables, *inputs)
+    return (np.asarray(tokens.addressable_data(0)),
+            {k: int(v.addressable_data(0)) for k, v in stats.items()})
+  return run
+
+
+def describe(stats, draft_tokens):
+  """The acceptance line printed after a speculative completion."""
+  proposed = stats['rounds'] * draft_tokens
+  share = stats['accepted'] / proposed if proposed else 0.0
+  per_pass = (stats['rounds'] + stats['accepted']) / max(stats['rounds'], 1)
+  return (f'speculative: {stats["accepted"]} of {proposed} draft tokens kept ({share:.0%}) in '
+          f'{stats["rounds"]} target passes, {per_pass:.2f} tokens a pass')
+
