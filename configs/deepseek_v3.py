@@ -9,9 +9,11 @@ Report": sec. 2.1.1 (MLA: latent 512, query latent 1536, head dims 128 + 64 rota
 128), 2.1.2 (sigmoid affinities, gates normalised over the chosen experts, the loss-free
 bias; node-limited routing, which config.json expresses as 8 groups keeping 4), 4.2 (61
 layers, d_model 7168, 128 heads, the first 3 layers dense (18,432 wide), 1 shared and 256
-routed experts of 2048, 8 chosen; YaRN x40 over 4K; the recipe: zoo/recipes.py). 671B
-parameters (the shapes give 671,026,404,352 without the multi-token-prediction module,
-as transformers counts DeepseekV3ForCausalLM) and 37B activated per token.
+routed experts of 2048, 8 chosen; YaRN x40 over 4K; the recipe: zoo/recipes.py), 2.2 (one
+multi-token prediction module, an MoE block). 671B parameters (the shapes give
+671,026,404,352 without the multi-token prediction module, as transformers counts
+DeepseekV3ForCausalLM; the module adds 11,610,067,968, and the hub's copy of the embedding
+and output head beside it the rest of the report's 14B) and 37B activated per token.
 """
 
 from zoo import config as config_lib
@@ -34,5 +36,6 @@ def get_config(arg=None):
   moe.num_experts, moe.top_k, moe.expert_mlp_dim, moe.num_shared_experts = 256, 8, 2048, 1
   moe.router, moe.num_groups, moe.top_groups = 'sigmoid', 8, 4
   moe.normalize_top_k, moe.routed_scale, moe.first_dense = True, 2.5, 3
+  m.mtp.depth = 1  # 2.2: one multi-token prediction module (config.json's num_nextn_predict_layers)
   recipes.deepseek_v3(c)
   return presets.variant(c, arg)

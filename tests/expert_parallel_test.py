@@ -53,8 +53,11 @@ def test_experts_on_a_circular_pipeline_over_a_split_sequence_give_the_data_loss
     # latent attention (its latents over fsdp, ring attention over context), a dense first
     # layer, sigmoid routing in 4 of 8 groups, the loss-free bias (the balance loss over the
     # batch: a split sequence has no sequence-wise one); V2-Lite: heads over tensor, softmax
-    ('deepseek_v3', {'fsdp': 2, 'context': 2, 'expert': 2}, ['model.moe.balance_scope=batch']),
-    ('deepseek_v2_lite', {'data': 2, 'tensor': 2, 'expert': 2}, []),
+    # (a split sequence: no multi-token prediction, which reads it in order)
+    ('deepseek_v3', {'fsdp': 2, 'context': 2, 'expert': 2}, ['model.moe.balance_scope=batch',
+                                                            'model.mtp.depth=0']),
+    # with V3's multi-token prediction module (its MoE block) added
+    ('deepseek_v2_lite', {'data': 2, 'tensor': 2, 'expert': 2}, ['model.mtp.depth=1']),
 ])
 def test_moe_smokes_on_an_expert_mesh_give_one_devices_losses(name, mesh, overrides):
   """Four steps on the mesh against the same steps on one device, in float32 (the batches

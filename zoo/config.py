@@ -182,6 +182,12 @@ def _model():
   m.mla = ml_collections.ConfigDict({'kv_lora_rank': 0, 'q_lora_rank': 0,
                                      'qk_nope_head_dim': 128, 'qk_rope_head_dim': 64,
                                      'v_head_dim': 128})
+  # multi-token prediction (DeepSeek-V3, zoo/models/mtp.py): depth modules after a decoder's
+  # stack, module k predicting the token k + 1 ahead; their mean loss x loss_weight joins the
+  # total, x late_loss_weight from late_from x train.steps on (V3: 0.3, then 0.1 for the last
+  # third of its tokens); 0 = none
+  m.mtp = ml_collections.ConfigDict({'depth': 0, 'loss_weight': 0.3,
+                                     'late_loss_weight': 0.3, 'late_from': 1.0})
   m.moe = ml_collections.ConfigDict({
       'num_experts': 0,  # 0 = dense MLPs
       'top_k': 2,
@@ -649,9 +655,29 @@ def _validate_family(m, family):
                       "causal windows only; set model.attention.kernel='xla' (or position "
                       "'rope', as T5Gemma)")
   _validate_mla(m, family)
+  _validate_mtp(m, family)
   if m.attention.window and not family.SLIDING_WINDOW:
     raise ConfigError(f'model.attention.window={m.attention.window}: a sliding window is not '
                       f'built for model.family={family.NAME!r}; set it to 0')
+
+
+def _validate_mtp(m, family):
+  """model.mtp: a decoder's token stream, positions from RoPE, weights that make sense."""
+  t = m.mtp
+  if t.depth < 0:
+    raise ConfigError(f'model.mtp.depth={t.depth} must be >= 0 (0 = no multi-token prediction; '
+                      'DeepSeek-V3: 1)')
+  if not t.depth:
+    return
+  if family.NAME != 'decoder' or m.position not in ('rope', 'none') or m.num_labels:
+    raise ConfigError(f'model.mtp.depth={t.depth}: multi-token prediction is built for '
+                      "language-model decoders with model.position='rope' (or 'none'); "
+                      f'model.family={family.NAME!r}, position={m.position!r}; set '
+                      'model.mtp.depth=0')
+  if t.loss_weight < 0 or t.late_loss_weight < 0 or not 0 <= t.late_from <= 1:
+    raise ConfigError(f'model.mtp: loss_weight={t.loss_weight} and late_loss_weight='
+                      f'{t.late_loss_weight} must be >= 0 and late_from={t.late_from} in [0, 1] '
+                      '(a fraction of train.steps; 1 = loss_weight throughout)')
 
 
 def _validate_mla(m, family):
@@ -982,6 +1008,9 @@ def context_unsupported(m):
     return (f'model.moe.capacity_factor={m.moe.capacity_factor} gives each expert slots per '
             'whole sequence, which a split sequence does not hold; route dropless '
             '(model.moe.capacity_factor=0)')
+  if m.mtp.depth:
+    return (f'model.mtp.depth={m.mtp.depth}: the prediction modules read the sequence in order, '
+            'not split; set model.mtp.depth=0')
   return None
 
 

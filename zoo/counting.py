@@ -7,7 +7,8 @@ matmul; a tied table counts once, as the output head), routed experts counting t
 num_experts of themselves, and the attention term counts causal attention as half of the
 full 12 * layers * seq_len * H * K; a layer with a sliding window W < seq_len (Mistral's,
 Gemma's local layers) counts its mean keys per query, W - W (W - 1) / (2 seq_len), in place
-of seq_len / 2. Remat recompute is not counted (MFU, not HFU);
+of seq_len / 2; multi-token prediction's modules (model.mtp) count their blocks as layers
+and the shared output head once more each. Remat recompute is not counted (MFU, not HFU);
 remat_flops_per_token counts it apart (what a compiler reports is the sum).
 """
 
@@ -65,12 +66,12 @@ def _attention_flops(config):
   """6 x seq_len x H x K a layer (12 x its mean keys per query, L/2 causal), a layer
   with a sliding window W < L its mean keys W - W(W - 1) / 2L in place of L/2."""
   m, L = config.model, config.data.seq_len
-  layers = families.total_layers(m)
+  layers = families.total_layers(m) + m.mtp.depth  # a prediction module's block is a layer
   W = m.attention.window
   local = 0
-  if 0 < W < L:
-    local = (sum(transformer.layer_kind(m, i) == 'local' for i in range(m.num_layers))
-             if m.attention.pattern else layers)
+  if 0 < W < L:  # a prediction module's block keeps the window
+    local = (sum(transformer.layer_kind(m, i) == 'local' for i in range(m.num_layers)) +
+             m.mtp.depth if m.attention.pattern else layers)
   per_key = 12 * m.num_heads * dims.head_dim(m)
   if m.mla.kv_lora_rank:  # latent attention: q.k over N + R dims, p.v over V
     per_key = 6 * m.num_heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim +
@@ -83,7 +84,13 @@ def flops_per_token(config, num_active=None):
   `num_active`: the active parameter count, if already known."""
   if num_active is None:
     num_active = active_params(abstract_params(config), config.model.moe)
-  return 6 * _matmul_params(config, num_active) + _attention_flops(config)
+  head = config.model.mtp.depth * config.model.vocab_size * config.model.d_model
+  return 6 * (_matmul_params(config, num_active) + head) + _attention_flops(config)
+
+
+def mtp_params(boxed):
+  """Parameters of the multi-token prediction modules (model.mtp), apart from the stack."""
+  return param_count(nn.unbox(boxed).get('mtp', {}))
 
 
 def attention_flops_per_token(config):

@@ -178,7 +178,11 @@ def deepseek_v3(c):
   m.embed_init_std = m.kernel_init_std = 0.006  # 4.2: weights N(0, 0.006)
   m.moe.bias_update_rate = 0.001  # 4.2: gamma 0.001 for the first 14.3T tokens (then 0)
   m.moe.balance_loss, m.moe.balance_scope = 0.0001, 'sequence'  # 4.2: alpha 0.0001
+  first_10t = _steps_with_phases(c, 10e12)
   c.train.steps = _steps_with_phases(c, 14.8e12)  # 4.2: 14.8T tokens
+  # 4.2: the MTP loss weight 0.3 for the first 10T tokens, 0.1 for the remaining 4.8T
+  m.mtp.loss_weight, m.mtp.late_loss_weight = 0.3, 0.1
+  m.mtp.late_from = first_10t / c.train.steps
   return c
 
 

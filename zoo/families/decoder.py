@@ -15,6 +15,8 @@ from zoo.errors import ConfigError
 from zoo.families import decoding
 from zoo.families import loss as loss_lib
 from zoo.families import tasks
+from zoo.models import head as head_lib
+from zoo.models import mtp as mtp_lib
 from zoo.models import transformer
 
 NAME = 'decoder'
@@ -63,19 +65,47 @@ def counts(batch):
   return {'rows': batch['targets'].shape[0], 'tokens': jnp.sum(batch['loss_weights'])}
 
 
-def loss(model, config, variables, batch, rng=None, whole=None):
-  """Next-token cross-entropy over the weighted tokens (+ z-loss, + MoE terms); whole: the
-  counts of the batch this one is a microbatch of. A task with a label head: its loss
-  (zoo/families/tasks.py)."""
+def loss(model, config, variables, batch, rng=None, whole=None, step=None):
+  """Next-token cross-entropy over the weighted tokens (+ z-loss, + MoE terms, + multi-token
+  prediction's); whole: the counts of the batch this one is a microbatch of; step: the
+  train step (MTP's loss weight schedule; None: its first weight). A task with a label
+  head: its loss (zoo/families/tasks.py)."""
   whole = whole or counts(batch)
   if 'labels' in batch:
     return tasks.label_loss(model, config, variables, batch, rng, whole)
   chunk = loss_lib.chunk_len(config, batch['targets'].shape[1])
-  outputs, moe, state = loss_lib.apply(model, variables, batch, rng, head=not chunk)
-  total = loss_lib.token_loss(outputs, batch['targets'], batch['loss_weights'], config,
+  applied = loss_lib.apply(model, variables, batch, rng, head=not chunk)
+  total = loss_lib.token_loss(applied.outputs, batch['targets'], batch['loss_weights'], config,
                               variables, whole['tokens'], chunk)
-  return loss_lib.with_moe(total, moe, state, config.model.moe,
+  if applied.mtp:
+    total = _with_mtp(total, applied.mtp, batch, config, variables, whole['tokens'], chunk,
+                      step)
+  return loss_lib.with_moe(total, applied.moe, applied.state, config.model.moe,
                            batch['targets'].shape[0] / whole['rows'])
+
+
+def mtp_weight(config, step):
+  """model.mtp's loss weight at train step `step` (None: the first)."""
+  t = config.model.mtp
+  if step is None:
+    return t.loss_weight
+  return jnp.where(step >= t.late_from * config.train.steps, t.late_loss_weight, t.loss_weight)
+
+
+def _with_mtp(total, hidden, batch, config, variables, tokens, chunk, step):
+  """`total` + weight / depth x the modules' token losses, each logged as mtp_loss_k (a
+  module's loss over the whole batch's token count, as the main loss: DeepSeek-V3's 1/T)."""
+  losses = []
+  for k, h_BLD in enumerate(hidden, 1):
+    weights_BL = (mtp_lib.shifted(batch['loss_weights'], k) *
+                  (mtp_lib.segments_at(batch['segment_ids'], k) > 0))
+    outputs = h_BLD if chunk else head_lib.project(config.model, variables['params'], h_BLD)
+    losses.append(loss_lib.token_loss(outputs, mtp_lib.shifted(batch['targets'], k),
+                                      weights_BL, config, variables, tokens, chunk))
+  metrics = {**total.metrics,
+             **{f'mtp_loss_{k}': part.metrics['loss'] for k, part in enumerate(losses, 1)}}
+  mean = sum(part.total for part in losses) / len(losses)
+  return total._replace(total=total.total + mtp_weight(config, step) * mean, metrics=metrics)
 
 
 def task_example(kind, example, tokenizer, data_config):

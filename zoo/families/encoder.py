@@ -56,15 +56,16 @@ def counts(batch):
           'real_rows': jnp.sum((batch['segment_ids'][:, 0] > 0).astype(jnp.float32))}
 
 
-def loss(model, config, variables, batch, rng=None, whole=None):
+def loss(model, config, variables, batch, rng=None, whole=None, step=None):
   """MLM cross-entropy over the chosen tokens, + the next-sentence loss (padding rows
   excluded) with model.nsp_head, + z-loss and MoE terms; whole: the counts of the batch
   this one is a microbatch of. A task: the label head's loss (zoo/families/tasks.py)."""
+  del step  # the train step: only a decoder's multi-token prediction schedule reads it
   whole = whole or counts(batch)
   if 'labels' in batch:
     return tasks.label_loss(model, config, variables, batch, rng, whole)
   chunk = loss_lib.chunk_len(config, batch['targets'].shape[1])
-  outputs, moe, state = loss_lib.apply(model, variables, batch, rng, head=not chunk)
+  outputs, moe, state, _ = loss_lib.apply(model, variables, batch, rng, head=not chunk)
   total = loss_lib.token_loss(outputs['hidden' if chunk else 'logits'], batch['targets'],
                               batch['loss_weights'], config, variables, whole['tokens'], chunk)
   if 'nsp_logits' in outputs:

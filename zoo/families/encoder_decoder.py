@@ -48,13 +48,14 @@ def counts(batch):
           'tokens': jnp.sum(batch['decoder_loss_weights'])}
 
 
-def loss(model, config, variables, batch, rng=None, whole=None):
+def loss(model, config, variables, batch, rng=None, whole=None, step=None):
   """Cross-entropy of the decoder targets (+ z-loss, + MoE terms); whole: the counts of the
   batch this one is a microbatch of."""
+  del step  # the train step: only a decoder's multi-token prediction schedule reads it
   whole = whole or counts(batch)
   targets_BL = batch['decoder_targets']
   chunk = loss_lib.chunk_len(config, targets_BL.shape[1])
-  outputs, moe, state = loss_lib.apply(model, variables, batch, rng, head=not chunk)
+  outputs, moe, state, _ = loss_lib.apply(model, variables, batch, rng, head=not chunk)
   total = loss_lib.token_loss(outputs, targets_BL, batch['decoder_loss_weights'], config,
                               variables, whole['tokens'], chunk)
   return loss_lib.with_moe(total, moe, state, config.model.moe,

@@ -91,18 +91,32 @@ def chunked_cross_entropy(project, x_BLD, targets_BL, weights_BL, z_loss, chunk)
   return sums
 
 
+class Applied(NamedTuple):
+  """What one run of the model on a batch gives the loss."""
+  outputs: jax.Array  # logits [B, L, V], or with head=False the hidden states [B, L, D]
+  moe: dict | None  # moe_stats of the MoE layers, None without experts
+  state: dict  # the state collections it moved
+  mtp: list  # multi-token prediction's hidden states [B, L, D], one per depth
+
+
 def apply(model, variables, batch, rng=None, head=True):
-  """The model on a batch (training, with dropout, when `rng` is given) -> (outputs, MoE
-  statistics or None, the state collections it moved). head=False: the outputs hold the
-  hidden states the vocabulary projection reads, not logits (the chunked loss)."""
+  """The model on a batch (training, with dropout, when `rng` is given) -> Applied.
+  head=False: the outputs hold the hidden states the vocabulary projection reads, not
+  logits (the chunked loss)."""
   train = rng is not None
   rngs = {'dropout': rng} if train else None
-  if not model.config.moe.num_experts:
-    return model.apply(variables, batch, train=train, head=head, rngs=rngs), None, {}
+  m = model.config
+  sown = ['moe'] * bool(m.moe.num_experts) + ['mtp'] * bool(m.mtp.depth)
+  if not sown:
+    return Applied(model.apply(variables, batch, train=train, head=head, rngs=rngs), None, {},
+                   [])
   moved = [k for k in models.STATE_COLLECTIONS if train and k in variables]
   outputs, collections = model.apply(variables, batch, train=train, head=head, rngs=rngs,
-                                     mutable=['moe', *moved])
-  return outputs, moe_stats(collections['moe']), {k: collections[k] for k in moved}
+                                     mutable=[*sown, *moved])
+  mtp = collections.get('mtp', {})
+  return Applied(outputs, moe_stats(collections['moe']) if 'moe' in collections else None,
+                 {k: collections[k] for k in moved},
+                 [mtp[f'depth_{k}'][0] for k in range(1, len(mtp) + 1)])
 
 
 def token_loss(outputs, targets_BL, weights_BL, config, variables, tokens, chunk=0):

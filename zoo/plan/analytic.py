@@ -236,6 +236,7 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
       'params_active': active,
       **({'params_active_without_input_embedding': active - m.vocab_size * m.d_model}
          if m.moe.num_experts and not m.tie_embeddings else {}),
+      **({'params_mtp': counting.mtp_params(boxed)} if m.mtp.depth else {}),
       'flops_per_token': counting.flops_per_token(config, active),
       'remat_flops_per_token': counting.remat_flops_per_token(config, active),
       'flops_convention': counting.CONVENTION,
@@ -291,7 +292,8 @@ def report(result):
       f"({result['params_active']:,} active per token" + (
           f"; {result['params_active_without_input_embedding']:,} without the input embedding, "
           "as DeepSeek counts" if 'params_active_without_input_embedding' in result else '') +
-      ')',
+      (f"; {result['params_mtp']:,} in the multi-token prediction modules"
+       if 'params_mtp' in result else '') + ')',
       f"training FLOPs/token: {result['flops_per_token']:.4g} ({result['flops_convention']})",
       f"mesh: {result['mesh']}",
       *([f"attention kernel: {result['attention_kernel']} ({result['attention_kernel_why']})"]

@@ -58,15 +58,15 @@ def make_train_step(loss_fn, optimizer, learning_rate_fn, microbatches=1, counts
   microbatches > 1: gradient accumulation; counts_fn(batch) gives the whole batch's loss
   normalisers (families.counts_fn). nonfinite: an injected fault (tests), see _poisoned."""
 
-  def objective(params, others, batch, rng, whole=None):
-    loss = loss_fn({'params': params, **others}, batch, rng, whole)
+  def objective(params, others, batch, rng, whole, step):
+    loss = loss_fn({'params': params, **others}, batch, rng, whole, step=step)
     return loss.total, loss
 
   def train_step(state, batch):
     rng = jax.random.fold_in(state['rng'], state['step'])
     others = {k: v for k, v in state_lib.model_variables(state).items() if k != 'params'}
-    grad_fn = jax.value_and_grad(lambda p, b, r, w: objective(p, others, b, r, w),
-                                 has_aux=True)
+    grad_fn = jax.value_and_grad(
+        lambda p, b, r, w: objective(p, others, b, r, w, state['step']), has_aux=True)
     params = state['params']
     if nonfinite[1]:
       params = _poisoned(params, state['step'] + 1, nonfinite)

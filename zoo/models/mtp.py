@@ -1,0 +1,63 @@
+"""Multi-token prediction (DeepSeek-V3 report, section 2.2): `model.mtp.depth` modules after
+a decoder's stack, module k predicting the token k + 1 ahead of each position.
+
+Module k at position i joins the previous depth's hidden state h(k-1)_i (h(0): the stack's
+output after its final norm, what transformers' MTP loader reads) with the embedding of token
+i + k: [norm(embedding), norm(h)] concatenated, projected back to d_model, one transformer
+block (an MoE block where the model has experts), a final norm; the model's output head
+turns that into logits for token i + k + 1, and it is h(k). Module k reads the sequence
+shifted by k within each document: a position whose token i + k lies in another document or
+past the row is padding there (no keys, no loss).
+
+Glossary: B batch, L length, D d_model.
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from zoo.kernels import mask as mask_lib
+from zoo.models import layers
+
+
+def shifted(a_BL, k, fill=0):
+  """a_BL moved k positions left, the last k filled."""
+  return jnp.concatenate([a_BL[:, k:], jnp.full_like(a_BL[:, :k], fill)], axis=1)
+
+
+def segments_at(segment_ids_BL, k):
+  """Segment ids of depth k's sequence: token i + k's where it shares position i's document
+  (and is a real token), else 0 (padding)."""
+  ahead_BL = shifted(segment_ids_BL, k)
+  return jnp.where(ahead_BL == segment_ids_BL, ahead_BL, 0)
+
+
+class MTP(nn.Module):
+  """The prediction modules; -> [h(1), ..., h(depth)], each [B, L, D], the head's inputs."""
+  config: Any  # frozen model config
+  block: Any  # zoo.models.transformer.Block
+  train: bool = False
+
+  @nn.compact
+  def __call__(self, h_BLD, embed, ids_BL, segment_ids_BL, positions_BL):
+    m = self.config
+    dtypes = dict(dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype))
+    norm = lambda name: layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name=name,
+                                    **dtypes)
+    out = []
+    for k in range(1, m.mtp.depth + 1):
+      e_BLD = embed(shifted(ids_BL, k))
+      if m.embed_scale:
+        e_BLD = e_BLD * jnp.asarray(m.d_model ** 0.5, e_BLD.dtype)
+      joined_BLE = jnp.concatenate([norm(f'embed_norm_{k}')(e_BLD),
+                                    norm(f'hidden_norm_{k}')(h_BLD)], axis=-1)
+      h_BLD = layers.DenseGeneral(m.d_model, ('mlp', 'embed'), init_std=m.kernel_init_std,
+                                  name=f'projection_{k}', **dtypes)(joined_BLE)
+      segments_BL = segments_at(segment_ids_BL, k)
+      mask = mask_lib.Mask(segments_BL, segments_BL, causal=True, window=m.attention.window)
+      h_BLD, _ = self.block(m, self.train, moe=bool(m.moe.num_experts), name=f'block_{k}')(
+          h_BLD, mask, shifted(positions_BL, k))
+      h_BLD = norm(f'final_norm_{k}')(h_BLD)
+      out.append(h_BLD)
+    return out
