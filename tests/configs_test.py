@@ -49,4 +49,7 @@ def test_smoke_variant_trains_and_its_loss_falls(name, tmp_path):
   losses = [r['loss'] for r in rows if 'loss' in r]
   assert len(losses) == 12 and losses[-1] < losses[0], losses
   assert losses[0] < math.log(config.model.vocab_size) + 1.0  # a sane init: near-uniform
+  for k in range(1, config.model.mtp.depth + 1):  # deepseek_v3's prediction module learns too
+    predicted = [r[f'mtp_loss_{k}'] for r in rows if 'loss' in r]
+    assert predicted[-1] < predicted[0], predicted
   assert os.path.isdir(tmp_path / 'checkpoints' / '12')
