@@ -20,6 +20,7 @@ from tests.data.pretrained import gpt2_json
 from tests.helpers import REPO
 from zoo import families
 from zoo.convert import hf
+from zoo.models import head as head_lib
 from zoo.train import checkpoint
 from zoo.train import metrics as metrics_lib
 
@@ -326,3 +327,33 @@ def test_a_deepseek_v3_saved_without_routing_biases_writes_zeros(tmp_path):
   np.testing.assert_array_equal(saved['moe_bias']['layers']['block_0']['moe']['bias'],
                                 np.zeros((2, 8), np.float32))  # 2 MoE layers, 8 experts
   chex.assert_trees_all_equal(saved['params'], variables['params'])
+
+
+def test_deepseek_v3_imports_its_prediction_module_with_transformers_mtp_logits(tmp_path):
+  # deepseek_v3_mtp: model.layers.3 (after the 3-layer stack) holds the module, drawn through
+  # transformers' MtpModel; its logits for token i + 2 at positions 0..L-2 are the reference
+  path = os.path.join(FIXTURES, 'deepseek_v3_mtp')
+  config, variables = hf.load_variables(path)
+  assert config.model.mtp.depth == 1
+  assert hf.load_variables(os.path.join(FIXTURES, 'deepseek_v3'))[0].model.mtp.depth == 0
+  ref = np.load(os.path.join(path, 'reference.npz'))
+  model = families.build(config.model)
+  logits, sown = model.apply(variables, {'inputs': jnp.asarray(ref['input_ids'])},
+                             mutable=['mtp'])
+  mtp_logits = head_lib.project(config.model, variables['params'], sown['mtp']['depth_1'][0])
+  np.testing.assert_allclose(logits, ref['logits'], atol=1e-4, rtol=0)
+  np.testing.assert_allclose(mtp_logits[:, :-1], ref['mtp_logits'], atol=1e-4, rtol=0)
+  # export writes the hub's layout back, every tensor (the copies and the bias included)
+  hf.save(config, variables['params'], str(tmp_path / 'out'), variables['moe_bias'])
+  want = safetensors_np.load_file(os.path.join(path, 'model.safetensors'))
+  got = safetensors_np.load_file(str(tmp_path / 'out' / 'model.safetensors'))
+  assert sorted(got) == sorted(want)
+  for name, value in want.items():
+    np.testing.assert_allclose(got[name], value, atol=1e-6, err_msg=name)
+  # a module whose embedding copy is not the model's
+  shutil.copytree(path, tmp_path / 'other')
+  want['model.layers.3.embed_tokens.weight'] = want['model.layers.3.embed_tokens.weight'] + 1
+  safetensors_np.save_file(want, str(tmp_path / 'other' / 'model.safetensors'))
+  with pytest.raises(hf.ConvertError, match=r"'model.layers.3.embed_tokens.weight' differs "
+                     r"from 'model.embed_tokens.weight'"):
+    hf.load_variables(str(tmp_path / 'other'))

@@ -10,6 +10,14 @@ import takes them evens first, export puts them back. The first first_k_dense_re
 have a dense MLP; the others route over mlp.experts.E with mlp.gate (its
 e_score_correction_bias is the zoo's 'moe_bias' state, not a parameter) and add
 mlp.shared_experts.
+
+The multi-token prediction modules (model.mtp) sit after the stack as model.layers.N,
+N + 1, ... (N = num_hidden_layers; num_nextn_predict_layers of them), which
+DeepseekV3ForCausalLM leaves unread and transformers' MTP loader reads: enorm, hnorm,
+eh_proj (the [embedding, hidden] projection), an MoE decoder layer, shared_head.norm, and
+copies of the embedding and output head (embed_tokens, shared_head.head), which import checks
+against the model's own and export writes. A checkpoint without those tensors imports
+without the modules.
 """
 
 import dataclasses
@@ -26,8 +34,8 @@ HALVES = ('key_up', 'value_up')  # the two zoo leaves kv_b_proj splits into
 
 
 def config(hf, names):
-  """config.json of deepseek_v3 -> zoo config."""
-  del names
+  """config.json of deepseek_v3 -> zoo config; `names` (the checkpoint's tensors) say
+  whether it holds the multi-token prediction modules."""
   if hf.get('hidden_act', 'silu') != 'silu' or hf.get('attention_bias'):
     raise ConvertError('deepseek_v3 hidden_act other than silu, or attention_bias, is not built')
   if hf.get('quantization_config'):
@@ -65,8 +73,21 @@ def config(hf, names):
   moe.first_dense = hf.get('first_k_dense_replace', 0)
   moe.bias_update_rate, moe.balance_scope = 0.001, 'sequence'  # the report's gamma and loss
   moe.balance_loss = hf.get('aux_loss_alpha', 0.0001)
+  first = mtp_layer(m.num_layers, 1)
+  if hf.get('num_nextn_predict_layers') and any(
+      n.startswith((first, first[len('model.'):])) for n in names):
+    m.mtp.depth = hf['num_nextn_predict_layers']
   c.data.seq_len = 4096
   return c
+
+
+def mtp_layer(num_layers, k):
+  """The checkpoint's prefix of prediction module k (1-based): the layer after the stack."""
+  return f'model.layers.{num_layers + k - 1}.'
+
+
+COPIES = (('embed_tokens.weight', 'model.embed_tokens.weight'),
+          ('shared_head.head.weight', 'lm_head.weight'))  # a module's copy, the model's own
 
 
 def _rope_order(m):
@@ -141,11 +162,44 @@ def rules(m):
   if k:
     out += layer('layers_dense', 'model.layers.{i}', tuple(range(k)), dense=True)
   out += layer('layers/block_0', 'model.layers.{i}', moe_layers, dense=False)
+  transpose = (lambda w: w.T, lambda w: w.T)
+  for depth in range(1, m.mtp.depth + 1):
+    hf = mtp_layer(m.num_layers, depth)[:-1]
+    out += [*hf_rules.norm(f'mtp/embed_norm_{depth}', f'{hf}.enorm'),
+            *hf_rules.norm(f'mtp/hidden_norm_{depth}', f'{hf}.hnorm'),
+            hf_rules.rule(f'mtp/projection_{depth}/kernel', f'{hf}.eh_proj.weight', transpose),
+            *hf_rules.norm(f'mtp/final_norm_{depth}', f'{hf}.shared_head.norm'),
+            *layer(f'mtp/block_{depth}', hf, (), dense=False)]
   return out
 
 
+def to_rules(tensors, m):
+  """The checkpoint's tensors as the rules name them: kv_b_proj split (split_kv_up), the
+  prediction modules' copies of the embedding and head checked and set aside."""
+  tensors = dict(tensors)
+  for depth in range(1, m.mtp.depth + 1):
+    for copy, own in COPIES:
+      name = mtp_layer(m.num_layers, depth) + copy
+      if name in tensors and not (m.tie_embeddings and own == 'lm_head.weight'):
+        if not np.array_equal(tensors.pop(name), tensors[own]):
+          raise ConvertError(f'tensor {name!r} differs from {own!r}; the prediction modules '
+                             'share the model\'s embedding and output head in the zoo')
+  return split_kv_up(tensors, m)
+
+
+def from_rules(tensors, m):
+  """The inverse of to_rules: kv_b_proj joined, each prediction module's copies written."""
+  tensors = join_kv_up(tensors, m)
+  own = {**tensors, 'lm_head.weight': tensors.get('lm_head.weight',
+                                                  tensors['model.embed_tokens.weight'])}
+  for depth in range(1, m.mtp.depth + 1):
+    for copy, name in COPIES:
+      tensors[mtp_layer(m.num_layers, depth) + copy] = own[name].copy()
+  return tensors
+
+
 def split_kv_up(tensors, m):
-  """kv_b_proj [H * (N + V), C] -> its key_up [C, H, N] and value_up [C, H, V] (to_rules)."""
+  """kv_b_proj [H * (N + V), C] -> its key_up [C, H, N] and value_up [C, H, V]."""
   a, H = m.mla, m.num_heads
   N = a.qk_nope_head_dim
   out = {}
@@ -160,7 +214,7 @@ def split_kv_up(tensors, m):
 
 
 def join_kv_up(tensors, m):
-  """The inverse of split_kv_up (from_rules)."""
+  """The inverse of split_kv_up."""
   out = {}
   for name, w in tensors.items():
     if name.endswith(f'{KV_UP}.key_up'):
@@ -181,19 +235,34 @@ def routing_bias(tensors, m):
   if missing:
     raise ConvertError(f'tensor {missing[0]!r} is missing (deepseek_v3 routes with it)')
   bias = np.stack([np.asarray(tensors[name.format(i=i)], np.float32) for i in layers])
-  return {'layers': {'block_0': {'moe': {'bias': bias}}}}, {name.format(i=i) for i in layers}
+  collection = {'layers': {'block_0': {'moe': {'bias': bias}}}}
+  used = {name.format(i=i) for i in layers}
+  for depth in range(1, m.mtp.depth + 1):
+    at = mtp_layer(m.num_layers, depth) + 'mlp.gate.e_score_correction_bias'
+    if at not in tensors:
+      raise ConvertError(f'tensor {at!r} is missing (deepseek_v3 routes with it)')
+    collection.setdefault('mtp', {})[f'block_{depth}'] = {
+        'moe': {'bias': np.asarray(tensors[at], np.float32)}}
+    used.add(at)
+  return collection, used
 
 
 def routing_bias_tensors(moe_bias, m):
   """The 'moe_bias' collection (None: zeros, a model trained without the loss-free bias)
   -> each layer's e_score_correction_bias (save)."""
+  name = 'mlp.gate.e_score_correction_bias'
+  modules = [mtp_layer(m.num_layers, k) for k in range(1, m.mtp.depth + 1)]
   if moe_bias is None:
-    return {f'model.layers.{i}.mlp.gate.e_score_correction_bias':
-            np.zeros(m.moe.num_experts, np.float32)
-            for i in range(m.moe.first_dense, m.num_layers)}
+    zeros = np.zeros(m.moe.num_experts, np.float32)
+    return {**{f'model.layers.{i}.{name}': zeros for i in range(m.moe.first_dense,
+                                                                 m.num_layers)},
+            **{f'{at}{name}': zeros for at in modules}}
   bias = np.asarray(moe_bias['layers']['block_0']['moe']['bias'], np.float32)
-  return {f'model.layers.{i}.mlp.gate.e_score_correction_bias': bias[j]
-          for j, i in enumerate(range(m.moe.first_dense, m.num_layers))}
+  out = {f'model.layers.{i}.{name}': bias[j]
+         for j, i in enumerate(range(m.moe.first_dense, m.num_layers))}
+  for k, at in enumerate(modules, 1):
+    out[f'{at}{name}'] = np.asarray(moe_bias['mtp'][f'block_{k}']['moe']['bias'], np.float32)
+  return out
 
 
 def hf_config(config):
@@ -218,4 +287,5 @@ def hf_config(config):
           'first_k_dense_replace': moe.first_dense, 'norm_topk_prob': moe.normalize_top_k,
           'hidden_act': 'silu', 'max_position_embeddings': m.max_length,
           'rms_norm_eps': m.norm_eps, 'rope_interleave': True, 'rope_parameters': rope,
-          'attention_bias': False, 'tie_word_embeddings': m.tie_embeddings}
+          'attention_bias': False, 'tie_word_embeddings': m.tie_embeddings,
+          'num_nextn_predict_layers': m.mtp.depth}

@@ -92,8 +92,9 @@ def count(rule, m, index):
 
 def names(rule, m):
   """Nested lists of HF names ([layer][expert]) for the rule's leaf."""
-  if '{i}' not in rule.hf:
-    return rule.hf
+  if '{i}' not in rule.hf:  # one layer: its experts, or the tensor
+    return ([rule.hf.format(e=e) for e in range(m.moe.num_experts)] if '{e}' in rule.hf
+            else rule.hf)
   layers = rule.layers or range(count(rule, m, 'i'))
   if '{e}' in rule.hf:
     return [[rule.hf.format(i=i, e=e) for e in range(m.moe.num_experts)] for i in layers]
