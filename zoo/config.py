@@ -400,6 +400,9 @@ def _generate():
   # '' = plain decoding
   g.draft_workdir = ''
   g.draft_tokens = 4
+  # or the model's own multi-token prediction module drafts (model.mtp.depth 1: one token a
+  # round, as DeepSeek-V3 serves it)
+  g.draft_mtp = False
   return g
 
 
@@ -544,16 +547,21 @@ def _validate_generate(g, m):
   if g.frequency_penalty < 0:
     raise ConfigError(f'generate.frequency_penalty={g.frequency_penalty} must be >= 0 (0 = '
                       'off)')
-  if g.draft_workdir:
+  if g.draft_mtp and (g.draft_workdir or m.mtp.depth != 1):
+    raise ConfigError(f'generate.draft_mtp=True drafts with the model\'s one prediction '
+                      f'module (model.mtp.depth=1, now {m.mtp.depth}) and no other draft '
+                      f'(generate.draft_workdir={g.draft_workdir!r}); set draft_mtp=False or '
+                      'fix the other field')
+  if g.draft_workdir or g.draft_mtp:
     _positive('generate.draft_tokens', g.draft_tokens)
     neutral = {'generate.num_beams': (g.num_beams, 1),
                'generate.repetition_penalty': (g.repetition_penalty, 1.0),
                'generate.frequency_penalty': (g.frequency_penalty, 0.0)}
     for name, (value, off) in neutral.items():
       if value != off:
-        raise ConfigError(f'{name}={value} with generate.draft_workdir: speculative decoding '
-                          f'samples or takes the argmax token by token; set {name}={off} or '
-                          'generate.draft_workdir=""')
+        raise ConfigError(f'{name}={value} with speculative decoding (generate.draft_workdir '
+                          'or draft_mtp), which samples or takes the argmax token by token; '
+                          f'set {name}={off} or turn the draft off')
   if isinstance(g.stop, str) or not all(isinstance(x, str) and x for x in g.stop):
     raise ConfigError(f'generate.stop={g.stop!r} must be a tuple of non-empty strings, e.g. '
                       '--config.generate.stop="(\'THE END\',)"')

@@ -175,11 +175,15 @@ def last(logits_and_cache):
   return logits_BLV[:, -1], cache
 
 
-def prefill(model, variables, ids_BP, segments_BP, max_new_tokens, lookahead=0):
+def prefill(model, variables, ids_BP, segments_BP, max_new_tokens, lookahead=0,
+            hidden=False):
   """Left-padded prompts prefilled into a cache of P + max_new_tokens slots -> (first logits
   [B, V], cache, feed(ids [B, L], i, cache) -> (logits [B, L, V], cache)), where feed writes
   L new tokens from new-token slot i (the cache index must be at P + i). lookahead: slots a
-  local layer's ring keeps beyond its window (speculative decoding's rollbacks)."""
+  local layer's ring keeps beyond its window (speculative decoding's rollbacks). hidden (a
+  model with model.mtp, whose module drafts from the final norm's output): feed returns
+  that output [B, L, D] too, and the prefill returns (first logits, cache, feed, the
+  prompt's outputs [B, P, D], (the cache's segment ids, positions) [B, S])."""
   B, P = ids_BP.shape
   S = P + max_new_tokens
   kv_segments_BS = jnp.concatenate([segments_BP, jnp.ones((B, max_new_tokens), jnp.int32)], 1)
@@ -195,8 +199,15 @@ def prefill(model, variables, ids_BP, segments_BP, max_new_tokens, lookahead=0):
 
   def run(cache, ids_BL, start):
     logits_BLV, mutated = model.apply({**variables, 'cache': cache}, batch_at(ids_BL, start),
-                                      mutable=['cache'])
+                                      mutable=['cache', 'mtp'] if hidden else ['cache'])
+    if hidden:
+      return logits_BLV, mutated['cache'], mutated['mtp']['hidden'][0]
     return logits_BLV, mutated['cache']
 
-  logits_BV, cache = last(run(decoding.empty_cache(model, (batch_at(ids_BP, 0),)), ids_BP, 0))
-  return logits_BV, cache, lambda ids_BL, i, cache: run(cache, ids_BL, P + i)
+  empty = decoding.empty_cache(model, (batch_at(ids_BP, 0),))
+  feed = lambda ids_BL, i, cache: run(cache, ids_BL, P + i)
+  if hidden:
+    logits_BPV, cache, hidden_BPD = run(empty, ids_BP, 0)
+    return logits_BPV[:, -1], cache, feed, hidden_BPD, (kv_segments_BS, kv_positions_BS)
+  logits_BV, cache = last(run(empty, ids_BP, 0))
+  return logits_BV, cache, feed

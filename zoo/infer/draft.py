@@ -1,6 +1,7 @@
-"""--mode=generate with generate.draft_workdir: the draft run's config and newest checkpoint,
-checked against the target before anything compiles, and the speculative generator
-(zoo/infer/speculative.py) jitted on the mesh with both models' variables."""
+"""--mode=generate with a draft: generate.draft_workdir (another run: its config and newest
+checkpoint, checked against the target before anything compiles) or generate.draft_mtp (the
+model's own prediction module), and the speculative generator (zoo/infer/speculative.py)
+jitted on the mesh."""
 
 import json
 
@@ -20,14 +21,22 @@ from zoo.train import runtime
 from zoo.train import state as state_lib
 
 
+def is_speculative(config):
+  return bool(config.generate.draft_workdir or config.generate.draft_mtp)
+
+
+def tokens_a_round(config):
+  return 1 if config.generate.draft_mtp else config.generate.draft_tokens
+
+
 def check(config, prompts):
   """One-line errors about the speculative setup that need no files."""
   if config.model.family != 'decoder':
     raise ConfigError(f'generate.draft_workdir: speculative decoding drafts for decoders; '
                       f'model.family={config.model.family!r}; set generate.draft_workdir=""')
   if len(prompts) != 1:
-    raise ConfigError(f'generate.draft_workdir: speculative decoding continues one prompt at '
-                      f'a time ({len(prompts)} --prompt given); pass one')
+    raise ConfigError(f'generate.draft_workdir or draft_mtp: speculative decoding continues '
+                      f'one prompt at a time ({len(prompts)} --prompt given); pass one')
 
 
 def load_config(config, workdir):
@@ -55,20 +64,28 @@ def load_config(config, workdir):
 
 def generator(config, workdir, place, state, tokenizer):
   """-> generate(variables, ids [1, P], segment ids [1, P]) -> (new tokens [1, N] numpy,
-  {'rounds', 'accepted'}), the draft restored from generate.draft_workdir."""
+  {'rounds', 'accepted'}), the draft restored from generate.draft_workdir, or the model's
+  own prediction module with generate.draft_mtp."""
   g = config.generate
-  draft_config = load_config(config, workdir)
-  draft_state = runtime.model_state(draft_config, place.mesh)
-  _, draft_variables = runtime.restore_variables(draft_config, g.draft_workdir, draft_state,
-                                                 'generate')
-  fn = speculative.make(state.model, draft_state.model, g.max_new_tokens, g.draft_tokens,
-                        {'temperature': g.temperature, 'top_k': g.top_k, 'top_p': g.top_p,
-                         'min_p': g.min_p}, tokenizer.eos_id, tokenizer.pad_id)
+  sampling = {'temperature': g.temperature, 'top_k': g.top_k, 'top_p': g.top_p,
+              'min_p': g.min_p}
   replicated = sharding.replicated(place.mesh)
-  jitted = place.jit(fn, (state_lib.model_variables(state.shardings),
-                          state_lib.model_variables(draft_state.shardings),
-                          replicated, replicated, replicated), replicated,
-                     rules=generate.decode_rules(place.rules))
+  variables_sharding = state_lib.model_variables(state.shardings)
+  if g.draft_mtp:
+    own = speculative.make(state.model, 'mtp', g.max_new_tokens, 1, sampling,
+                           tokenizer.eos_id, tokenizer.pad_id)
+    fn = lambda variables, _, *args: own(variables, None, *args)
+    draft_variables, draft_sharding = None, None
+  else:
+    draft_config = load_config(config, workdir)
+    draft_state = runtime.model_state(draft_config, place.mesh)
+    _, draft_variables = runtime.restore_variables(draft_config, g.draft_workdir,
+                                                   draft_state, 'generate')
+    draft_sharding = state_lib.model_variables(draft_state.shardings)
+    fn = speculative.make(state.model, draft_state.model, g.max_new_tokens, g.draft_tokens,
+                          sampling, tokenizer.eos_id, tokenizer.pad_id)
+  jitted = place.jit(fn, (variables_sharding, draft_sharding, replicated, replicated,
+                          replicated), replicated, rules=generate.decode_rules(place.rules))
 
   def run(variables, ids, segments):
     inputs = [jax.device_put(a, replicated) for a in (ids, segments,

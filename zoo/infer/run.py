@@ -3,7 +3,8 @@
 Prompts are tokenized as the family's `tokenize_prompts` says (decoder: BOS + pieces;
 encoder-decoder: pieces + EOS as encoder inputs), generated together in one batch with the
 config's `generate` settings, and printed with their completions; with
-generate.draft_workdir, one prompt is continued by speculative decoding (zoo/infer/draft.py).
+generate.draft_workdir or draft_mtp, one prompt is continued by speculative decoding
+(zoo/infer/draft.py).
 It builds the mesh, reads the run's tokenizer and checkpoint, and never reads the corpus.
 """
 
@@ -28,7 +29,7 @@ def check(config, prompts):
                       'not')
   if not prompts:
     raise ConfigError('--mode=generate needs at least one --prompt="..."')
-  if config.generate.draft_workdir:
+  if draft.is_speculative(config):
     draft.check(config, prompts)
 
 
@@ -61,7 +62,7 @@ def run(config, workdir, prompts):
   state = runtime.model_state(config, place.mesh)
   step, variables = runtime.restore_variables(config, workdir, state, 'generate')
   stats = None
-  if config.generate.draft_workdir:
+  if draft.is_speculative(config):
     tokens, stats = draft.generator(config, workdir, place, state, tokenizer)(
         variables, ids, segments)
   else:
@@ -75,7 +76,7 @@ def run(config, workdir, prompts):
       print(f'--- step {step}: {length} tokens{how}\n'
             f'{prompt}{family.PROMPT_JOINT}{text}', flush=True)
   if stats and jax.process_index() == 0:
-    print(draft.describe(stats, config.generate.draft_tokens), flush=True)
+    print(draft.describe(stats, draft.tokens_a_round(config)), flush=True)
   return outputs
 
 

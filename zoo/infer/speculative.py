@@ -20,11 +20,15 @@ Batch 1: the kept prefix differs between rows, and each model has one cache inde
 Glossary: V vocab, k draft tokens per round, N new tokens.
 """
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from zoo.families import decoder
+from zoo.families import decoding
 from zoo.infer import generate
+from zoo.models import head as head_lib
+from zoo.models import mtp as mtp_lib
 
 
 def rewind(cache, index):
@@ -62,49 +66,131 @@ def accept(p_logits_KV, q_logits_KV, drafts_K, rng, sampling):
   return a, token.astype(jnp.int32)
 
 
+class ModelDraft:
+  """Another decoder drafts: k tokens a round, one cached step each; after the round its
+  cache index goes back past the kept tokens."""
+
+  def __init__(self, model, k, room, draw):
+    self.model, self.layout = generate.decoding_model(model)
+    self.k, self.room, self.draw = k, room, draw
+
+  def start(self, variables, ids, segments, first, rng, prefilled):
+    del first, rng, prefilled
+    _, cache, self.feed = decoder.prefill(self.model, self.layout(variables), ids, segments,
+                                          self.room, self.k)
+    return cache
+
+  def propose(self, cache, n, pending, rng):
+    """k draft tokens after `pending` (new-token slot n - 1), each drawn from the draft's
+    logits; the k-th is fed too, so that the cache holds every token a round can keep."""
+    def one(carry, j):
+      token, cache = carry
+      logits_1LV, cache = self.feed(token[None, None], n - 1 + j, cache)
+      logits_V = logits_1LV[0, 0]
+      return (self.draw(logits_V, jax.random.fold_in(rng, j)), cache), (token, logits_V)
+    (_, cache), (fed_K1, q_logits_K1V) = jax.lax.scan(
+        one, (pending, cache), jnp.arange(self.k + 1))
+    return fed_K1[1:], q_logits_K1V[:self.k], cache
+
+  def advance(self, cache, kept, a, fed_K1, token, hidden_K1D, rng):
+    del a, fed_K1, token, hidden_K1D, rng
+    return rewind(cache, kept)
+
+
+class MTPDraft:
+  """The target's own multi-token prediction module drafts (DeepSeek-V3's use of it): one
+  token a round. Its cache slot j is position j (the target's final-norm output there and
+  token j + 1); after each round it writes the round's last two kept positions (the one
+  before rewritten alike when nothing was accepted) and drafts the next token from the
+  last, so it never holds a rejected token."""
+
+  def __init__(self, target, room, draw):
+    from zoo.models import transformer  # pylint: disable=g-import-not-at-top
+    self.config, self.room, self.draw = target.config, room, draw
+    self.module = mtp_lib.MTP(target.config, transformer.Block)
+
+  def _run(self, variables, cache, hidden_BLD, ids_BL, at):
+    """Slots at, at + 1, ... (len ids_BL) written -> (the last slot's logits [V], cache)."""
+    segments_BS, positions_BS = self.kv
+    take = lambda a: jax.lax.dynamic_slice_in_dim(a, at + 1, ids_BL.shape[1], axis=1)
+    params = nn.unbox(variables['params'])
+    embed = lambda ids: jnp.take(params['token_embed']['embedding'], ids, axis=0).astype(
+        jnp.dtype(self.config.dtype))
+    state = {k: v['mtp'] for k, v in variables.items() if k != 'params' and 'mtp' in v}
+    hidden, mutated = self.module.apply(
+        {'params': params['mtp'], **state, 'cache': rewind(cache, at)}, hidden_BLD, embed,
+        ids_BL, take(segments_BS), take(positions_BS), segments_BS, 1, mutable=['cache'])
+    h_1D = hidden[0][:, -1:]
+    if self.config.tie_embeddings and self.config.scale_tied_logits:
+      h_1D = h_1D * self.config.d_model ** -0.5
+    logits_V = head_lib.project(self.config, params, h_1D)[0, 0]
+    return logits_V, mutated['cache']
+
+  def start(self, variables, ids, segments, first, rng, prefilled):
+    """The prompt's slots 0..P-1 (the last with the first new token) -> the state: (cache,
+    the drafted token, its logits, the final-norm output of the last kept position)."""
+    hidden_BPD, self.kv = prefilled[3], prefilled[4]
+    self.variables = variables  # the target's: closed over by advance, in the same trace
+    next_ids = jnp.concatenate([ids[:, 1:], first[None, None]], axis=1)
+    shaped = lambda i: jnp.zeros((*i.shape, self.config.d_model), jnp.dtype(self.config.dtype))
+    empty = decoding.empty_cache(self.module, (hidden_BPD, shaped, next_ids, segments,
+                                               segments, self.kv[0], 1))
+    logits_V, cache = self._run(variables, empty, hidden_BPD, next_ids, 0)
+    return (cache, self.draw(logits_V, rng), logits_V, hidden_BPD[0, -1])
+
+  def propose(self, state, n, pending, rng):
+    del n, pending, rng
+    _, draft, logits_V, _ = state
+    return draft[None], logits_V[None], state
+
+  def advance(self, state, kept, a, fed_K1, token, hidden_K1D, rng):
+    """kept: the new pending token's position q' = q + a + 1; writes slots q' - 2, q' - 1."""
+    cache, _, _, h_prev_D = state
+    hidden_3D = jnp.concatenate([h_prev_D[None], hidden_K1D])  # positions q - 1, q, q + 1
+    pair_2D = jax.lax.dynamic_slice_in_dim(hidden_3D, a, 2)
+    ids_12 = jnp.stack([fed_K1[a], token])[None]
+    logits_V, cache = self._run(self.variables, cache, pair_2D[None], ids_12, kept - 2)
+    return (cache, self.draw(logits_V, rng), logits_V, pair_2D[1])
+
+
 def make(target, draft, max_new_tokens, draft_tokens, sampling, eos_id, pad_id):
   """-> fn(target variables, draft variables, ids [1, P], segment ids [1, P], rng) ->
   (new tokens [1, N], {'rounds', 'accepted'}: target passes after the prefill, draft tokens
-  kept), to jit. Both models decoders on one vocabulary; sampling: generate.sample's keyword
-  arguments."""
+  kept), to jit. draft: another decoder on the same vocabulary (its variables passed), or
+  'mtp': the target's prediction module (model.mtp.depth 1; draft_tokens 1; the draft
+  variables unused). sampling: generate.sample's keyword arguments."""
   k = draft_tokens
   target, target_layout = generate.decoding_model(target)
-  draft, draft_layout = generate.decoding_model(draft)
   room = max_new_tokens + k + 1  # a round may write k + 1 slots past the last kept token
   draw = lambda logits_V, rng: generate.sample(logits_V[None], rng, **sampling)[0]
+  own = draft == 'mtp'
+  if own and (target.config.mtp.depth != 1 or k != 1):
+    raise ValueError(f'the prediction module drafts one token a round from model.mtp.depth=1; '
+                     f'got depth {target.config.mtp.depth}, {k} draft tokens')
+  drafter = MTPDraft(target, room, draw) if own else ModelDraft(draft, k, room, draw)
 
   def fn(target_variables, draft_variables, ids, segments, rng):
     P = ids.shape[1]
-    p_logits, p_cache, p_feed = decoder.prefill(
-        target, target_layout(target_variables), ids, segments, room, k)
-    _, q_cache, q_feed = decoder.prefill(
-        draft, draft_layout(draft_variables), ids, segments, room, k)
+    target_variables = target_layout(target_variables)
+    started = decoder.prefill(target, target_variables, ids, segments, room, k, hidden=own)
+    p_logits, p_cache, p_feed = started[:3]
     first = draw(p_logits[0], jax.random.fold_in(rng, 0))
+    q_state = drafter.start(target_variables if own else draft_variables, ids, segments,
+                            first, jax.random.fold_in(rng, max_new_tokens + 1), started)
     out_N = jnp.full((max_new_tokens + k + 1,), pad_id, jnp.int32).at[0].set(first)
-
-    def propose(n, pending, q_cache, rng):
-      """k draft tokens after `pending` (new-token slot n - 1), each drawn from the draft's
-      logits; the k-th is fed too, so the draft's cache holds every kept token."""
-      def one(carry, j):
-        token, cache = carry
-        logits_1LV, cache = q_feed(token[None, None], n - 1 + j, cache)
-        logits_V = logits_1LV[0, 0]
-        return (draw(logits_V, jax.random.fold_in(rng, j)), cache), (token, logits_V)
-      (_, q_cache), (fed_K1, q_logits_K1V) = jax.lax.scan(
-          one, (pending, q_cache), jnp.arange(k + 1))
-      return fed_K1[1:], q_logits_K1V[:k], q_cache
 
     def cond(carry):
       n, _, _, _, _, done, _, _ = carry
       return (n < max_new_tokens) & ~done
 
     def body(carry):
-      n, pending, p_cache, q_cache, out_N, _, rounds, accepted = carry
+      n, pending, p_cache, q_state, out_N, _, rounds, accepted = carry
       round_rng = jax.random.fold_in(rng, rounds + 1)
-      draft_rng, accept_rng = jax.random.split(round_rng)
-      drafts_K, q_logits_KV, q_cache = propose(n, pending, q_cache, draft_rng)
-      fed = jnp.concatenate([pending[None], drafts_K])[None]
-      p_logits_1KV, p_cache = p_feed(fed, n - 1, p_cache)
+      draft_rng, accept_rng, next_rng = jax.random.split(round_rng, 3)
+      drafts_K, q_logits_KV, q_state = drafter.propose(q_state, n, pending, draft_rng)
+      fed_K1 = jnp.concatenate([pending[None], drafts_K])
+      verified = p_feed(fed_K1[None], n - 1, p_cache)
+      p_logits_1KV, p_cache = verified[:2]
       a, token = accept(p_logits_1KV[0], q_logits_KV, drafts_K, accept_rng, sampling)
       slots_K1 = jnp.arange(k + 1)
       new_K1 = jnp.where(slots_K1 < a, jnp.concatenate([drafts_K, drafts_K[:1]]), token)
@@ -112,10 +198,12 @@ def make(target, draft, max_new_tokens, draft_tokens, sampling, eos_id, pad_id):
       out_N = jax.lax.dynamic_update_slice(out_N, new_K1, (n,))
       done = jnp.any((new_K1 == eos_id) & (slots_K1 <= a))
       kept = P + n + a  # the next round writes its pending token here
-      return (n + a + 1, token, rewind(p_cache, kept), rewind(q_cache, kept), out_N, done,
-              rounds + 1, accepted + a)
+      q_state = drafter.advance(q_state, kept, a, fed_K1, token,
+                                verified[2][0] if own else None, next_rng)
+      return (n + a + 1, token, rewind(p_cache, kept), q_state, out_N, done, rounds + 1,
+              accepted + a)
 
-    carry = (jnp.int32(1), first, p_cache, q_cache, out_N, first == eos_id, jnp.int32(0),
+    carry = (jnp.int32(1), first, p_cache, q_state, out_N, first == eos_id, jnp.int32(0),
              jnp.int32(0))
     _, _, _, _, out_N, _, rounds, accepted = jax.lax.while_loop(cond, body, carry)
     out_N = out_N[:max_new_tokens]

@@ -34,30 +34,43 @@ def segments_at(segment_ids_BL, k):
 
 
 class MTP(nn.Module):
-  """The prediction modules; -> [h(1), ..., h(depth)], each [B, L, D], the head's inputs."""
+  """The prediction modules; -> [h(1), ..., h(depth)], each [B, L, D], the head's inputs.
+
+  Decoding (kv_segment_ids_BS given; depth 1, zoo/infer/speculative.py): slot j of module
+  1's cache is position j; ids_BL are then each slot's next token (j + 1), segment_ids_BL
+  and positions_BL that token's, and the block writes its keys and values at the cache
+  index, as a decoder layer does."""
   config: Any  # frozen model config
   block: Any  # zoo.models.transformer.Block
   train: bool = False
 
   @nn.compact
-  def __call__(self, h_BLD, embed, ids_BL, segment_ids_BL, positions_BL):
+  def __call__(self, h_BLD, embed, ids_BL, segment_ids_BL, positions_BL,
+               kv_segment_ids_BS=None, lookahead=0):
     m = self.config
     dtypes = dict(dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype))
     norm = lambda name: layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name=name,
                                     **dtypes)
+    decoding = kv_segment_ids_BS is not None
     out = []
     for k in range(1, m.mtp.depth + 1):
-      e_BLD = embed(shifted(ids_BL, k))
+      e_BLD = embed(ids_BL if decoding else shifted(ids_BL, k))
       if m.embed_scale:
         e_BLD = e_BLD * jnp.asarray(m.d_model ** 0.5, e_BLD.dtype)
       joined_BLE = jnp.concatenate([norm(f'embed_norm_{k}')(e_BLD),
                                     norm(f'hidden_norm_{k}')(h_BLD)], axis=-1)
       h_BLD = layers.DenseGeneral(m.d_model, ('mlp', 'embed'), init_std=m.kernel_init_std,
                                   name=f'projection_{k}', **dtypes)(joined_BLE)
-      segments_BL = segments_at(segment_ids_BL, k)
-      mask = mask_lib.Mask(segments_BL, segments_BL, causal=True, window=m.attention.window)
+      if decoding:
+        mask = mask_lib.Mask(segment_ids_BL, kv_segment_ids_BS, causal=True,
+                             window=m.attention.window, kv_cache=True, lookahead=lookahead)
+        positions_k = positions_BL
+      else:
+        segments_BL = segments_at(segment_ids_BL, k)
+        mask = mask_lib.Mask(segments_BL, segments_BL, causal=True, window=m.attention.window)
+        positions_k = shifted(positions_BL, k)
       h_BLD, _ = self.block(m, self.train, moe=bool(m.moe.num_experts), name=f'block_{k}')(
-          h_BLD, mask, shifted(positions_BL, k))
+          h_BLD, mask, positions_k)
       h_BLD = norm(f'final_norm_{k}')(h_BLD)
       out.append(h_BLD)
     return out

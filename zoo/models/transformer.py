@@ -446,6 +446,8 @@ class Decoder(nn.Module):
     if m.norm_position == 'pre':
       x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',
                           **dtypes(m))(x_BLD)
+    if m.mtp.depth and kv_cache:  # what speculative decoding's prediction module reads
+      self.sow('mtp', 'hidden', x_BLD)
     if m.mtp.depth and not kv_cache:  # the loss reads the modules' hidden states
       tied = m.d_model ** -0.5 if m.tie_embeddings and m.scale_tied_logits else 1.0
       hidden = mtp_lib.MTP(m, Block, train, name='mtp')(
