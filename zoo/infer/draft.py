@@ -3,14 +3,10 @@ checkpoint, checked against the target before anything compiles) or generate.dra
 model's own prediction module), and the speculative generator (zoo/infer/speculative.py)
 jitted on the mesh."""
 
-import json
-
 import jax
-import ml_collections
 import numpy as np
 
 from zoo import sharding
-from zoo import storage
 from zoo.data import corpus as corpus_lib
 from zoo.data import tokenizer as tokenizer_lib
 from zoo.errors import ConfigError
@@ -43,11 +39,10 @@ def load_config(config, workdir):
   """The draft run's config (its WORKDIR/config.json), checked against the target's: a
   decoder with the same vocabulary size and the same tokenizer file."""
   g = config.generate
-  path = storage.join(g.draft_workdir, run_config.FILE)
-  if not storage.isfile(path):
+  draft = run_config.load(g.draft_workdir)
+  if draft is None:
     raise ConfigError(f'generate.draft_workdir={g.draft_workdir}: no {run_config.FILE} there; '
                       'pass the workdir of a trained run')
-  draft = ml_collections.ConfigDict(json.loads(storage.read_text(path)))
   if draft.model.family != 'decoder' or draft.model.vocab_size != config.model.vocab_size:
     raise ConfigError(
         f'generate.draft_workdir={g.draft_workdir}: a {draft.model.family} with '

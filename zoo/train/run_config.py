@@ -12,6 +12,7 @@ import json
 
 import jax
 
+from zoo import config as config_lib
 from zoo import phases
 from zoo import storage
 from zoo.errors import ConfigError
@@ -35,6 +36,17 @@ def read(workdir):
   """The config.json of the run's previous start, or None."""
   path = storage.join(workdir, FILE)
   return json.loads(storage.read_text(path)) if storage.isfile(path) else None
+
+
+def load(workdir):
+  """The run's config from its config.json, over config.base(): fields added to the zoo
+  since the run started take their defaults. None when there is no config.json."""
+  saved = read(workdir)
+  if saved is None:
+    return None
+  config = config_lib.base()
+  config.update(saved)
+  return config
 
 
 def write(config, workdir):
