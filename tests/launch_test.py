@@ -371,7 +371,7 @@ def test_generate_continues_each_prompt_from_the_newest_checkpoint(reference):
   assert sharded.stdout == result.stdout
 
 
-def test_generate_cuts_each_completion_at_a_stop_string_and_takes_penalties(reference):
+def test_generate_cuts_at_stop_strings_takes_penalties_and_drafts_for_itself(reference):
   args = ('--prompt=ROMEO:', '--config.generate.max_new_tokens=16')
   plain = _generate(reference, *args)
   assert plain.returncode == 0, plain.stderr[-3000:]
@@ -384,11 +384,7 @@ def test_generate_cuts_each_completion_at_a_stop_string_and_takes_penalties(refe
                         '--config.generate.frequency_penalty=1.0', '--config.generate.min_p=0.1')
   assert penalized.returncode == 0, penalized.stderr[-3000:]
   assert penalized.stdout != plain.stdout  # greedy either way; the penalties changed it
-
-
-def test_generate_with_itself_as_draft_keeps_every_proposal_and_the_greedy_text(reference):
-  args = ('--prompt=ROMEO:', '--config.generate.max_new_tokens=16')
-  plain = _generate(reference, *args)
+  # the run as its own speculative draft: the same text, every proposal kept
   speculative = _generate(reference, *args, f'--config.generate.draft_workdir={reference}',
                           '--config.generate.draft_tokens=3')
   assert speculative.returncode == 0, speculative.stderr[-3000:]

@@ -6,6 +6,7 @@ jitted on the mesh."""
 import jax
 import numpy as np
 
+from zoo import families
 from zoo import sharding
 from zoo.data import corpus as corpus_lib
 from zoo.data import tokenizer as tokenizer_lib
@@ -15,6 +16,11 @@ from zoo.infer import speculative
 from zoo.train import run_config
 from zoo.train import runtime
 from zoo.train import state as state_lib
+
+
+def drafts_for(model_config):
+  """Whether the family decodes by speculation: it can feed several tokens (a decoder)."""
+  return hasattr(families.get(model_config), 'prefill')
 
 
 def is_speculative(config):
@@ -27,9 +33,9 @@ def tokens_a_round(config):
 
 def check(config, prompts):
   """One-line errors about the speculative setup that need no files."""
-  if config.model.family != 'decoder':
-    raise ConfigError(f'generate.draft_workdir: speculative decoding drafts for decoders; '
-                      f'model.family={config.model.family!r}; set generate.draft_workdir=""')
+  if not drafts_for(config.model):
+    raise ConfigError(f'generate.draft_workdir or draft_mtp: speculative decoding drafts for '
+                      f'decoders, model.family={config.model.family!r}; turn the draft off')
   if len(prompts) != 1:
     raise ConfigError(f'generate.draft_workdir or draft_mtp: speculative decoding continues '
                       f'one prompt at a time ({len(prompts)} --prompt given); pass one')
@@ -43,7 +49,7 @@ def load_config(config, workdir):
   if draft is None:
     raise ConfigError(f'generate.draft_workdir={g.draft_workdir}: no {run_config.FILE} there; '
                       'pass the workdir of a trained run')
-  if draft.model.family != 'decoder' or draft.model.vocab_size != config.model.vocab_size:
+  if not drafts_for(draft.model) or draft.model.vocab_size != config.model.vocab_size:
     raise ConfigError(
         f'generate.draft_workdir={g.draft_workdir}: a {draft.model.family} with '
         f'model.vocab_size={draft.model.vocab_size}; the draft must be a decoder over this '
