@@ -85,7 +85,7 @@ def test_the_prediction_module_drafts_from_a_cache_equal_to_the_whole_text(windo
                                      sown['mtp']['depth_1'][0]))[0]  # j: token j + 2's
   P, room = len(PROMPT[0]), NEW + 2
   draw = lambda logits, rng: jnp.argmax(logits).astype(jnp.int32)
-  drafter = speculative.MTPDraft(target, room, draw)
+  drafter = speculative.MTPDraft(target, draw)
   started = decoder.prefill(target, variables, ids, segments, room, 1, hidden=True)
   state = drafter.start(variables, ids, segments, jnp.int32(text[P]), rng, started)
   np.testing.assert_allclose(state[2], want[P - 1], atol=1e-5)

@@ -15,7 +15,9 @@ of room; after a round both cache indices go back to just past the kept tokens, 
 of rejected tokens are overwritten by the next round. A local (sliding-window) layer's ring
 keeps k slots beyond its window for that (zoo/models/attention.py `_rolling`).
 
-Batch 1: the kept prefix differs between rows, and each model has one cache index.
+Drafts: another decoder on the same vocabulary (ModelDraft), or the target's own multi-token
+prediction module (MTPDraft, model.mtp.depth 1: one token a round). Batch 1: the kept prefix
+differs between rows, and each model has one cache index.
 
 Glossary: V vocab, k draft tokens per round, N new tokens.
 """
@@ -29,6 +31,7 @@ from zoo.families import decoding
 from zoo.infer import generate
 from zoo.models import head as head_lib
 from zoo.models import mtp as mtp_lib
+from zoo.models import transformer
 
 
 def rewind(cache, index):
@@ -104,9 +107,8 @@ class MTPDraft:
   before rewritten alike when nothing was accepted) and drafts the next token from the
   last, so it never holds a rejected token."""
 
-  def __init__(self, target, room, draw):
-    from zoo.models import transformer  # pylint: disable=g-import-not-at-top
-    self.config, self.room, self.draw = target.config, room, draw
+  def __init__(self, target, draw):
+    self.config, self.draw = target.config, draw
     self.module = mtp_lib.MTP(target.config, transformer.Block)
 
   def _run(self, variables, cache, hidden_BLD, ids_BL, at):
@@ -167,7 +169,7 @@ def make(target, draft, max_new_tokens, draft_tokens, sampling, eos_id, pad_id):
   if own and (target.config.mtp.depth != 1 or k != 1):
     raise ValueError(f'the prediction module drafts one token a round from model.mtp.depth=1; '
                      f'got depth {target.config.mtp.depth}, {k} draft tokens')
-  drafter = MTPDraft(target, room, draw) if own else ModelDraft(draft, k, room, draw)
+  drafter = MTPDraft(target, draw) if own else ModelDraft(draft, k, room, draw)
 
   def fn(target_variables, draft_variables, ids, segments, rng):
     P = ids.shape[1]
