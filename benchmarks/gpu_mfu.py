@@ -7,7 +7,10 @@ traceback and the next part runs) and the tables come last:
 
 1. attention: the 'gpu' kernel (cuDNN) and 'xla' in bfloat16, each against XLA in float32 on
    the same inputs (packed rows; causal; bidirectional and causal with a T5-style bias
-   [1, H, L, S]), forward and the gradients of q, k, v and the bias: ||x - ref|| / ||ref||;
+   [1, H, L, S]; padding; the T5 smoke's shapes; a length of 64 mod 128), forward and the
+   gradients of q, k, v and the bias: ||x - ref|| / ||ref||; with padding, cuDNN is also
+   given the raw segment mask, whose empty rows its backward turns into NaN
+   (docs/contracts.md, Known problems);
 2. T5 smoke steps: configs/t5_base.py:smoke in bfloat16, 5 train steps with each kernel on
    the same batches (the tests' family batches: padding rows, uneven loss weights); then
    `python -m zoo.launch` trains it with the 'gpu' kernel, data pipeline and checkpoints;
