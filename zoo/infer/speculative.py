@@ -30,6 +30,7 @@ from zoo.families import decoder
 from zoo.families import decoding
 from zoo.infer import generate
 from zoo.models import head as head_lib
+from zoo.models import layers
 from zoo.models import mtp as mtp_lib
 from zoo.models import transformer
 
@@ -108,24 +109,23 @@ class MTPDraft:
   last, so it never holds a rejected token."""
 
   def __init__(self, target, draw):
-    self.config, self.draw = target.config, draw
-    self.module = mtp_lib.MTP(target.config, transformer.Block)
+    m = self.config = target.config
+    self.draw = draw
+    self.module = mtp_lib.MTP(m, transformer.Block)
+    self.embed = layers.Embed(m.vocab_size, m.d_model, dtype=jnp.dtype(m.dtype),
+                              param_dtype=jnp.dtype(m.param_dtype))  # the target's table
 
   def _run(self, variables, cache, hidden_BLD, ids_BL, at):
     """Slots at, at + 1, ... (len ids_BL) written -> (the last slot's logits [V], cache)."""
     segments_BS, positions_BS = self.kv
     take = lambda a: jax.lax.dynamic_slice_in_dim(a, at + 1, ids_BL.shape[1], axis=1)
     params = nn.unbox(variables['params'])
-    embed = lambda ids: jnp.take(params['token_embed']['embedding'], ids, axis=0).astype(
-        jnp.dtype(self.config.dtype))
+    embed = lambda ids: self.embed.apply({'params': params['token_embed']}, ids)
     state = {k: v['mtp'] for k, v in variables.items() if k != 'params' and 'mtp' in v}
     hidden, mutated = self.module.apply(
         {'params': params['mtp'], **state, 'cache': rewind(cache, at)}, hidden_BLD, embed,
         ids_BL, take(segments_BS), take(positions_BS), segments_BS, 1, mutable=['cache'])
-    h_1D = hidden[0][:, -1:]
-    if self.config.tie_embeddings and self.config.scale_tied_logits:
-      h_1D = h_1D * self.config.d_model ** -0.5
-    logits_V = head_lib.project(self.config, params, h_1D)[0, 0]
+    logits_V = head_lib.project(self.config, params, hidden[0][:, -1:])[0, 0]
     return logits_V, mutated['cache']
 
   def start(self, variables, ids, segments, first, rng, prefilled):

@@ -34,7 +34,8 @@ def segments_at(segment_ids_BL, k):
 
 
 class MTP(nn.Module):
-  """The prediction modules; -> [h(1), ..., h(depth)], each [B, L, D], the head's inputs.
+  """The prediction modules; -> [h(1), ..., h(depth)], each [B, L, D], the head's inputs
+  (scaled as the stack's output is for a scaled tied head).
 
   Decoding (kv_segment_ids_BS given; depth 1, zoo/infer/speculative.py): slot j of module
   1's cache is position j; ids_BL are then each slot's next token (j + 1), segment_ids_BL
@@ -52,6 +53,7 @@ class MTP(nn.Module):
     norm = lambda name: layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name=name,
                                     **dtypes)
     decoding = kv_segment_ids_BS is not None
+    tied = m.d_model ** -0.5 if m.tie_embeddings and m.scale_tied_logits else 1.0
     out = []
     for k in range(1, m.mtp.depth + 1):
       e_BLD = embed(ids_BL if decoding else shifted(ids_BL, k))
@@ -72,5 +74,5 @@ class MTP(nn.Module):
       h_BLD, _ = self.block(m, self.train, moe=bool(m.moe.num_experts), name=f'block_{k}')(
           h_BLD, mask, positions_k)
       h_BLD = norm(f'final_norm_{k}')(h_BLD)
-      out.append(h_BLD)
+      out.append(h_BLD * tied)
     return out

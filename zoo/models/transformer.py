@@ -449,11 +449,10 @@ class Decoder(nn.Module):
     if m.mtp.depth and kv_cache:  # what speculative decoding's prediction module reads
       self.sow('mtp', 'hidden', x_BLD)
     if m.mtp.depth and not kv_cache:  # the loss reads the modules' hidden states
-      tied = m.d_model ** -0.5 if m.tie_embeddings and m.scale_tied_logits else 1.0
       hidden = mtp_lib.MTP(m, Block, train, name='mtp')(
           x_BLD, embed, batch['inputs'], *default_positions(batch))
       for k, h_BLD in enumerate(hidden, 1):
-        self.sow('mtp', f'depth_{k}', h_BLD * tied)
+        self.sow('mtp', f'depth_{k}', h_BLD)
     if m.num_labels:  # fine-tuning: a label head on each row's last real token
       last_B = jnp.maximum(jnp.sum((segment_ids_BL > 0).astype(jnp.int32), axis=1) - 1, 0)
       last_BD = jnp.take_along_axis(x_BLD, last_B[:, None, None], axis=1)[:, 0]
