@@ -58,8 +58,8 @@ from zoo.plan import preflight
 
 GIB = 2**30
 # (config, overrides, batch): the largest power-of-two batch whose sweep estimate (remat
-# none, cuDNN attention) leaves a quarter of the H200's 139 GiB free, gpt2_xl's halved: at
-# 16 its step needed more than the 128.6 GiB jax may take (the sweep said 74 GiB)
+# none, cuDNN attention) leaves a quarter of an H200 free, gpt2_xl's halved after the larger
+# one did not fit (docs/performance.md, GPU)
 MFU_RUNS = (
     ('llama3_8b', ['model.num_layers=2', 'data.seq_len=4096'], 16),
     ('gpt2_xl', ['data.seq_len=1024'], 8),
