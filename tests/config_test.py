@@ -167,6 +167,17 @@ def test_an_unknown_variant_is_a_config_error_naming_it(name):
       'model.position': 't5_bias', 'data.num_sentinels': 0, 'mesh.context': 2},
      "mesh.context=2: ring attention is not built for model.family='encoder_decoder' "
      r'(cross-attention over a split sequence\); or use mesh.context=1'),
+    ({'model.mtp.depth': -1}, 'model.mtp.depth=-1 must be >= 0'),
+    ({'model.mtp.depth': 1, 'model.position': 'learned'},
+     "model.mtp.depth=1: multi-token prediction is built for language-model decoders with "
+     r"model.position='rope' (or 'none'\); model.family='decoder', position='learned'; set "
+     'model.mtp.depth=0'),
+    ({'model.mtp.depth': 1, 'model.mtp.late_from': 1.5},
+     'model.mtp: loss_weight=0.3 and late_loss_weight=0.3 must be >= 0 and late_from=1.5 in '
+     r'\[0, 1\]'),
+    ({'model.mtp.depth': 1, 'mesh.context': 2},
+     'mesh.context=2: model.mtp.depth=1: the prediction modules read the sequence in order, '
+     'not split; set model.mtp.depth=0; or use mesh.context=1'),
 ])
 def test_validate_names_the_field(overrides, message):
   c = helpers.tiny_config()
