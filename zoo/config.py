@@ -20,6 +20,7 @@ from zoo.errors import ConfigError  # the error of every layer, raised here the 
 from zoo.kernels import flash_bias
 from zoo.kernels import splash
 from zoo.models import dims
+from zoo.models import layers
 from zoo.models import transformer
 
 ACTIVATIONS = ('relu', 'gelu', 'gelu_tanh', 'swiglu', 'geglu')
@@ -188,6 +189,11 @@ def _model():
   # third of its tokens); 0 = none
   m.mtp = ml_collections.ConfigDict({'depth': 0, 'loss_weight': 0.3,
                                      'late_loss_weight': 0.3, 'late_from': 1.0})
+  # quantized training (zoo/models/quant.py): the dense, attention-projection and expert
+  # matmuls as int8 or fp8 (e4m3, gradients e5m2) dot_generals, forward and backward;
+  # parameters and checkpoints stay float. mode 'none' | 'int8' | 'fp8'; tile: the
+  # contracted axis scaled per tile of this many (DeepSeek-V3: 128), 0 = per channel
+  m.quant = ml_collections.ConfigDict({'mode': 'none', 'tile': 0})
   m.moe = ml_collections.ConfigDict({
       'num_experts': 0,  # 0 = dense MLPs
       'top_k': 2,
@@ -294,6 +300,12 @@ def _train():
   # workdir (its newest checkpoint); parameters it lacks (a new head) are initialised
   t.init_params = ''
   t.drop_unused_params = False  # True: init_params' parameters the model lacks are dropped
+  # LoRA (zoo/models/lora.py): rank > 0 puts an adapter beside each dense layer `targets`
+  # names (query, key, value, out, wi_0, wi_1, wi, wo; MLA's query_down, query_up, kv_down);
+  # only the adapters and a label head train and hold optimizer state; output + dropout(x)
+  # a b x alpha / rank
+  t.lora = ml_collections.ConfigDict({'rank': 0, 'alpha': 16.0, 'dropout': 0.0,
+                                      'targets': 'query,value'})
   # gradient accumulation: each step's global batch runs as this many microbatches (rows
   # j, j+k, j+2k, ... of every stream's share), gradients summed in float32, one update
   t.microbatches = 1
@@ -581,6 +593,7 @@ def validate(config):
   _validate_data(d, config.model, config.train)
   _validate_task(d.task, config.model, family)
   _validate_train(config.train, config.optim, config.data)
+  _validate_lora(config.train.lora, config.model)
   _validate_generate(config.generate, config.model)
   _validate_mesh(config.mesh, config.sharding)
   _validate_context(config.mesh.context, config.model, config.data)
@@ -664,6 +677,7 @@ def _validate_family(m, family):
                       "'rope', as T5Gemma)")
   _validate_mla(m, family)
   _validate_mtp(m, family)
+  _validate_quant(m)
   if m.attention.window and not family.SLIDING_WINDOW:
     raise ConfigError(f'model.attention.window={m.attention.window}: a sliding window is not '
                       f'built for model.family={family.NAME!r}; set it to 0')
@@ -686,6 +700,71 @@ def _validate_mtp(m, family):
     raise ConfigError(f'model.mtp: loss_weight={t.loss_weight} and late_loss_weight='
                       f'{t.late_loss_weight} must be >= 0 and late_from={t.late_from} in [0, 1] '
                       '(a fraction of train.steps; 1 = loss_weight throughout)')
+
+
+def _dense_layers(m):
+  """The dense layers a model builds -> (contracted width, output width) by layer name."""
+  h, q = m.num_heads, m.num_heads * dims.head_dim(m)
+  if m.mla.kv_lora_rank:
+    a = m.mla
+    rope = a.qk_nope_head_dim + a.qk_rope_head_dim
+    out = {'kv_down': (m.d_model, a.kv_lora_rank + a.qk_rope_head_dim),
+           'out': (h * a.v_head_dim, m.d_model)}
+    if a.q_lora_rank:
+      out.update(query_down=(m.d_model, a.q_lora_rank), query_up=(a.q_lora_rank, h * rope))
+    else:
+      out['query'] = (m.d_model, h * rope)
+  else:
+    kv = dims.kv_heads(m) * dims.head_dim(m)
+    out = {'query': (m.d_model, q), 'key': (m.d_model, kv), 'value': (m.d_model, kv),
+           'out': (q, m.d_model)}
+  moe = m.moe
+  if not moe.num_experts or moe.first_dense or moe.every > 1:
+    inner = ('wi_0', 'wi_1') if m.activation in layers.GATED else ('wi',)
+    out.update({name: (m.d_model, m.mlp_dim) for name in inner}, wo=(m.mlp_dim, m.d_model))
+  return out
+
+
+def _validate_quant(m):
+  """model.quant: a mode Qwix trains in, a tile that divides what each matmul contracts."""
+  q = m.quant
+  _one_of('model.quant.mode', q.mode, ('none', 'int8', 'fp8'))
+  if q.tile < 0:
+    raise ConfigError(f'model.quant.tile={q.tile} must be >= 0 (0 = a scale per channel)')
+  if q.tile and q.mode != 'none':
+    widths = {n: k for n, (k, _) in _dense_layers(m).items()}
+    if m.moe.num_experts and m.moe.num_shared_experts:
+      widths['shared wo'] = (m.moe.expert_mlp_dim or m.mlp_dim) * m.moe.num_shared_experts
+    bad = {n: k for n, k in widths.items() if k % q.tile}
+    if bad:
+      raise ConfigError(f'model.quant.tile={q.tile} does not divide what '
+                        f'{", ".join(f"{n} contracts ({k})" for n, k in bad.items())}; use a '
+                        'common divisor (e.g. 128) or tile=0 (a scale per channel)')
+  if q.mode != 'none' and m.dtype == 'float16':
+    raise ConfigError(f"model.quant.mode={q.mode!r} rescales in model.dtype and float16's range "
+                      "overflows int8 and fp8 products; use model.dtype='bfloat16' or 'float32'")
+
+
+def _validate_lora(lora, m):
+  """train.lora: a rank each target can hold, targets the model has."""
+  if lora.rank < 0:
+    raise ConfigError(f'train.lora.rank={lora.rank} must be >= 0 (0 = no adapters)')
+  if not lora.rank:
+    return
+  if lora.alpha <= 0 or not 0 <= lora.dropout < 1:
+    raise ConfigError(f'train.lora.alpha={lora.alpha} must be > 0 and train.lora.dropout='
+                      f'{lora.dropout} in [0, 1)')
+  layers = _dense_layers(m)
+  targets = [t.strip() for t in lora.targets.split(',') if t.strip()]
+  missing = [t for t in targets if t not in layers]
+  if missing or not targets:
+    raise ConfigError(f'train.lora.targets={lora.targets!r}: {", ".join(missing) or "none"} '
+                      f'names no dense layer of this model; choose from {", ".join(layers)}')
+  for t in targets:
+    if lora.rank > min(layers[t]):
+      raise ConfigError(f'train.lora.rank={lora.rank} exceeds {t}\'s smaller dimension '
+                        f'{min(layers[t])} (in {layers[t][0]}, out {layers[t][1]}); use a rank '
+                        f'<= {min(layers[t])}')
 
 
 def _validate_mla(m, family):

@@ -33,7 +33,7 @@ def abstract_params(config):
   GPU or TPU kernel plans on any machine."""
   m = config.model.copy_and_resolve_references()
   m.attention.kernel = 'xla'
-  model = families.build(m)
+  model = families.build(m, config.train.lora)
   batch = families.example_batch(config.model, 1, config.data.seq_len)
   return jax.eval_shape(model.init, jax.random.PRNGKey(0), batch)['params']
 

@@ -43,9 +43,14 @@ def get(model_config):
   return FAMILIES[name]
 
 
-def build(model_config):
-  """model config -> the family's flax.linen.Module (its docstring says what it returns)."""
-  return get(model_config).build(ml_collections.FrozenConfigDict(model_config))
+def build(model_config, lora_config=None):
+  """model config (+ train.lora: its adapters) -> the family's flax.linen.Module (its
+  docstring says what it returns). The modules read the adapters as model config 'lora'."""
+  m = ml_collections.ConfigDict(model_config).copy_and_resolve_references()
+  if lora_config is not None and lora_config.rank:
+    with m.unlocked():
+      m.lora = ml_collections.ConfigDict(lora_config).copy_and_resolve_references()
+  return get(m).build(ml_collections.FrozenConfigDict(m))
 
 
 def total_layers(m):

@@ -16,6 +16,8 @@ from zoo import kernels
 from zoo.kernels import bias as bias_lib
 from zoo.kernels import mask as mask_lib
 from zoo.models import layers
+from zoo.models import lora as lora_lib
+from zoo.models import quant as quant_lib
 from zoo.models import rope
 
 # --------------------------------------------------------------------------- module
@@ -43,6 +45,8 @@ class MultiHeadAttention(nn.Module):
   cache_kv_input: bool = False  # cross-attention while decoding: project kv_BSD once
   kernel: str = 'xla'  # model.attention.kernel (zoo/kernels)
   block_sizes: tuple = (0, 0)  # splash (block_q, block_kv); 0 = min(512, length)
+  quant: quant_lib.Recipe = quant_lib.Recipe()  # the projections' (model.quant)
+  lora: lora_lib.Spec = lora_lib.Spec()  # adapters on the projections it targets
   dtype: jnp.dtype = jnp.float32
   param_dtype: jnp.dtype = jnp.float32
 
@@ -52,7 +56,8 @@ class MultiHeadAttention(nn.Module):
     kv_BSD = x_BLD if kv_BSD is None else kv_BSD
     dense = lambda name, f, axes, num_in=1, scale=1.0: layers.DenseGeneral(
         f, axes, num_in=num_in, use_bias=self.use_bias, dtype=self.dtype,
-        param_dtype=self.param_dtype, init_std=self.init_std, init_scale=scale, name=name)
+        param_dtype=self.param_dtype, init_std=self.init_std, init_scale=scale,
+        quant=self.quant, lora=self.lora, name=name)
     H, G, K = self.num_heads, self.num_kv_heads, self.head_dim
     q_BLHK = dense('query', (H, K), ('embed', 'heads', 'head_dim'),
                    scale=1.0 / K if self.fold_scale else 1.0)(x_BLD)

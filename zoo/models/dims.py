@@ -34,3 +34,10 @@ def rope_scaling(m):
     return ('yarn', r.factor, r.original_max_length, r.beta_fast, r.beta_slow, factor,
             r.truncate)
   return ()
+
+
+def dropout(m):
+  """True where training draws dropout masks: model.dropout_rate, or train.lora's adapters'
+  dropout (the model config carries train.lora as 'lora' when it has adapters)."""
+  lora = m.get('lora')
+  return bool(m.dropout_rate or (lora is not None and lora.rank and lora.dropout))

@@ -27,6 +27,8 @@ import jax.numpy as jnp
 from zoo import kernels
 from zoo.kernels import reference
 from zoo.models import layers
+from zoo.models import lora as lora_lib
+from zoo.models import quant as quant_lib
 from zoo.models import rope
 
 
@@ -45,6 +47,7 @@ class LatentAttention(nn.Module):
   config: object  # the model config (model.mla, heads, rope, kernel)
   out_init_scale: float = 1.0
   rope_scaling: tuple = ()
+  lora: lora_lib.Spec = lora_lib.Spec()
   dtype: jnp.dtype = jnp.float32
   param_dtype: jnp.dtype = jnp.float32
 
@@ -56,7 +59,8 @@ class LatentAttention(nn.Module):
         a.v_head_dim
     dense = lambda name, f, axes, num_in=1, scale=1.0: layers.DenseGeneral(
         f, axes, num_in=num_in, dtype=self.dtype, param_dtype=self.param_dtype,
-        init_std=m.kernel_init_std, init_scale=scale, name=name)
+        init_std=m.kernel_init_std, init_scale=scale, quant=quant_lib.recipe(m),
+        lora=self.lora, name=name)
     norm = lambda name, axis: layers.Norm(m.norm, m.norm_eps, axis=axis, name=name,
                                           dtype=self.dtype, param_dtype=self.param_dtype)
     if a.q_lora_rank:

@@ -40,6 +40,7 @@ from jax.sharding import PartitionSpec as P
 from zoo import collectives
 from zoo import sharding
 from zoo.models import layers
+from zoo.models import quant
 
 # what each layer sows (and, with balance_scope 'sequence', sequence_balance and sequences)
 SUMS = ('pairs_per_expert', 'probs', 'z', 'dropped', 'tokens')
@@ -114,36 +115,14 @@ def slot_positions(experts_LA, num_experts):
   return jnp.sum(before * one_hot, axis=-1).reshape(order_AL.shape).T
 
 
-_map_ragged_dot = jax.custom_batching.sequential_vmap(jax.lax.ragged_dot)
-_map_ragged_dot_vjp = jax.custom_batching.sequential_vmap(
-    lambda x, w, sizes, dy: jax.vjp(lambda x, w: jax.lax.ragged_dot(x, w, sizes), x, w)[1](dy))
-
-
-@jax.custom_vjp
-def _ragged_dot(x_MD, w_EDF, group_sizes_E):
-  """jax.lax.ragged_dot, batched (a pipeline's vmap over its stages) as a loop over the
-  batch, forward and backward: TPU's ragged dot takes no batch dimension (each device's
-  slice of the stage batch is one stage, so the loop runs once)."""
-  return _map_ragged_dot(x_MD, w_EDF, group_sizes_E)
-
-
-def _ragged_dot_fwd(x_MD, w_EDF, group_sizes_E):
-  return _map_ragged_dot(x_MD, w_EDF, group_sizes_E), (x_MD, w_EDF, group_sizes_E)
-
-
-def _ragged_dot_bwd(residuals, dy_MF):
-  return (*_map_ragged_dot_vjp(*residuals, dy_MF), None)
-
-
-_ragged_dot.defvjp(_ragged_dot_fwd, _ragged_dot_bwd)
-
-
-def _expert_mlp(x_MD, w, activation, group_sizes=None):
+def _expert_mlp(x_MD, w, cfg, group_sizes=None):
   """Experts on their tokens: x [E, M, D] (batched) or sorted x [M, D] with group sizes."""
+  r = cfg['quant']
   if group_sizes is None:
-    matmul = lambda x, kernel: jnp.einsum('end,edf->enf', x, kernel.astype(x.dtype))
+    matmul = lambda x, kernel: quant.expert_matmul(x, kernel.astype(x.dtype), r)
   else:
-    matmul = lambda x, kernel: _ragged_dot(x, kernel.astype(x.dtype), group_sizes)
+    matmul = lambda x, kernel: quant.ragged_dot(r)(x, kernel.astype(x.dtype), group_sizes)
+  activation = cfg['activation']
   act = layers.ACTIVATION_FNS[activation]
   h = act(matmul(x_MD, w['wi_0']))
   if activation in layers.GATED:
@@ -170,7 +149,7 @@ def _capacity_experts(x_BLD, gates_BLA, experts_BLA, w, cfg, num_shards):
   if num_shards > 1:  # experts' slots to the experts' shards: [E/X, X*B, C, D]
     x_EBCD = jax.lax.all_to_all(x_EBCD, 'expert', 0, 1, tiled=True)
   e, b = x_EBCD.shape[:2]
-  y_EBCD = _expert_mlp(x_EBCD.reshape(e, b * C, -1), w, cfg['activation']).reshape(
+  y_EBCD = _expert_mlp(x_EBCD.reshape(e, b * C, -1), w, cfg).reshape(
       x_EBCD.shape)
   if num_shards > 1:  # and back: [E, B, C, D]
     y_EBCD = jax.lax.all_to_all(y_EBCD, 'expert', 1, 0, tiled=True)
@@ -178,12 +157,12 @@ def _capacity_experts(x_BLD, gates_BLA, experts_BLA, w, cfg, num_shards):
   return y_BLD, jnp.sum(~kept_BLA)
 
 
-def _grouped_mlp(x_MD, experts_M, num_groups, w, activation):
+def _grouped_mlp(x_MD, experts_M, num_groups, w, cfg):
   """Rows tagged with their group (num_groups = past the last group: skipped) through
   ragged_dot, sorted and back; -> [M, D] in the rows' order (skipped rows 0)."""
   order_M = jnp.argsort(experts_M, stable=True)
   group_sizes = jnp.bincount(experts_M, length=num_groups).astype(jnp.int32)
-  y_MD = _expert_mlp(x_MD[order_M], w, activation, group_sizes)
+  y_MD = _expert_mlp(x_MD[order_M], w, cfg, group_sizes)
   return jnp.zeros_like(y_MD).at[order_M].set(y_MD)
 
 
@@ -194,7 +173,7 @@ def _dropless_experts(x_BLD, gates_BLA, experts_BLA, w, cfg, num_shards):
   experts_M = experts_BLA.reshape(-1)  # M = B*L*A pairs, token-major
   x_MD = jnp.repeat(x_BLD.reshape(B * L, D), A, axis=0)
   if num_shards == 1:
-    y_MD = _grouped_mlp(x_MD, experts_M, cfg['num_experts'], w, cfg['activation'])
+    y_MD = _grouped_mlp(x_MD, experts_M, cfg['num_experts'], w, cfg)
   else:
     y_MD = _expert_parallel_mlp(x_MD, experts_M, w, cfg, num_shards)
   y_MD = y_MD * gates_BLA.reshape(-1, 1).astype(y_MD.dtype)
@@ -231,7 +210,7 @@ def _expert_parallel_mlp(x_MD, experts_M, w, cfg, num_shards):
   ends = jnp.cumsum(local_counts.reshape(-1))
   segment_I = jnp.searchsorted(ends, jnp.arange(X * M), side='right')
   expert_I = jnp.where(segment_I < X * local, segment_I % local, local)
-  y_ID = _grouped_mlp(x_ID, expert_I, local, w, cfg['activation'])
+  y_ID = _grouped_mlp(x_ID, expert_I, local, w, cfg)
   y_MD = collectives.ragged_all_to_all(
       y_ID, jnp.zeros_like(x_MD), recv_offsets_X, recv_X, back_offsets_X, send_X, 'expert')
   return jnp.zeros_like(y_MD).at[order_M].set(y_MD)
@@ -294,7 +273,8 @@ class MoE(nn.Module):
     cfg = {'num_experts': E, 'top_k': moe.top_k, 'normalize_top_k': moe.normalize_top_k,
            'capacity_factor': moe.capacity_factor, 'activation': m.activation,
            'router': moe.router, 'num_groups': moe.num_groups, 'top_groups': moe.top_groups,
-           'routed_scale': moe.routed_scale, 'balance_scope': moe.balance_scope}
+           'routed_scale': moe.routed_scale, 'balance_scope': moe.balance_scope,
+           'quant': quant.recipe(m)}
 
     rate, bias, bias_E = moe.bias_update_rate, None, None
     if rate:
@@ -330,6 +310,6 @@ class MoE(nn.Module):
     if moe.num_shared_experts:
       y_BLD = y_BLD + layers.MLP(
           F * moe.num_shared_experts, m.activation, use_bias=m.use_bias, init_std=std,
-          out_init_scale=self.out_init_scale, name='shared', dtype=dtype,
+          out_init_scale=self.out_init_scale, quant=cfg['quant'], name='shared', dtype=dtype,
           param_dtype=param_dtype)(x_BLD)
     return y_BLD.astype(dtype)

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 
 from zoo.kernels import mask as mask_lib
 from zoo.models import layers
+from zoo.models import quant
 
 
 def shifted(a_BL, k, fill=0):
@@ -62,7 +63,7 @@ class MTP(nn.Module):
       joined_BLE = jnp.concatenate([norm(f'embed_norm_{k}')(e_BLD),
                                     norm(f'hidden_norm_{k}')(h_BLD)], axis=-1)
       h_BLD = layers.DenseGeneral(m.d_model, ('mlp', 'embed'), init_std=m.kernel_init_std,
-                                  name=f'projection_{k}', **dtypes)(joined_BLE)
+                                  quant=quant.recipe(m), name=f'projection_{k}', **dtypes)(joined_BLE)
       if decoding:
         mask = mask_lib.Mask(segment_ids_BL, kv_segment_ids_BS, causal=True,
                              window=m.attention.window, kv_cache=True, lookahead=lookahead)

@@ -19,10 +19,12 @@ from zoo.kernels import ring
 from zoo.models import attention
 from zoo.models import dims
 from zoo.models import layers
+from zoo.models import lora
 from zoo.models import mla
 from zoo.models import moe as moe_lib
 from zoo.models import mtp as mtp_lib
 from zoo.models import pipeline
+from zoo.models import quant
 
 REMAT_POLICIES = {
     'full': None,  # save nothing, recompute the whole block
@@ -64,6 +66,7 @@ class Block(nn.Module):
           name='relative_bias')(bias.q_positions, bias.kv_positions), jnp.dtype(m.dtype),
                                   decoding)
     local = self.kind == 'local'
+    adapters = lora.spec(m.get('lora'), self.train)
     if self.kind and isinstance(mask, mask_lib.Mask):
       mask = mask.replace(window=m.attention.window if local else 0)
     attention_module = lambda name, rope, cache_kv_input=False: attention.MultiHeadAttention(
@@ -75,11 +78,12 @@ class Block(nn.Module):
         softcap=m.attention.softcap, qk_norm=(m.norm, m.norm_eps) if m.qk_norm else (),
         init_std=m.kernel_init_std,
         out_init_scale=_out_init_scale(m), kernel=m.attention.kernel,
-        block_sizes=(m.attention.block_q, m.attention.block_kv), name=name, **dtypes(m))
+        block_sizes=(m.attention.block_q, m.attention.block_kv), quant=quant.recipe(m),
+        lora=adapters, name=name, **dtypes(m))
     if m.mla.kv_lora_rank:  # DeepSeek's multi-head latent attention
       attend = mla.LatentAttention(m, out_init_scale=_out_init_scale(m),
-                                   rope_scaling=dims.rope_scaling(m), name='attention',
-                                   **dtypes(m))
+                                   rope_scaling=dims.rope_scaling(m), lora=adapters,
+                                   name='attention', **dtypes(m))
     else:
       attend = attention_module('attention', rope=True)
     if self.moe:
@@ -87,7 +91,7 @@ class Block(nn.Module):
     else:
       mlp = layers.MLP(m.mlp_dim, m.activation, use_bias=m.use_bias,
                        init_std=m.kernel_init_std, out_init_scale=_out_init_scale(m),
-                       name='mlp', **dtypes(m))
+                       quant=quant.recipe(m), lora=adapters, name='mlp', **dtypes(m))
     drop = lambda y: nn.Dropout(m.dropout_rate)(y, deterministic=not self.train)
     self_attend = lambda h: attend(h, mask=mask, q_positions_BL=positions_BL,
                                    kv_positions_BS=positions_BL, bias=bias)
@@ -210,7 +214,7 @@ def _body(m, train, unit, length, name, owner):
       stages = sharding.axis_size('stage')
       if stages == 1 or owner.is_initializing() or args[0].kv_cache:
         return module(x_BLD, *args)
-      rng = owner.make_rng('dropout') if train and m.dropout_rate else None
+      rng = owner.make_rng('dropout') if train and dims.dropout(m) else None
       variables = {k: nn.meta.unbox(owner.variables[k][name])
                    for k in ('params', 'moe_bias') if k in owner.variables}
       checkpoint = None if m.remat == 'none' else functools.partial(

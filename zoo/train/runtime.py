@@ -298,11 +298,12 @@ class ModelState:
     return step_lib.make_train_step(self.loss_fn(config), self.optimizer,
                                     self.learning_rate_fn, config.train.microbatches,
                                     families.counts_fn(config),
-                                    tuple(config.train.fault.nonfinite))
+                                    tuple(config.train.fault.nonfinite),
+                                    state_lib.trainable(config, self.abstract['params']))
 
 
 def model_state(config, mesh):
-  model = families.build(config.model)
+  model = families.build(config.model, config.train.lora)
   optimizer, init_fn, abstract, shardings = state_lib.make(model, config, mesh)
   return ModelState(model, optimizer, optim.schedule(config.optim, config.train.steps,
                                                     phases.resolve(config)),

@@ -13,6 +13,7 @@ from zoo import families
 from zoo import models
 from zoo import phases
 from zoo import sharding
+from zoo.models import lora
 from zoo.train import optim
 
 
@@ -22,14 +23,21 @@ def model_variables(state):
   return {k: state[k] for k in ('params', *models.STATE_COLLECTIONS) if k in state}
 
 
+def trainable(config, params):
+  """Which parameters train: a tree of bools (train.lora: the adapters and a label head),
+  or None for all."""
+  return lora.trainable(params) if config.train.lora.rank else None
+
+
 def make(model, config, mesh):
   """-> (optimizer, init_fn(rng) -> state, abstract state with shardings, shardings).
   The optimizer is built here: Adafactor needs to know which parameters are layer stacks."""
   batch = families.example_batch(config.model, 1, config.data.seq_len)
   rng = jax.random.PRNGKey(0)
-  param_specs = nn.get_partition_spec(jax.eval_shape(model.init, rng, batch)['params'])
+  boxed = jax.eval_shape(model.init, rng, batch)['params']
+  param_specs = nn.get_partition_spec(boxed)
   optimizer = optim.make(config.optim, config.train.steps, optim.stacked_leaves(param_specs),
-                         phases.resolve(config))
+                         phases.resolve(config), trainable(config, nn.unbox(boxed)))
 
   def init_fn(rng):
     params_rng, state_rng = jax.random.split(rng)

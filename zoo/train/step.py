@@ -51,12 +51,28 @@ def _poisoned(params, step, nonfinite):
   return jax.tree.map(lambda p: jnp.where(burst, jnp.nan, 1).astype(p.dtype) * p, params)
 
 
+def _differentiated(params, trainable):
+  """-> (the leaves to differentiate, leaves -> the whole tree again, their gradients ->
+  gradients of the whole tree, zero on the rest); trainable None = every leaf."""
+  if trainable is None:
+    return params, lambda d: d, lambda g: g
+  leaves, treedef = jax.tree.flatten(params)
+  flags = jax.tree.leaves(trainable)
+  join = lambda chosen, rest: treedef.unflatten(
+      [next(chosen) if f else r for f, r in zip(flags, rest)])
+  return ([x for x, f in zip(leaves, flags) if f],
+          lambda d: join(iter(d), leaves),
+          lambda g: join(iter(g), [jnp.zeros_like(x) for x in leaves]))
+
+
 def make_train_step(loss_fn, optimizer, learning_rate_fn, microbatches=1, counts_fn=None,
-                    nonfinite=(0, 0)):
+                    nonfinite=(0, 0), trainable=None):
   """(state, batch) -> (state, metrics); a NaN/Inf loss or gradient leaves state unchanged.
   metrics: the loss's rows + grad_norm, learning_rate, nonfinite_streak, nonfinite_total.
   microbatches > 1: gradient accumulation; counts_fn(batch) gives the whole batch's loss
-  normalisers (families.counts_fn). nonfinite: an injected fault (tests), see _poisoned."""
+  normalisers (families.counts_fn). nonfinite: an injected fault (tests), see _poisoned.
+  trainable: a tree of bools like the parameters (train.lora), None = all: only those are
+  differentiated (the others' gradients are zeros the optimizer ignores)."""
 
   def objective(params, others, batch, rng, whole, step):
     loss = loss_fn({'params': params, **others}, batch, rng, whole, step=step)
@@ -65,15 +81,17 @@ def make_train_step(loss_fn, optimizer, learning_rate_fn, microbatches=1, counts
   def train_step(state, batch):
     rng = jax.random.fold_in(state['rng'], state['step'])
     others = {k: v for k, v in state_lib.model_variables(state).items() if k != 'params'}
-    grad_fn = jax.value_and_grad(
-        lambda p, b, r, w: objective(p, others, b, r, w, state['step']), has_aux=True)
     params = state['params']
     if nonfinite[1]:
       params = _poisoned(params, state['step'] + 1, nonfinite)
+    chosen, whole, whole_grads = _differentiated(params, trainable)
+    grad_fn = jax.value_and_grad(
+        lambda p, b, r, w: objective(whole(p), others, b, r, w, state['step']), has_aux=True)
     if microbatches == 1:
-      (_, loss), grads = grad_fn(params, batch, rng, None)
+      (_, loss), grads = grad_fn(chosen, batch, rng, None)
     else:
-      loss, grads = _accumulated(grad_fn, params, batch, rng, counts_fn(batch), microbatches)
+      loss, grads = _accumulated(grad_fn, chosen, batch, rng, counts_fn(batch), microbatches)
+    grads = whole_grads(grads)
     grad_norm = optax.tree.norm(grads)
     updates, opt_state = optimizer.update(grads, state['opt_state'], state['params'])
     params = optax.apply_updates(state['params'], updates)

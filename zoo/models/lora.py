@@ -1,0 +1,107 @@
+"""Low-rank adapters (train.lora; Hu et al. 2021): beside each targeted dense kernel W
+[in..., out...] an adapter a [in..., r] (random) and b [r, out...] (zeros, so training
+starts from the base model) adds dropout(x) a b x alpha / r to the layer's output. Only
+the adapters (and a task's new head) train; `merge` folds them into the kernels for export.
+
+Glossary: M rows, K the kernel's fan-in, N its fan-out, R the rank.
+"""
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# the dense layers a target can name (zoo/models: attention, mla, layers.MLP, mtp)
+LAYERS = ('query', 'key', 'value', 'out', 'query_down', 'query_up', 'kv_down', 'wi', 'wi_0',
+          'wi_1', 'wo')
+# the parameter collection's key of an adapter, under its dense layer
+NAME = 'lora'
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+  """train.lora as a module attribute; rank 0 = no adapters. dropout is 0 outside
+  training."""
+  rank: int = 0
+  alpha: float = 16.0
+  dropout: float = 0.0
+  targets: tuple[str, ...] = ()
+
+  def applies_to(self, layer_name):
+    return self.rank > 0 and layer_name in self.targets
+
+  @property
+  def scale(self):
+    return self.alpha / self.rank
+
+
+def spec(lora_config, train):
+  """train.lora (None: none) -> the Spec the model's layers read."""
+  if lora_config is None or not lora_config.rank:
+    return Spec()
+  targets = tuple(t.strip() for t in lora_config.targets.split(',') if t.strip())
+  return Spec(lora_config.rank, lora_config.alpha, lora_config.dropout if train else 0.0,
+              targets)
+
+
+class Adapter(nn.Module):
+  """The adapter of one DenseGeneral: x [M, K] -> [M, N], x a b x alpha / r."""
+  spec: Spec
+  kernel_axes: tuple[str, ...]
+  num_in: int
+  dtype: jnp.dtype = jnp.float32
+  param_dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_MK, in_shape, features):
+    s = self.spec
+    in_axes, out_axes = self.kernel_axes[:self.num_in], self.kernel_axes[self.num_in:]
+    # a: the uniform fan-in init PEFT gives it (kaiming-uniform, a = sqrt(5))
+    a = self.param('a', nn.with_logical_partitioning(
+        nn.initializers.variance_scaling(1 / 3, 'fan_in', 'uniform',
+                                         in_axis=tuple(range(self.num_in)),
+                                         out_axis=self.num_in), in_axes + (None,)),
+                   tuple(in_shape) + (s.rank,), self.param_dtype)
+    b = self.param('b', nn.with_logical_partitioning(nn.initializers.zeros,
+                                                     (None,) + out_axes),
+                   (s.rank,) + tuple(features), self.param_dtype)
+    x_MK = nn.Dropout(s.dropout)(x_MK, deterministic=not s.dropout)
+    fan_in, fan_out = int(np.prod(in_shape)), int(np.prod(features))
+    h_MR = x_MK @ a.astype(self.dtype).reshape(fan_in, s.rank)
+    return (h_MR @ b.astype(self.dtype).reshape(s.rank, fan_out)) * jnp.asarray(
+        s.scale, self.dtype)
+
+
+def is_adapter(path):
+  """A parameter path (tuple of keys) inside an adapter."""
+  return NAME in path
+
+
+def merge(params, scale):
+  """Parameters with adapters -> the same without them, each kernel W + a b x scale (alpha
+  / rank): what the adapted layer computes, as one kernel. Stacked layers (leading axes on
+  all three) merge slice by slice."""
+  if not isinstance(params, dict):
+    return params
+  out = {k: merge(v, scale) for k, v in params.items() if k != NAME}
+  if NAME in params:
+    kernel, a, b = params['kernel'], params[NAME]['a'], params[NAME]['b']
+    rank = a.shape[-1]
+    features = kernel.ndim - a.ndim + 1  # kernel [lead, in, out], a [lead, in, R]
+    lead = a.shape[:b.ndim - 1 - features]
+    a_2 = jnp.asarray(a, jnp.float32).reshape(lead + (-1, rank))
+    b_2 = jnp.asarray(b, jnp.float32).reshape(lead + (rank, -1))
+    delta = jnp.matmul(a_2, b_2).reshape(kernel.shape) * scale
+    out['kernel'] = (jnp.asarray(kernel, jnp.float32) + delta).astype(kernel.dtype)
+  return out
+
+
+def trainable(params):
+  """A tree of bools like `params`: True on the adapters and on a task's label head
+  (transformer.label_head's 'classifier', new in a fine-tuning run)."""
+  def one(path, _):
+    keys = tuple(getattr(k, 'key', k) for k in path)
+    return is_adapter(keys) or 'classifier' in keys
+  return jax.tree_util.tree_map_with_path(one, params)

@@ -1,0 +1,90 @@
+"""Quantized training's matmuls (model.quant): the dense, attention-projection and expert
+matmuls run as real int8 or fp8 dot_generals (and ragged dots) through Qwix's
+quantized-training ops, forward and backward; the parameters and checkpoints stay float.
+
+int8: both operands int8 with absmax scales (per output channel for the weight, per row for
+the activation), int32 accumulation, the gradients int8 too. fp8: e4m3 operands, e5m2
+gradients (the range the gradients need). tile > 0: the contracted axis is scaled per tile
+of that many elements (DeepSeek-V3's fine-grained scaling) instead of once per channel.
+
+We call Qwix's ops with a configuration we build here, rather than its module interception,
+because a DenseGeneral knows which operand is the weight: interception guesses that by
+tracing the operand back to a parameter, which reshapes and scanned stacks defeat.
+
+Glossary: M rows, K contracted, N out, E experts.
+"""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from qwix._src.core import dot_general_qt
+from qwix._src.core import ragged_dot_qt
+
+# mode -> (forward operands' type, gradients' type)
+MODES = {'int8': (jnp.int8, jnp.int8), 'fp8': (jnp.float8_e4m3fn, jnp.float8_e5m2)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+  """model.quant as a module attribute: mode '' (none), 'int8' or 'fp8'; tile 0 = per
+  channel."""
+  mode: str = ''
+  tile: int = 0
+
+
+def recipe(m):
+  """The model config's recipe (model.quant)."""
+  q = m.get('quant')
+  return Recipe() if q is None or q.mode == 'none' else Recipe(q.mode, q.tile)
+
+
+def _config(r):
+  fwd, bwd = MODES[r.mode]
+  return dot_general_qt.DotGeneralQtConfig(
+      lhs_qtype=fwd, rhs_qtype=fwd, tile_size=r.tile or None,
+      dlhs_grad_qtype=bwd, drhs_grad_qtype=bwd)
+
+
+def matmul(x_MK, w_KN, r):
+  """x @ w, quantized by recipe r (plain when r.mode is '')."""
+  if not r.mode:
+    return x_MK @ w_KN
+  return dot_general_qt.dot_general_qt(x_MK, w_KN, (((1,), (0,)), ((), ())),
+                                       _config(r)).astype(x_MK.dtype)
+
+
+def expert_matmul(x_EMK, w_EKN, r):
+  """Each expert's rows through its own weight: [E, M, K] x [E, K, N] -> [E, M, N]."""
+  if not r.mode:
+    return jnp.einsum('emk,ekn->emn', x_EMK, w_EKN)
+  return dot_general_qt.dot_general_qt(x_EMK, w_EKN, (((2,), (1,)), ((0,), (0,))),
+                                       _config(r)).astype(x_EMK.dtype)
+
+
+def _ragged(r):
+  """jax.lax.ragged_dot (quantized by r), batched as a loop over a leading batch (a
+  pipeline's vmap over its stages), forward and backward: TPU's ragged dot takes no batch
+  dimension (each device's slice of the stage batch is one stage, so the loop runs once)."""
+  if r.mode:
+    fwd, bwd = MODES[r.mode]
+    config = ragged_dot_qt.RaggedDotQtConfig(lhs_qtype=fwd, rhs_qtype=fwd,
+                                             dlhs_grad_qtype=bwd, drhs_grad_qtype=bwd)
+    dot = lambda x, w, sizes: ragged_dot_qt.ragged_dot_qt(x, w, sizes, config).astype(x.dtype)
+  else:
+    dot = jax.lax.ragged_dot
+  forward = jax.custom_batching.sequential_vmap(dot)
+  backward = jax.custom_batching.sequential_vmap(
+      lambda x, w, sizes, dy: jax.vjp(lambda x, w: dot(x, w, sizes), x, w)[1](dy))
+
+  @jax.custom_vjp
+  def ragged(x_MK, w_EKN, group_sizes_E):
+    return forward(x_MK, w_EKN, group_sizes_E)
+
+  ragged.defvjp(lambda x, w, sizes: (forward(x, w, sizes), (x, w, sizes)),
+                lambda residuals, dy: (*backward(*residuals, dy), None))
+  return ragged
+
+
+ragged_dot = functools.cache(_ragged)  # ragged_dot(r)(x [M, K], w [E, K, N], sizes [E])
