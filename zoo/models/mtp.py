@@ -63,7 +63,8 @@ class MTP(nn.Module):
       joined_BLE = jnp.concatenate([norm(f'embed_norm_{k}')(e_BLD),
                                     norm(f'hidden_norm_{k}')(h_BLD)], axis=-1)
       h_BLD = layers.DenseGeneral(m.d_model, ('mlp', 'embed'), init_std=m.kernel_init_std,
-                                  quant=quant.recipe(m), name=f'projection_{k}', **dtypes)(joined_BLE)
+                                  quant=quant.recipe(m), name=f'projection_{k}',
+                                  **dtypes)(joined_BLE)
       if decoding:
         mask = mask_lib.Mask(segment_ids_BL, kv_segment_ids_BS, causal=True,
                              window=m.attention.window, kv_cache=True, lookahead=lookahead)
