@@ -178,6 +178,20 @@ def test_an_unknown_variant_is_a_config_error_naming_it(name):
     ({'model.mtp.depth': 1, 'mesh.context': 2},
      'mesh.context=2: model.mtp.depth=1: the prediction modules read the sequence in order, '
      'not split; set model.mtp.depth=0; or use mesh.context=1'),
+    ({'model.quant.mode': 'int4'}, "model.quant.mode='int4' is not one of"),
+    ({'model.quant.mode': 'int8', 'model.quant.tile': 48},
+     r'model.quant.tile=48 does not divide what query contracts (32\), key contracts (32\), '
+     r'value contracts (32\), out contracts (32\), wi_0 contracts (32\), wi_1 contracts '
+     r'(32\), wo contracts (64\); use a common divisor'),
+    ({'model.quant.mode': 'fp8', 'model.dtype': 'float16'},
+     "model.quant.mode='fp8' rescales in model.dtype and float16's range overflows"),
+    ({'train.lora.rank': 4, 'train.lora.targets': 'query,wq'},
+     "train.lora.targets='query,wq': wq names no dense layer of this model; choose from query, "
+     'key, value, out, wi_0, wi_1, wo'),
+    ({'train.lora.rank': 20, 'train.lora.targets': 'key'},
+     r"train.lora.rank=20 exceeds key's smaller dimension 16 (in 32, out 16\); use a rank <= 16"),
+    ({'train.lora.rank': 4, 'train.lora.dropout': 1.0},
+     'train.lora.alpha=16.0 must be > 0 and train.lora.dropout=1.0 in'),
 ])
 def test_validate_names_the_field(overrides, message):
   c = helpers.tiny_config()
