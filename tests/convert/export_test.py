@@ -18,6 +18,7 @@ from zoo.convert import hf
 from zoo.convert import hf_tokenizer
 from zoo.data import readers
 from zoo.data import tokenizer as tokenizer_lib
+from zoo.models import lora
 from zoo.train import loop
 from zoo.train import runtime
 
@@ -154,11 +155,12 @@ def test_export_writes_the_checkpoint_weights_and_a_tokenizer_with_the_zoo_ids(t
   assert again.encode([literal]) == zoo.encode([literal])
 
 
-def test_a_decoder_classifier_exports_as_its_hugging_face_class(tmp_path):
+def test_a_decoder_classifier_with_lora_exports_as_its_hugging_face_class(tmp_path):
   task = helpers.speakers_task(str(tmp_path / 'task'), 'classification', 16, 8)
   make = lambda: helpers.smoke('gpt_shakespeare', 'data.task.kind=classification',
                                f'data.task.path={task}', "model.label_names=('first', 'second')",
-                               'train.steps=3', 'optim.warmup_steps=1')
+                               'train.steps=3', 'optim.warmup_steps=1', 'train.lora.rank=2',
+                               "train.lora.targets='query,value,wo'", 'optim.learning_rate=0.05')
   workdir, out = str(tmp_path / 'run'), str(tmp_path / 'hf')
   loop.train(make(), workdir)
   config = make()
@@ -179,11 +181,15 @@ def test_a_decoder_classifier_exports_as_its_hugging_face_class(tmp_path):
   settings = json.loads(open(f'{out}/tokenizer_config.json', encoding='utf-8').read())
   assert settings['model_input_names'] == ['input_ids', 'attention_mask']  # no token types
 
-  _, params = hf.load(out)  # the export's label logits are the checkpoint's
+  # the export's label logits are the adapted checkpoint's, its adapters merged
+  _, params = hf.load(out)
   place = runtime.placement(config)
   _, variables = runtime.restore_variables(config, workdir,
                                            runtime.model_state(config, place.mesh), 'test')
   batch = helpers.family_batch(config, 4)
-  model = families.build(config.model)
-  np.testing.assert_allclose(model.apply({'params': params}, batch)['label_logits'],
-                             model.apply(variables, batch)['label_logits'], atol=1e-6, rtol=0)
+  exported = families.build(config.model).apply({'params': params}, batch)['label_logits']
+  adapted = families.build(config.model, config.train.lora).apply(variables, batch)
+  np.testing.assert_allclose(exported, adapted['label_logits'], atol=1e-5, rtol=0)
+  stripped = lora.merge(variables['params'], 0.0)  # the adapters dropped
+  base = families.build(config.model).apply({'params': stripped}, batch)
+  assert np.abs(base['label_logits'] - exported).max() > 1e-3  # the adapters moved

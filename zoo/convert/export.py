@@ -5,7 +5,8 @@
 writes DIR/config.json + model.safetensors (the newest checkpoint's parameters, through
 zoo.convert.hf.save) and the run's tokenizer as tokenizer.json + tokenizer_config.json
 (zoo/convert/hf_tokenizer.py), so transformers' AutoTokenizer and AutoModelForCausalLM /
-AutoModelForMaskedLM / AutoModelForSeq2SeqLM load it. config.json and generation_config.json
+AutoModelForMaskedLM / AutoModelForSeq2SeqLM load it; a train.lora run's adapters are merged
+into the kernels (W + a b alpha / rank), so it loads as a plain model. config.json and generation_config.json
 carry the tokenizer's special-token ids (generation stops at the zoo's EOS), and
 tokenizer_config.json the run's data.seq_len (model_max_length), which an import reads back. DIR must be new or empty (nothing is
 overwritten); bad input is one line, exit code 2.
@@ -23,6 +24,7 @@ from zoo.cli import split_overrides
 from zoo.convert import hf
 from zoo.convert import hf_tokenizer
 from zoo.data import corpus as corpus_lib
+from zoo.models import lora
 from zoo.train import runtime
 
 
@@ -44,8 +46,11 @@ def export(config, workdir, out):
   place = runtime.placement(config)
   state = runtime.model_state(config, place.mesh)
   step, variables = runtime.restore_variables(config, workdir, state, 'export')
+  params = jax.device_get(variables['params'])
+  if config.train.lora.rank:  # the adapters folded into the kernels they sit beside
+    params = lora.merge(params, config.train.lora.alpha / config.train.lora.rank)
   files = storage.Mirror(out)  # written locally, then copied when --out is in a bucket
-  hf.save(config, jax.device_get(variables['params']), files.local)
+  hf.save(config, params, files.local)
   d, family = config.data, families.get(config.model)
   special = hf_tokenizer.write(
       tokenizer_path, files.local,
