@@ -88,6 +88,20 @@ def flops_per_token(config, num_active=None):
   return 6 * (_matmul_params(config, num_active) + head) + _attention_flops(config)
 
 
+def quantized_flops_per_token(config, num_active=None):
+  """The share of flops_per_token + remat_flops_per_token that model.quant runs quantized
+  (the blocks' dense, attention-projection and expert matmuls: N_matmul less the output
+  head, forward, backward and recomputed); 0 without quantization."""
+  m = config.model
+  if m.quant.mode == 'none':
+    return 0
+  if num_active is None:
+    num_active = active_params(abstract_params(config), m.moe)
+  head = 0 if m.num_labels else m.vocab_size * m.d_model
+  blocks = _matmul_params(config, num_active) - head
+  return (6 + (2 if m.remat == 'full' else 0)) * blocks
+
+
 def mtp_params(boxed):
   """Parameters of the multi-token prediction modules (model.mtp), apart from the stack."""
   return param_count(nn.unbox(boxed).get('mtp', {}))

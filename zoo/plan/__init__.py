@@ -38,15 +38,17 @@ def _compiled(config, result, devices, tpu_slice):
   result.update(compiled=True, mesh=sizes, compile_seconds=out['compile_seconds'],
                 compiled_flops_per_step=None if pipelined else
                 out['flops_per_step_per_device'] * len(devices),
-                compiled_hbm_bytes_per_step_per_device=out['hbm_bytes_per_step_per_device'])
+                compiled_hbm_bytes_per_step_per_device=out['hbm_bytes_per_step_per_device'],
+                compiled_narrow_dots=out['narrow_dots'])
   result['per_device_bytes'].update(out['per_device_bytes'])
   if tpu_slice:
     chip = tpu_slice.chip
+    seconds = lambda flops: topology.seconds(chip, flops, _quantized_share(result),
+                                             config.model.quant.mode)
     if pipelined:
       flops = ((result['flops_per_token'] + result['remat_flops_per_token']) *
                result['run']['tokens_per_step'] / len(devices))
-      result['estimated_step_seconds'] = (flops / chip.peak_flops /
-                                          (1 - result['pipeline']['bubble']))
+      result['estimated_step_seconds'] = seconds(flops) / (1 - result['pipeline']['bubble'])
     else:
       # Pallas kernels are custom calls the compiler's count leaves out: their attention
       # FLOPs are added from the analytic count
@@ -55,7 +57,7 @@ def _compiled(config, result, devices, tpu_slice):
                    else 0)
       result['pallas_attention_flops_per_step'] = uncounted
       result['estimated_step_seconds'] = max(
-          out['flops_per_step_per_device'] / chip.peak_flops +
+          seconds(out['flops_per_step_per_device']) +
           uncounted / len(devices) / chip.peak_flops,
           out['hbm_bytes_per_step_per_device'] / chip.hbm_bandwidth)
     result['fits'] = out['per_device_bytes']['total'] <= chip.hbm_bytes
@@ -63,11 +65,19 @@ def _compiled(config, result, devices, tpu_slice):
                                           result['run']['step_equivalents'])
 
 
+def _quantized_share(result):
+  """The share of the step's FLOPs model.quant runs quantized (0 without it)."""
+  return result.get('quantized_flops_per_token', 0) / (result['flops_per_token'] +
+                                                       result['remat_flops_per_token'])
+
+
 def run(config, json_path=None, compile_step=False, topology_name=None, sweep=False,
         sweep_compile=0):
   """Plans, prints the report (and sweep table), optionally writes the JSON; -> the dict.
   sweep_compile: compile the sweep's fastest meshes that fit, this many."""
   tpu_slice = topology.parse(topology_name) if topology_name else None
+  if tpu_slice:  # a precision the chip cannot run is refused before anything compiles
+    topology.seconds(tpu_slice.chip, 0, 0, config.model.quant.mode)
   if sweep and not tpu_slice:
     raise ConfigError('--plan_sweep needs --plan_topology=NAME for the chip count and speeds, '
                       'e.g. --plan_topology=v5p-128')

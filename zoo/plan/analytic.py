@@ -35,6 +35,7 @@ from zoo.models import dims
 from zoo.models import mla
 from zoo.models import transformer
 from zoo.train import optim
+from zoo.train import state as state_lib
 
 
 def mesh_sizes_for(mesh_config, num_devices):
@@ -144,33 +145,38 @@ def pipeline_plan(config, sizes, param_bytes_per_device):
               2 * regroup_share(stages, repeats) * param_bytes_per_device)}
 
 
-def state_bytes(boxed, rules, sizes, optim_config):
+def state_bytes(boxed, rules, sizes, optim_config, trainable=None):
   """-> (parameter count, per-device bytes of params, optimizer state and gradients, the
   dims that do not divide their mesh axes, per-device optimizer-state bytes of each
-  optimizer (float32 state, split like its parameter))."""
+  optimizer (float32 state, split like its parameter)). trainable: a tree of bools like the
+  parameters (train.lora), None = all: the others keep no optimizer state or gradient."""
   specs = nn.get_partition_spec(boxed)
   leaves = jax.tree_util.tree_flatten_with_path(nn.unbox(boxed))[0]
+  trains = ([True] * len(leaves) if trainable is None else jax.tree.leaves(trainable))
   spec_leaves = jax.tree.leaves(specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
-  total, param_bytes, not_divisible = 0, 0.0, []
+  total, param_bytes, grad_bytes, not_divisible = 0, 0.0, 0.0, []
   by_optimizer = {name: 0.0 for name in config_lib.OPTIMIZERS}
   as_named = {}
   for optimizer in config_lib.OPTIMIZERS:
     as_named[optimizer] = optim_config.copy_and_resolve_references()
     with as_named[optimizer].unlocked():
       as_named[optimizer].name = optimizer
-  for (path, leaf), spec in zip(leaves, spec_leaves):
+  for (path, leaf), spec, trains_leaf in zip(leaves, spec_leaves, trains):
     name = '/'.join(str(getattr(k, 'key', k)) for k in path)
     size = int(np.prod(leaf.shape))
     total += size
     factor = _shard_factor(leaf.shape, tuple(spec), rules, sizes, not_divisible, name)
     param_bytes += size * np.dtype(leaf.dtype).itemsize / factor
+    if not trains_leaf:
+      continue
+    grad_bytes += size * np.dtype(leaf.dtype).itemsize / factor
     stacked = len(spec) > 0 and spec[0] == 'layers'
     for optimizer, o in as_named.items():
       by_optimizer[optimizer] += 4 * optim.state_floats(o, leaf.shape, stacked) / factor
   per_device = {
       'params': int(param_bytes),
       'optimizer_state': int(by_optimizer[optim_config.name]),
-      'gradients': int(param_bytes),
+      'gradients': int(grad_bytes),
   }
   per_device['total'] = sum(per_device.values())
   return total, per_device, not_divisible, {k: int(v) for k, v in by_optimizer.items()}
@@ -223,8 +229,9 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
   num_devices = jax.device_count() if num_devices is None else num_devices
   sizes = mesh_sizes or mesh_sizes_for(config.mesh, num_devices)
   boxed = counting.abstract_params(config) if boxed is None else boxed
+  trainable = state_lib.trainable(config, nn.unbox(boxed))
   total, per_device, not_divisible, by_optimizer = state_bytes(
-      boxed, sharding.rules(config), sizes, config.optim)
+      boxed, sharding.rules(config), sizes, config.optim, trainable)
   active = counting.active_params(boxed, m.moe)
 
   head_dim, kv_heads = dims.head_dim(m), dims.kv_heads(m)
@@ -240,6 +247,9 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
       'flops_per_token': counting.flops_per_token(config, active),
       'remat_flops_per_token': counting.remat_flops_per_token(config, active),
       'flops_convention': counting.CONVENTION,
+      **({'quant': m.quant.mode,
+          'quantized_flops_per_token': counting.quantized_flops_per_token(config, active)}
+         if m.quant.mode != 'none' else {}),
       'mesh': sizes,
       'per_device_bytes': per_device,
       'optimizer': config.optim.name,
@@ -248,6 +258,12 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
       'compiled': False,
       'not_divisible': not_divisible,
   }
+  if trainable is not None:
+    full = state_bytes(boxed, sharding.rules(config), sizes, config.optim)[1]
+    result['lora'] = {
+        'params_trainable': sum(int(np.prod(x.shape)) for x, t in zip(
+            jax.tree.leaves(nn.unbox(boxed)), jax.tree.leaves(trainable)) if t),
+        'bytes_saved_per_device': full['total'] - per_device['total']}
   if m.moe.num_experts:
     result['moe'] = moe_communication(m, sizes.get('expert', 1))
   if sizes.get('context', 1) > 1:
@@ -294,7 +310,12 @@ def report(result):
           "as DeepSeek counts" if 'params_active_without_input_embedding' in result else '') +
       (f"; {result['params_mtp']:,} in the multi-token prediction modules"
        if 'params_mtp' in result else '') + ')',
-      f"training FLOPs/token: {result['flops_per_token']:.4g} ({result['flops_convention']})",
+      f"training FLOPs/token: {result['flops_per_token']:.4g} ({result['flops_convention']})" +
+      (f"; {result['quantized_flops_per_token']:.4g} of them (with remat's) in "
+       f"{result['quant']}" if 'quant' in result else ''),
+      *([f"LoRA: {result['lora']['params_trainable']:,} parameters train; optimizer state "
+         f"and gradients {gib(result['lora']['bytes_saved_per_device'])} per device less than "
+         'full fine-tuning'] if 'lora' in result else []),
       f"mesh: {result['mesh']}",
       *([f"attention kernel: {result['attention_kernel']} ({result['attention_kernel_why']})"]
         if 'attention_kernel' in result else []),
@@ -351,6 +372,9 @@ def report(result):
     if result.get('pallas_attention_flops_per_step'):
       flops += (f" + {result['pallas_attention_flops_per_step']:.4g} FLOPs of Pallas "
                 'attention (analytic; the compiler does not count its kernels)')
+    narrow = result.get('compiled_narrow_dots')
+    if narrow:
+      flops += ', ' + ', '.join(f'{n} {kind} x {kind} dots' for kind, n in narrow.items())
     lines.append(f"compiled train step: {flops}, "
                  f"{gib(result['per_device_bytes']['total'])} per device "
                  f"(temporaries {gib(result['per_device_bytes']['temporaries'])}), compiled in "

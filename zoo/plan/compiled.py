@@ -95,6 +95,24 @@ def memory_bytes(memory):
   return {**parts, 'total': sum(parts.values())}
 
 
+_DEFINITION = re.compile(r'^\s*(?:ROOT )?%?([\w.\-]+) = ([a-z0-9]+)\[', re.M)
+_MATMUL = re.compile(r'= [a-z0-9]+\[[^\]]*\]\S* (?:dot|convolution)\(([^)]*)\)')
+
+
+def narrow_dots(hlo_text):
+  """{operand type: count} of the dot and convolution instructions in compiled HLO text
+  whose two operands are both int8 or both fp8 (s8, f8e4m3fn, f8e5m2; a scanned layer's
+  dots counted once: they sit in the loop body)."""
+  types = dict(_DEFINITION.findall(hlo_text))
+  counts = {}
+  for operands in _MATMUL.findall(hlo_text):
+    names = [o.strip().split(' ')[-1].lstrip('%') for o in operands.split(',')[:2]]
+    kinds = {types.get(n, '') for n in names}
+    if len(kinds) == 1 and (kind := kinds.pop()) in ('s8', 'f8e4m3fn', 'f8e5m2'):
+      counts[kind] = counts.get(kind, 0) + 1
+  return counts
+
+
 def compile_step(config, devices, scan_corrected_cost=True):
   """-> dict: per-device memory from the compiler, FLOPs and HBM bytes per step, timings.
   scan_corrected_cost=False skips the two extra compiles (the cost then counts one layer)."""
@@ -126,6 +144,7 @@ def compile_step(config, devices, scan_corrected_cost=True):
   if corrected:
     print(f'compiled in {time.time() - start:.0f} s', flush=True)
   return {
+      'narrow_dots': narrow_dots(compiled.as_text()),
       'per_device_bytes': memory_bytes(memory),
       'flops_per_step_per_device': float(flops),
       'hbm_bytes_per_step_per_device': float(bytes_accessed),

@@ -2,7 +2,8 @@
 for ahead-of-time compiles through libtpu on a machine without TPUs.
 
 Names follow Cloud TPU: v4 and v5p count TensorCores (2 per chip), v5e and v6e count
-chips. Per-chip figures: bf16 peak FLOP/s, HBM bytes and bandwidth, ICI bandwidth (all
+chips. Per-chip figures: bf16 and int8 peak FLOP/s (v5e, v5p, v6e run int8 at twice bf16's
+rate, v4 at the same; none of them has fp8 units), HBM bytes and bandwidth, ICI bandwidth (all
 links together) and DCN bandwidth (between slices), from the Cloud TPU system-architecture
 pages (DCN: v5p's 50 Gbps per chip; v5e and v6e a host's NICs over its 8 chips, 2 x 100 and
 4 x 200 Gbps; v4's is not given there and is taken as v5p's).
@@ -23,18 +24,30 @@ class Chip:
   cores_per_chip: int  # in the slice name
   dims: int  # torus dimensions
   peak_flops: float  # bf16, per chip
+  int8_flops: float  # int8 (model.quant.mode='int8'), per chip
   hbm_bytes: float
   hbm_bandwidth: float  # bytes/s
   ici_bandwidth: float  # bytes/s, per chip
   dcn_bandwidth: float  # bytes/s, per chip
 
 CHIPS = {
-    'v4': Chip('v4', 2, 3, 275e12, 32 * 2**30, 1228e9, 300e9, 50e9 / 8),
-    'v5p': Chip('v5p', 2, 3, 459e12, 95 * 2**30, 2765e9, 600e9, 50e9 / 8),
-    'v5e': Chip('v5e', 1, 2, 197e12, 16 * 2**30, 819e9, 200e9, 200e9 / 8 / 8),
-    'v6e': Chip('v6e', 1, 2, 918e12, 32 * 2**30, 1640e9, 448e9, 800e9 / 8 / 8),
+    'v4': Chip('v4', 2, 3, 275e12, 275e12, 32 * 2**30, 1228e9, 300e9, 50e9 / 8),
+    'v5p': Chip('v5p', 2, 3, 459e12, 918e12, 95 * 2**30, 2765e9, 600e9, 50e9 / 8),
+    'v5e': Chip('v5e', 1, 2, 197e12, 394e12, 16 * 2**30, 819e9, 200e9, 200e9 / 8 / 8),
+    'v6e': Chip('v6e', 1, 2, 918e12, 1836e12, 32 * 2**30, 1640e9, 448e9, 800e9 / 8 / 8),
 }
 _ALIASES = {'v5litepod': 'v5e', 'v5lite': 'v5e'}
+
+
+def seconds(chip, flops, quantized_share, mode):
+  """Seconds for `flops` on one chip at peak, the `quantized_share` of them (model.quant's
+  matmuls, counting.quantized_flops_per_token) at the int8 rate when mode is 'int8'; fp8
+  is a ConfigError (no TPU here has fp8 matmul units: XLA would emulate it)."""
+  if mode == 'fp8':
+    raise ConfigError(f"model.quant.mode='fp8': TPU {chip.generation} has no fp8 matmul units "
+                      "(fp8 peaks are GPUs': H100, H200, B200); use model.quant.mode='int8'")
+  fast = quantized_share if mode == 'int8' else 0.0
+  return flops * ((1 - fast) / chip.peak_flops + fast / chip.int8_flops)
 
 
 @dataclasses.dataclass(frozen=True)
