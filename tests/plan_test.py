@@ -13,6 +13,8 @@ from zoo import counting
 from zoo import families
 from zoo import sharding
 from zoo.plan import analytic
+from zoo.plan import compiled
+from zoo.plan import topology
 from zoo.plan import preflight
 from zoo.train import state as state_lib
 
@@ -164,22 +166,57 @@ def test_plan_mode_cli_writes_json_without_a_workdir(tmp_path):
   assert written['per_device_bytes']['params'] < 4 * written['params_total'] / 1000
 
 
-@pytest.mark.parametrize('name,adafactor', [('adamw', {}), ('adafactor', {}),
-                                            ('adafactor', {'momentum': 0.9}),
-                                            ('adafactor', {'factored': False})])
-def test_optimizer_state_bytes_equal_the_optimizers_own_state(name, adafactor):
+@pytest.mark.parametrize('name,adafactor,lora', [('adamw', {}, 0), ('adafactor', {}, 0),
+                                                 ('adafactor', {'momentum': 0.9}, 0),
+                                                 ('adafactor', {'factored': False}, 0),
+                                                 ('adamw', {}, 4)])
+def test_optimizer_state_bytes_equal_the_optimizers_own_state(name, adafactor, lora):
   """Plan mode's bytes against eval_shape of the optimizer's init (Adafactor's [1]-shaped
-  placeholders and step counters aside), on one device."""
+  placeholders and step counters aside), on one device; with train.lora the adapters'."""
   config = helpers.tiny_config()
   config.optim.name = name
   config.optim.adafactor.update(min_dim_size_to_factor=8, **adafactor)
+  config.train.lora.rank = lora
   result = analytic.plan(config, 1)
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
-  _, _, abstract, _ = state_lib.make(families.build(config.model), config, mesh)
+  _, _, abstract, _ = state_lib.make(families.build(config.model, config.train.lora), config,
+                                     mesh)
   floats = sum(x.size for x in jax.tree.leaves(abstract['opt_state'])
                if x.shape not in ((), (1,)))
   assert result['optimizer_state_bytes_per_device'][name] == 4 * floats
   assert result['per_device_bytes']['optimizer_state'] == 4 * floats
+  if lora:  # query and value: a [32, 4] and b [4, 4, 8] (query) or [4, 2, 8] per layer
+    assert result['lora']['params_trainable'] == 2 * (32 * 4 + 4 * 32 + 32 * 4 + 4 * 16)
+    assert result['per_device_bytes']['gradients'] == 4 * result['lora']['params_trainable']
+    full = analytic.plan(helpers.tiny_config(), 1)['per_device_bytes']
+    assert result['lora']['bytes_saved_per_device'] == full['total'] - result[
+        'per_device_bytes']['total'] > 0
+
+
+def test_the_step_estimate_runs_the_quantized_share_at_the_int8_peak():
+  v5p = topology.CHIPS['v5p']
+  assert topology.seconds(v5p, 918e12, 0.0, 'int8') == pytest.approx(2.0)
+  assert topology.seconds(v5p, 918e12, 1.0, 'int8') == pytest.approx(1.0)
+  assert topology.seconds(v5p, 918e12, 0.5, 'none') == pytest.approx(2.0)
+  assert topology.seconds(topology.CHIPS['v4'], 275e12, 1.0, 'int8') == pytest.approx(1.0)
+  with pytest.raises(config_lib.ConfigError, match="model.quant.mode='fp8': TPU v5p has no "
+                     "fp8 matmul units .*; use model.quant.mode='int8'"):
+    topology.seconds(v5p, 1.0, 1.0, 'fp8')
+  config = helpers.tiny_config(remat='full')
+  config.model.quant.mode = 'int8'
+  result = analytic.plan(config, 1)
+  blocks = 2 * (32 * 32 + 2 * 32 * 16 + 32 * 32 + 3 * 32 * 64)  # 2 layers' projections, MLP
+  norms = 5 * 32  # N_matmul counts the norm scales (zoo/counting.py's convention)
+  assert result['quantized_flops_per_token'] == 8 * (blocks + norms)  # forward, back, remat
+
+
+def test_the_compiled_hlo_count_of_int8_dots():
+  config = helpers.tiny_config()
+  config.model.quant.mode = 'int8'
+  out = compiled.compile_step(config, jax.devices()[:1], scan_corrected_cost=False)
+  # 7 projections (q, k, v, out, wi_0, wi_1, wo) in the scanned layer, each forward and
+  # twice backward
+  assert out['narrow_dots'] == {'s8': 21}
 
 
 def test_t5_11b_plans_adafactor_state_beside_adamw_and_the_whole_run():

@@ -258,8 +258,11 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
       'compiled': False,
       'not_divisible': not_divisible,
   }
-  if trainable is not None:
-    full = state_bytes(boxed, sharding.rules(config), sizes, config.optim)[1]
+  if trainable is not None:  # against full fine-tuning: the model without adapters
+    plain = config.copy_and_resolve_references()
+    plain.train.lora.rank = 0
+    full = state_bytes(counting.abstract_params(plain), sharding.rules(config), sizes,
+                       config.optim)[1]
     result['lora'] = {
         'params_trainable': sum(int(np.prod(x.shape)) for x, t in zip(
             jax.tree.leaves(nn.unbox(boxed)), jax.tree.leaves(trainable)) if t),

@@ -96,19 +96,21 @@ def memory_bytes(memory):
 
 
 _DEFINITION = re.compile(r'^\s*(?:ROOT )?%?([\w.\-]+) = ([a-z0-9]+)\[', re.M)
-_MATMUL = re.compile(r'= [a-z0-9]+\[[^\]]*\]\S* (?:dot|convolution)\(([^)]*)\)')
+_MATMUL = re.compile(r'= ([a-z0-9]+)\[[^\]]*\]\S* (?:dot|convolution)\(([^)]*)\)')
+NARROW = ('s8', 'f8e4m3fn', 'f8e5m2')
 
 
 def narrow_dots(hlo_text):
-  """{operand type: count} of the dot and convolution instructions in compiled HLO text
-  whose two operands are both int8 or both fp8 (s8, f8e4m3fn, f8e5m2; a scanned layer's
-  dots counted once: they sit in the loop body)."""
+  """{'s8' or an fp8 type: count} of the compiled step's dot and convolution instructions
+  that multiply int8 (accumulating in int32: XLA:CPU widens some operands to s32 first) or
+  fp8 operands; a scanned layer's dots count once (they sit in the loop body)."""
   types = dict(_DEFINITION.findall(hlo_text))
   counts = {}
-  for operands in _MATMUL.findall(hlo_text):
+  for result, operands in _MATMUL.findall(hlo_text):
     names = [o.strip().split(' ')[-1].lstrip('%') for o in operands.split(',')[:2]]
     kinds = {types.get(n, '') for n in names}
-    if len(kinds) == 1 and (kind := kinds.pop()) in ('s8', 'f8e4m3fn', 'f8e5m2'):
+    kind = 's8' if result == 's32' else kinds.pop() if len(kinds) == 1 else ''
+    if kind in NARROW:
       counts[kind] = counts.get(kind, 0) + 1
   return counts
 
