@@ -52,6 +52,13 @@ def _describe(config, workdir, place, streams, corpus, params, start_step, cache
       'attention_kernel': place.kernel[0], 'attention_kernel_why': place.kernel[1],
       'train_documents': corpus.train_documents(), 'compile_cache': cache or 'off',
   }
+  lora = config.train.lora
+  if lora.rank:
+    trains = jax.tree.leaves(state_lib.trainable(config, params))
+    header['params_trainable'] = sum(x.size for x, t in zip(jax.tree.leaves(params), trains)
+                                     if t)
+  if config.model.quant.mode != 'none':
+    header['quant'] = config.model.quant.mode
   if config.data.task.kind:
     header.update(task=config.data.task.kind, num_labels=config.model.num_labels)
   elif config.data.objective == 'span_corruption':
@@ -67,8 +74,12 @@ def _describe(config, workdir, place, streams, corpus, params, start_step, cache
   mesh = ' x '.join(f'{a} {n}' for a, n in h['mesh'].items() if n > 1)
   processes = f', {h["processes"]} processes' if h['processes'] > 1 else ''
   lines = [
-      f'model   {m.family}, {h["params"]:,} parameters; {config.optim.name}, '
-      f'{config.train.steps} steps of {h["batch_global"]} x {h["seq_len"]} tokens' +
+      f'model   {m.family}, {h["params"]:,} parameters' +
+      (f' ({h["params_trainable"]:,} train: LoRA rank {lora.rank} on {lora.targets})'
+       if lora.rank else '') +
+      (f'; {h["quant"]} matmuls' if 'quant' in h else '') +
+      f'; {config.optim.name}, {config.train.steps} steps of {h["batch_global"]} x '
+      f'{h["seq_len"]} tokens' +
       (f' (first {phases_lib.describe(phases[:-1])})' if len(phases) > 1 else ''),
       f'mesh    {mesh + " on " if mesh else ""}{h["devices"]} {h["device_kind"]} device'
       f'{"s" if h["devices"] > 1 else ""}{processes}; {h["batch_per_device"]} sequences '
