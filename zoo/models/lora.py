@@ -3,7 +3,7 @@
 starts from the base model) adds dropout(x) a b x alpha / r to the layer's output. Only
 the adapters (and a task's new head) train; `merge` folds them into the kernels for export.
 
-Glossary: M rows, K the kernel's fan-in, N its fan-out, R the rank.
+Glossary: M rows, K the kernel's fan-in, N the kernel's fan-out, R the adapter's rank.
 """
 
 import dataclasses

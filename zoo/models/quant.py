@@ -11,7 +11,7 @@ We call Qwix's ops with a configuration we build here, rather than its module in
 because a DenseGeneral knows which operand is the weight: interception guesses that by
 tracing the operand back to a parameter, which reshapes and scanned stacks defeat.
 
-Glossary: M rows, K contracted, N out, E experts.
+Glossary: M rows, K the contracted width of a matmul, N a matmul's output width, E experts.
 """
 
 import dataclasses
