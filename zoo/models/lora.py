@@ -13,10 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# the dense layers a target can name (zoo/models: attention, mla, layers.MLP, mtp)
-LAYERS = ('query', 'key', 'value', 'out', 'query_down', 'query_up', 'kv_down', 'wi', 'wi_0',
-          'wi_1', 'wo')
-# the parameter collection's key of an adapter, under its dense layer
+# an adapter's key under its dense layer (the layers a target can name: zoo/config.py
+# _dense_layers)
 NAME = 'lora'
 
 

@@ -59,6 +59,7 @@ from zoo.plan import analytic
 from zoo.plan import compiled
 from zoo.plan import topology
 from zoo.train import runtime
+from zoo.train import state as state_lib
 
 
 def factorizations(n, axes):
@@ -188,7 +189,8 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu'):
   params = plan_result['params_total'] / stages  # a stage's layers (tables counted in too)
   layers = families.total_layers(m) / stages
   remat = m.remat != 'none'
-  held = analytic.state_bytes(boxed, sharding.rules(config), sizes, config.optim)[1]
+  held = analytic.state_bytes(boxed, sharding.rules(config), sizes, config.optim,
+                              state_lib.trainable(config, nn.unbox(boxed)))[1]
   regrouped = 0.0  # circular: the parameters moved to their stages and their gradients
   if stages > 1:
     regrouped = analytic.pipeline_plan(config, sizes, analytic.stacked_param_bytes(
