@@ -36,22 +36,28 @@ def main():
   parser.add_argument('--runs', required=True, help='the directory holding the six workdirs')
   parser.add_argument('--out', required=True, help='the figure (.png)')
   args = parser.parse_args()
-  figure, axes = plt.subplots(1, len(JOBS), figsize=(11, 4))
-  print('| job | precision | final eval loss | / bf16 | tokens/s (last row) |')
-  print('|---|---|---|---|---|')
-  for ax, (job, title) in zip(axes, JOBS.items()):
-    base = None
+  figure, axes = plt.subplots(2, len(JOBS), figsize=(11, 6.5), sharex='col',
+                              height_ratios=(2, 1))
+  print('| job | precision | final eval loss | / bf16 |')
+  print('|---|---|---|---|')
+  for column, (job, title) in enumerate(JOBS.items()):
+    curves, base = {}, None
     for mode, label in MODES.items():
       r = rows(os.path.join(args.runs, f'{job}_{mode}'))
-      train = [x for x in r if 'loss' in x]
+      curves[mode] = {x['step']: x['loss'] for x in r if 'loss' in x}
       final = [x['eval_loss'] for x in r if 'eval_loss' in x][-1]
       base = final if base is None else base
-      ax.plot([x['step'] for x in train], [x['loss'] for x in train], label=label, lw=1)
-      print(f'| {job} | {label} | {final:.4f} | {final / base:.4f} | '
-            f'{train[-1]["tokens_per_sec"]:,.0f} |')
-    ax.set(title=title, xlabel='step', ylabel='train loss')
-    ax.set_ylim(top=min(ax.get_ylim()[1], 8))
-    ax.legend()
+      steps = sorted(curves[mode])
+      axes[0, column].plot(steps, [curves[mode][s] for s in steps], label=label, lw=1)
+      if mode != 'none':  # the gap to bf16 at each logged step
+        axes[1, column].plot(steps, [curves[mode][s] - curves['none'][s] for s in steps],
+                             label=label, lw=1, color=f'C{list(MODES).index(mode)}')
+      print(f'| {job} | {label} | {final:.4f} | {final / base:.4f} |')
+    axes[0, column].set(title=title, ylabel='train loss')
+    axes[0, column].set_ylim(top=min(axes[0, column].get_ylim()[1], 8))
+    axes[0, column].legend()
+    axes[1, column].axhline(0, color='C0', lw=0.8)
+    axes[1, column].set(xlabel='step', ylabel='train loss - bf16')
   figure.tight_layout()
   figure.savefig(args.out, dpi=90)
   print(f'wrote {args.out}')
