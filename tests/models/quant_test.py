@@ -103,8 +103,11 @@ def test_the_expert_matmuls_are_quantized_on_both_dispatch_paths():
 
 
 def _moe_config(mode):
+  # every layer a mixture (a pipeline stages only those), the balance loss over the batch
+  # (a context mesh splits sequences)
   return helpers.smoke('deepseek_v2_lite', 'train.batch_size=8', 'data.seq_len=16',
-                       'model.remat=full', 'model.moe.first_dense=0', f'model.quant.mode={mode}')
+                       'model.remat=full', 'model.moe.first_dense=0',
+                       "model.moe.balance_scope='batch'", f'model.quant.mode={mode}')
 
 
 def test_a_quantized_model_trains_within_a_percent_of_float_and_not_equal_to_it():
@@ -119,7 +122,7 @@ def test_a_quantized_model_trains_within_a_percent_of_float_and_not_equal_to_it(
 
 
 @pytest.mark.parametrize('mesh', [{'fsdp': 2, 'tensor': 2, 'expert': 2},
-                                  {'stage': 2, 'data': 2, 'tensor': 2}])
+                                  {'stage': 2, 'context': 2, 'tensor': 2}])
 def test_a_quantized_model_on_a_mesh_gives_the_one_device_losses(mesh):
   config = _moe_config('int8')
   one = [r['loss'] for r in helpers.train_steps(config, {}, 2)[0]]
