@@ -75,9 +75,9 @@ def test_merging_stacked_layers_is_each_layers_own_product():
     np.testing.assert_allclose(merged['kernel'][layer], want, rtol=1e-5)
 
 
-def test_a_lora_run_on_a_mesh_with_a_pipeline_gives_the_one_device_losses():
+def test_a_lora_run_on_a_mesh_gives_the_one_device_losses():
   c = _config()
   one = [r['loss'] for r in helpers.train_steps(c, {}, 3)[0]]
-  mesh = [r['loss'] for r in helpers.train_steps(c, {'stage': 2, 'fsdp': 2, 'tensor': 2},
+  mesh = [r['loss'] for r in helpers.train_steps(c, {'data': 2, 'fsdp': 2, 'tensor': 2},
                                                    3)[0]]
   np.testing.assert_allclose(mesh, one, rtol=1e-5)
