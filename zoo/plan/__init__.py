@@ -43,7 +43,7 @@ def _compiled(config, result, devices, tpu_slice):
   result['per_device_bytes'].update(out['per_device_bytes'])
   if tpu_slice:
     chip = tpu_slice.chip
-    seconds = lambda flops: topology.seconds(chip, flops, _quantized_share(result),
+    seconds = lambda flops: topology.seconds(chip, flops, analytic.quantized_share(result),
                                              config.model.quant.mode)
     if pipelined:
       flops = ((result['flops_per_token'] + result['remat_flops_per_token']) *
@@ -63,12 +63,6 @@ def _compiled(config, result, devices, tpu_slice):
     result['fits'] = out['per_device_bytes']['total'] <= chip.hbm_bytes
     result['run']['estimated_seconds'] = (result['estimated_step_seconds'] *
                                           result['run']['step_equivalents'])
-
-
-def _quantized_share(result):
-  """The share of the step's FLOPs model.quant runs quantized (0 without it)."""
-  return result.get('quantized_flops_per_token', 0) / (result['flops_per_token'] +
-                                                       result['remat_flops_per_token'])
 
 
 def run(config, json_path=None, compile_step=False, topology_name=None, sweep=False,

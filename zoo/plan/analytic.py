@@ -303,6 +303,13 @@ def kv_cache(config, cached_layers):
   return out
 
 
+def quantized_share(result):
+  """The share of a plan's step FLOPs (with remat's) that model.quant runs quantized; 0
+  without it."""
+  return result.get('quantized_flops_per_token', 0) / (result['flops_per_token'] +
+                                                       result['remat_flops_per_token'])
+
+
 def report(result):
   """A human-readable summary of `plan()`'s dict."""
   gib = lambda b: f'{b / 2**30:,.2f} GiB'

@@ -136,10 +136,8 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1):
   layers = families.total_layers(m) / stages
 
   flops = (plan_result['flops_per_token'] + plan_result['remat_flops_per_token']) * tokens
-  seconds = topology.seconds(chip, flops / chips,
-                             plan_result.get('quantized_flops_per_token', 0) / (
-                                 plan_result['flops_per_token'] +
-                                 plan_result['remat_flops_per_token']), m.quant.mode)
+  seconds = topology.seconds(chip, flops / chips, analytic.quantized_share(plan_result),
+                             m.quant.mode)
   dcn_axis = config.mesh.dcn_axis if slices > 1 else None
   comm, dcn = 0.0, 0.0  # bytes per chip over ICI, over DCN
   regrouped = 0.0  # circular: the parameters moved to their stages and their gradients
