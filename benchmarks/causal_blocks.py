@@ -18,6 +18,7 @@ import statistics
 
 from zoo import config as config_lib
 from zoo import platform
+from zoo import run as run_lib
 from zoo.bench import __main__ as bench
 from zoo.bench import jax_side
 from zoo.kernels import causal
@@ -30,7 +31,7 @@ def _trainer(config, batch, blocks):
   default = causal.BLOCKS
   causal.BLOCKS = blocks  # read while the step is traced, inside Trainer()
   try:
-    return jax_side.Trainer(config, batch)
+    return jax_side.Trainer(run_lib.resolve(config), batch)
   finally:
     causal.BLOCKS = default
 

@@ -21,6 +21,7 @@ import transformers
 from zoo import config as config_lib
 from zoo import families
 from zoo import platform
+from zoo import run as run_lib
 from zoo.convert import hf
 from zoo.data import task as task_lib
 from zoo.infer import run as infer_run
@@ -118,7 +119,7 @@ def _generation(config, workdir, tokenizer, auto, model):
   prompt = 'ROMEO:'
   with config.unlocked():
     config.generate.update(max_new_tokens=NEW_TOKENS, temperature=0.0)
-  ours = infer_run.run(config, workdir, [prompt])[0]
+  ours = infer_run.run(run_lib.resolve(config), workdir, [prompt])[0]
   ids = auto(prompt, return_tensors='pt')
   with torch.no_grad():
     out = model.generate(**ids, max_new_tokens=NEW_TOKENS, do_sample=False)[0].numpy()

@@ -50,6 +50,7 @@ from zoo import config as config_lib
 from zoo import counting
 from zoo import kernels
 from zoo import platform
+from zoo import run as run_lib
 from zoo.bench import __main__ as bench
 from zoo.bench import jax_side
 from zoo.kernels import mask as mask_lib
@@ -167,7 +168,7 @@ def moe_paths():
     config = config_lib.load('configs/mixtral_8x7b.py:smoke', [
         f'model.moe.capacity_factor={factor}', 'train.batch_size=4'])
     with jax.default_matmul_precision('highest'):
-      trainer = jax_side.Trainer(config, jax_side.random_batch(config))
+      trainer = jax_side.Trainer(run_lib.resolve(config), jax_side.random_batch(config))
       metrics = [trainer.step() for _ in range(2)]
     out[name] = [trainer.first_loss] + [float(m['loss']) for m in metrics]
     out[f'{name} metrics with "drop"'] = {k: float(np.mean(v)) for m in metrics[-1:]
@@ -180,7 +181,7 @@ def mfu(name, overrides, batch, steps, decode_batches):
       *overrides, f'train.batch_size={batch}', 'model.remat=none', 'model.dtype=bfloat16',
       'model.attention.kernel=gpu'])
   sizes = analytic.mesh_sizes_for(config.mesh, 1)
-  results = bench.measure(config, runs=1, steps=steps, decode_batches=list(decode_batches),
+  results = bench.measure(run_lib.resolve(config), runs=1, steps=steps, decode_batches=list(decode_batches),
                           prompt_len=32, new_tokens=128, use_torch=False)
   z = results['zoo']
   return {

@@ -17,6 +17,7 @@ import time
 
 from zoo import config as config_lib
 from zoo import platform as zoo_platform
+from zoo import run as run_lib
 from zoo.data import corpus as corpus_lib
 from zoo.data import pipeline
 from zoo.train import runtime
@@ -34,7 +35,7 @@ def main():
     corpus = corpus_lib.open_corpus(config.data, workdir)
     setup_s = time.time() - start
     streams = runtime.Streams(num_streams=1, local=[0], rows=config.train.batch_size)
-    batches = runtime.train_batches(config, streams, corpus)
+    batches = runtime.train_batches(run_lib.resolve(config), streams, corpus)
     batches_per_s, real = _measure(batches, args.batches)
   data = config.data.path or 'the embedded corpus'
   print(f'input pipeline on {platform.machine()} ({os.cpu_count()} cores), config {args.config}: '

@@ -19,6 +19,7 @@ import shutil
 
 from zoo import config as config_lib
 from zoo import platform
+from zoo import run as run_lib
 from zoo.train import loop
 from zoo.train import metrics as metrics_lib
 
@@ -30,7 +31,7 @@ def run(spec, steps, capacity_factor, balance, bias_rate, workdir):
       f'train.checkpoint_every={steps}', f'model.moe.capacity_factor={capacity_factor}',
       f'model.moe.balance_loss={balance}', f'model.moe.bias_update_rate={bias_rate}',
       'model.moe.z_loss=0', 'optim.warmup_steps=10'])
-  loop.train(config, workdir)
+  loop.train(run_lib.resolve(config), workdir)
   return config, [r for r in metrics_lib.read(workdir) if 'moe_load' in r]
 
 

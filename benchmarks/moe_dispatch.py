@@ -21,6 +21,7 @@ import numpy as np
 from zoo import config as config_lib
 from zoo import families
 from zoo import platform as zoo_platform
+from zoo import run as run_lib
 from zoo import sharding
 from zoo.train import runtime
 
@@ -28,7 +29,7 @@ from zoo.train import runtime
 def time_path(spec, overrides, steps, batch_size):
   config = config_lib.load(spec, [*overrides, f'train.batch_size={batch_size}', 'mesh.data=1'])
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
-  parts = runtime.model_state(config, mesh)
+  parts = runtime.model_state(run_lib.resolve(config), mesh)
   init_fn, shardings = parts.init_fn, parts.shardings
   train_step = jax.jit(parts.train_step(config), donate_argnums=(0,))
   rng = np.random.default_rng(0)

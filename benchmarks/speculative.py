@@ -24,6 +24,7 @@ import numpy as np
 
 from zoo import families
 from zoo import platform
+from zoo import run as run_lib
 from zoo.infer import draft as draft_lib
 from zoo.infer import generate
 from zoo.infer import speculative
@@ -35,8 +36,8 @@ PROMPTS = ('ROMEO:', 'First Citizen:', 'JULIET:', 'KING RICHARD III:', 'MENENIUS
 
 
 def restore(config, workdir):
-  place = runtime.placement(config)
-  state = runtime.model_state(config, place.mesh)
+  place = runtime.placement(run_lib.resolve(config))
+  state = runtime.model_state(run_lib.resolve(config), place.mesh)
   _, variables = runtime.restore_variables(config, workdir, state, 'generate')
   return state.model, variables
 

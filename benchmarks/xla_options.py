@@ -30,6 +30,7 @@ from zoo.bench import __main__ as bench
 from zoo.bench import jax_side
 from zoo.bench import machine
 from zoo import platform
+from zoo import run as run_lib
 
 EXAMPLE = '--variant=\'{"xla_cpu_ftz": true}\''
 
@@ -74,7 +75,7 @@ def _trainer(config, batch, options):
   default = platform.compiler_options
   platform.compiler_options = lambda _: options
   try:
-    return jax_side.Trainer(config, batch)
+    return jax_side.Trainer(run_lib.resolve(config), batch)
   finally:
     platform.compiler_options = default
 

@@ -13,8 +13,8 @@ import pytest
 
 from tests import helpers
 from tests.helpers import REPO
-from zoo import config as config_lib
 from zoo import counting
+from zoo import run as run_lib
 from zoo.bench import __main__ as bench
 from zoo.bench import jax_side
 from zoo.bench import machine
@@ -26,8 +26,8 @@ SMOKE = helpers.config_file('gpt_shakespeare')
 
 
 def test_measure_trains_and_decodes_the_config():
-  config = config_lib.load(SMOKE, ['model.scan_unroll=2'])
-  results = bench.measure(config, runs=2, steps=2, decode_batches=[1, 3], prompt_len=4,
+  config = helpers.load(SMOKE, ['model.scan_unroll=2'])
+  results = bench.measure(run_lib.resolve(config), runs=2, steps=2, decode_batches=[1, 3], prompt_len=4,
                           new_tokens=5, use_torch=False)
   z = results['zoo']
   assert results['torch'] is None and results['ratios'] == {}
@@ -61,7 +61,7 @@ def test_alternating_steps_warms_each_trainer_then_takes_turns():
 
 
 def test_the_matmul_alone_is_the_mlp_input_projection_of_a_batch():
-  config = config_lib.load(SMOKE)
+  config = helpers.load(SMOKE)
   m = config.model
   shape = bench.matmul_shape(config)
   assert shape == (config.train.batch_size * config.data.seq_len, m.d_model, m.mlp_dim)
@@ -121,16 +121,16 @@ def test_the_header_names_the_cpu_model_cores_and_vector_extensions():
 def test_the_pytorch_side_refuses_what_transformers_computes_differently():
   gpt2 = ['model.num_layers=2', 'model.d_model=64', 'model.num_heads=4', 'model.mlp_dim=128',
           'model.vocab_size=512', 'model.max_length=64', 'data.seq_len=64']
-  torch_side.check(config_lib.load('configs/gpt2_small.py', gpt2))  # GPT-2 as transformers
+  torch_side.check(helpers.load('configs/gpt2_small.py', gpt2))  # GPT-2 as transformers
   with pytest.raises(ConfigError, match="model.activation='gelu': Hugging Face gpt2 computes "
                                         "'gelu_tanh'; set it so or use --torch=off"):
-    torch_side.check(config_lib.load('configs/gpt2_small.py', [*gpt2, 'model.activation=gelu']))
+    torch_side.check(helpers.load('configs/gpt2_small.py', [*gpt2, 'model.activation=gelu']))
   with pytest.raises(ConfigError, match="model.family='encoder': the PyTorch side is a causal"):
-    torch_side.check(config_lib.load(helpers.config_file('bert_base')))
+    torch_side.check(helpers.load(helpers.config_file('bert_base')))
 
 
 def test_decode_lengths_must_fit_a_learned_position_table():
-  config = config_lib.load('configs/gpt2_small.py', ['model.max_length=128', 'data.seq_len=128'])
+  config = helpers.load('configs/gpt2_small.py', ['model.max_length=128', 'data.seq_len=128'])
   assert bench._new_tokens(config, 32, None) == 96  # pylint: disable=protected-access
   with pytest.raises(ConfigError, match='--new_tokens=100 after --prompt_len=32 must be >= 1 '
                                         'and fit model.max_length=128'):

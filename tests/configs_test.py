@@ -11,8 +11,9 @@ import os
 
 import pytest
 
+from tests import helpers
 from tests.helpers import REPO
-from zoo import config as config_lib
+from zoo import run as run_lib
 from zoo.train import loop
 from zoo.train import metrics as metrics_lib
 
@@ -21,7 +22,7 @@ SMOKE = ['train.steps=12']
 
 
 def _smoke(path):
-  return config_lib.load(path + ':smoke', SMOKE)
+  return helpers.load(path + ':smoke', SMOKE)
 
 
 def _distinct_smoke_configs():
@@ -42,7 +43,7 @@ def test_every_config_file_is_covered_by_a_trained_smoke_config():
 @pytest.mark.parametrize('name', sorted(DISTINCT))
 def test_smoke_variant_trains_and_its_loss_falls(name, tmp_path):
   config = _smoke(DISTINCT[name][0])
-  loop.train(config, str(tmp_path))
+  loop.train(run_lib.resolve(config), str(tmp_path))
   rows = metrics_lib.read(str(tmp_path))
   header = rows[0]
   assert header['event'] == 'start' and header['devices'] == 8 and header['mesh']['data'] == 8

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tests import helpers
-from zoo import config as config_lib
+from zoo import run as run_lib
 from zoo.train import loop
 from zoo.train import metrics as metrics_lib
 
@@ -14,7 +14,7 @@ STEPS = ['train.steps=5', 'train.eval_every=100', 'train.checkpoint_every=5',
 
 
 def _moe_rows(overrides, workdir):
-  loop.train(config_lib.load(helpers.config_file('mixtral_8x7b'), [*STEPS, *overrides]),
+  loop.train(run_lib.load(helpers.config_file('mixtral_8x7b'), [*STEPS, *overrides]),
              str(workdir))
   return [r for r in metrics_lib.read(str(workdir)) if 'loss' in r]
 

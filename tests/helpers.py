@@ -13,6 +13,7 @@ import numpy as np
 
 from zoo import config as config_lib
 from zoo import families
+from zoo import run as run_lib
 from zoo import sharding
 from zoo.data import readers
 from zoo.data import speakers
@@ -48,8 +49,19 @@ def config_file(name, arg='smoke'):
 
 
 def smoke(name, *overrides):
-  """The loaded :smoke variant of configs/NAME.py, with 'a.b=value' overrides."""
-  return config_lib.load(config_file(name), list(overrides))
+  """The loaded :smoke variant of configs/NAME.py, with 'a.b=value' overrides, checked as
+  a run (zoo/run)."""
+  return load(config_file(name), list(overrides))
+
+
+def load(spec, overrides=()):
+  """config_lib.load, checked as a run (zoo/run.resolve) -> the config."""
+  return run_lib.load(spec, overrides).config
+
+
+def validate(config):
+  """A config built in a test, checked as launch checks it (range, then as a run)."""
+  return run_lib.resolve(config_lib.check(config)).config
 
 
 def tiny_config(**model_overrides):
@@ -61,7 +73,7 @@ def tiny_config(**model_overrides):
     m[key] = value
   c.data.seq_len = 16
   c.train.steps, c.train.batch_size, c.optim.warmup_steps = 10, 4, 1
-  return config_lib.validate(c)
+  return validate(c)
 
 
 def random_ids(shape, vocab=64, seed=0):
@@ -112,12 +124,12 @@ def train_steps(config, mesh_sizes, steps, state=None):
   batches (seeds 0, 1, ...) from `state` (else a fresh one), on a mesh of `mesh_sizes`."""
   config = config.copy_and_resolve_references()
   config.mesh.update(mesh_sizes)
-  config_lib.validate(config)
+  run = run_lib.resolve(config_lib.check(config))
   devices = int(np.prod(list(mesh_sizes.values())))
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:devices])
   place = runtime.Placement(mesh, sharding.rules(config), None)
-  sharding.check_divisible(config, dict(mesh.shape), families.get(config.model))
-  parts = runtime.model_state(config, mesh)
+  sharding.check_divisible(config, dict(mesh.shape), run.family)
+  parts = runtime.model_state(run, mesh)
   if state is None:
     state = jax.jit(parts.init_fn, out_shardings=parts.shardings)(jax.random.PRNGKey(0))
   initial = state

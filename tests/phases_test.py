@@ -16,7 +16,7 @@ def _config(*overrides):
   config.train.steps = 100
   for override in overrides:
     config_lib.apply_override(config, override)
-  return config_lib.validate(config)
+  return helpers.validate(config)
 
 
 def _shapes(config):

@@ -9,7 +9,7 @@ import pytest
 
 from tests import helpers
 from tests.helpers import REPO
-from zoo import config as config_lib
+from zoo import run as run_lib
 from zoo import sharding
 from zoo.errors import ConfigError
 from zoo.plan import preflight
@@ -27,14 +27,14 @@ def _mesh(config):
 
 
 def _one_device(spec, *overrides):
-  return config_lib.load(spec, ['mesh.data=1', *overrides])
+  return helpers.load(spec, ['mesh.data=1', *overrides])
 
 
 def test_t5_base_is_refused_on_a_small_machine_naming_needed_available_and_fixes(
     small_machine):
   config = _one_device(helpers.config_file('t5_base', arg=None))
   with pytest.raises(ConfigError) as error:
-    preflight.check(config, jax.devices()[:1])
+    preflight.check(run_lib.resolve(config), jax.devices()[:1])
   message = str(error.value)
   needed = preflight.estimate(config, dict(_mesh(config).shape), 'cpu')['total']
   assert needed > 100 * preflight.GIB  # batch 128 x 512 with XLA attention's scores
@@ -48,21 +48,21 @@ def test_t5_base_is_refused_on_a_small_machine_naming_needed_available_and_fixes
 def test_a_phase_larger_than_the_final_shape_is_the_one_estimated(small_machine):
   # the default job's step fits; an earlier phase of 64 x its batch does not
   spec = helpers.config_file('gpt_shakespeare', arg=None)
-  preflight.check(_one_device(spec), jax.devices()[:1])
+  preflight.check(run_lib.resolve(_one_device(spec)), jax.devices()[:1])
   with pytest.raises(ConfigError, match='the train step needs'):
-    preflight.check(_one_device(spec, 'train.phases=10:2048:128'), jax.devices()[:1])
+    preflight.check(run_lib.resolve(_one_device(spec, 'train.phases=10:2048:128')), jax.devices()[:1])
 
 
 def test_train_preflight_false_skips_the_estimate(small_machine):
   config = _one_device(helpers.config_file('t5_base', arg=None), 'train.preflight=False')
-  preflight.check(config, jax.devices()[:1])
+  preflight.check(run_lib.resolve(config), jax.devices()[:1])
 
 
 @pytest.mark.parametrize('spec', [helpers.config_file('gpt_shakespeare', arg=None)] + [
     path + ':smoke' for path in sorted(glob.glob(os.path.join(REPO, 'configs', '*.py')))])
 def test_the_default_job_and_every_smoke_config_pass(small_machine, spec):
   config = _one_device(spec)
-  preflight.check(config, jax.devices()[:1])
+  preflight.check(run_lib.resolve(config), jax.devices()[:1])
 
 
 def test_the_estimate_adds_its_parts_and_shrinks_with_the_batch():

@@ -11,6 +11,7 @@ from tests.helpers import REPO
 from zoo import config as config_lib
 from zoo import counting
 from zoo import families
+from zoo import run as run_lib
 from zoo import sharding
 from zoo.plan import analytic
 from zoo.plan import compiled
@@ -52,7 +53,7 @@ ACTIVE = {'mixtral_8x7b': 12_879_925_248, 'qwen3_30b_a3b': 3_353_032_704,
 
 def test_deepseek_counts_round_to_the_reports_and_its_cache_holds_the_latent():
   # the reports count activated parameters without the input embedding: 37B and 2.4B
-  v3, lite = (analytic.plan(config_lib.load(helpers.config_file(n, arg=None)), 1)
+  v3, lite = (analytic.plan(helpers.load(helpers.config_file(n, arg=None)), 1)
               for n in ('deepseek_v3', 'deepseek_v2_lite'))
   assert round((v3['params_total'] - v3['params_mtp']) / 1e9) == 671
   # the prediction module: an MoE block (MLA, 256 + 1 experts, router), its [2D, D]
@@ -72,14 +73,14 @@ def test_deepseek_counts_round_to_the_reports_and_its_cache_holds_the_latent():
 @pytest.mark.parametrize('name', sorted(PUBLISHED))
 def test_plan_counts_equal_the_published_architecture(name):
   # as transformers counts them: without a multi-token prediction module (deepseek_v3's)
-  result = analytic.plan(config_lib.load(helpers.config_file(name, arg=None),
+  result = analytic.plan(helpers.load(helpers.config_file(name, arg=None),
                                          ['model.mtp.depth=0']), 1)
   assert result['params_total'] == PUBLISHED[name]
   assert result['params_active'] == ACTIVE.get(name, PUBLISHED[name])
 
 
 def test_mixtral_active_parameters_and_expert_traffic_by_hand():
-  config = config_lib.load(helpers.config_file('mixtral_8x7b', arg=None),
+  config = helpers.load(helpers.config_file('mixtral_8x7b', arg=None),
                            ['mesh.data=1', 'mesh.expert=8'])
   result = analytic.plan(config, 8)
   expert = 3 * 4096 * 14336  # one SwiGLU expert: wi_0, wi_1, wo
@@ -93,12 +94,12 @@ def test_mixtral_active_parameters_and_expert_traffic_by_hand():
 
 
 def test_t5_counts_its_decoder_self_attention_cache_and_bert_none():
-  t5 = analytic.plan(config_lib.load(helpers.config_file('t5_base', arg=None)), 1)
+  t5 = analytic.plan(helpers.load(helpers.config_file('t5_base', arg=None)), 1)
   assert t5['kv_cache_bytes_per_token'] == 2 * 12 * 12 * 64 * 2  # 12 decoder layers, bf16
-  bert = analytic.plan(config_lib.load(helpers.config_file('bert_base', arg=None)), 1)
+  bert = analytic.plan(helpers.load(helpers.config_file('bert_base', arg=None)), 1)
   assert 'kv_cache_bytes_per_token' not in bert
   # T5Gemma's decoder: 13 global layers keep every token, 13 local ones a 4096-slot ring
-  t5gemma = analytic.plan(config_lib.load(helpers.config_file('t5gemma_2b_2b', arg=None)), 1)
+  t5gemma = analytic.plan(helpers.load(helpers.config_file('t5gemma_2b_2b', arg=None)), 1)
   per_layer = 2 * 4 * 256 * 2  # keys and values, 4 kv heads of 256, bf16
   assert t5gemma['kv_cache_bytes_per_token'] == 13 * per_layer
   assert t5gemma['kv_cache_local'] == {'layers': 13, 'window': 4096,
@@ -106,7 +107,7 @@ def test_t5_counts_its_decoder_self_attention_cache_and_bert_none():
 
 
 def test_kv_cache_and_flops_for_llama3_8b_by_hand():
-  config = config_lib.load(helpers.config_file('llama3_8b', arg=None))
+  config = helpers.load(helpers.config_file('llama3_8b', arg=None))
   result = analytic.plan(config, 1)
   assert result['kv_cache_bytes_per_token'] == 2 * 32 * 8 * 128 * 2  # bf16: 128 KiB
   n_matmul = PUBLISHED['llama3_8b'] - 128_256 * 4096  # input embedding table is a gather
@@ -115,14 +116,14 @@ def test_kv_cache_and_flops_for_llama3_8b_by_hand():
   attention_forward = 2 * 32 * 4096 * 32 * 128
   for policy, recomputed in (('full', 2 * (n_matmul - 128_256 * 4096) + attention_forward),
                              ('dots_no_batch', attention_forward), ('dots', 0), ('none', 0)):
-    config = config_lib.load(helpers.config_file('llama3_8b', arg=None),
+    config = helpers.load(helpers.config_file('llama3_8b', arg=None),
                              [f'model.remat={policy}'])
     assert counting.remat_flops_per_token(config) == recomputed, policy
 
 
 def test_a_config_for_the_cudnn_kernel_plans_on_a_cpu():
   # the shapes are the kernel's whatever it is; only the memory model asks which one runs
-  config = config_lib.load(helpers.config_file('llama3_8b', arg=None),
+  config = helpers.load(helpers.config_file('llama3_8b', arg=None),
                            ['model.attention.kernel=gpu', 'model.dtype=bfloat16'])
   result = analytic.plan(config, 1)
   assert result['params_total'] == PUBLISHED['llama3_8b']
@@ -180,7 +181,7 @@ def test_optimizer_state_bytes_equal_the_optimizers_own_state(name, adafactor, l
   result = analytic.plan(config, 1)
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
   _, _, abstract, _ = state_lib.make(families.build(config.model, config.train.lora), config,
-                                     mesh)
+                                     mesh, run_lib.resolve(config).schedule)
   floats = sum(x.size for x in jax.tree.leaves(abstract['opt_state'])
                if x.shape not in ((), (1,)))
   assert result['optimizer_state_bytes_per_device'][name] == 4 * floats
@@ -220,7 +221,7 @@ def test_the_compiled_hlo_count_of_int8_dots():
 
 
 def test_t5_11b_plans_adafactor_state_beside_adamw_and_the_whole_run():
-  config = config_lib.load(helpers.config_file('t5_11b', arg=None), ['mesh.data=1',
+  config = helpers.load(helpers.config_file('t5_11b', arg=None), ['mesh.data=1',
                                                                     'mesh.fsdp=8'])
   result = analytic.plan(config, 8)
   states = result['optimizer_state_bytes_per_device']
@@ -287,7 +288,7 @@ def test_the_pipeline_plan_by_hand():
 
 
 def test_gemma3_27b_kv_cache_counts_local_layers_by_their_window():
-  result = analytic.plan(config_lib.load(helpers.config_file('gemma3_27b', arg=None)), 1)
+  result = analytic.plan(helpers.load(helpers.config_file('gemma3_27b', arg=None)), 1)
   layer_token = 2 * 16 * 128 * 2  # keys and values, 16 kv heads x 128, bf16
   assert result['kv_cache_bytes_per_token'] == 10 * layer_token  # the 10 global layers
   assert result['kv_cache_local'] == {'layers': 52, 'window': 1024,
@@ -301,7 +302,7 @@ def test_gemma3_27b_kv_cache_counts_local_layers_by_their_window():
 
 def test_the_sweep_leaves_out_pipelines_of_patterned_layers():
   from zoo.plan import sweep  # pylint: disable=g-import-not-at-top
-  config = config_lib.load(helpers.config_file('gemma3_27b', arg=None))
+  config = helpers.load(helpers.config_file('gemma3_27b', arg=None))
   sizes = dict(data=1, fsdp=4, tensor=1, expert=1, context=1, stage=2)
   assert sweep._invalid(config, sizes, 1) == (
       'a pipeline of patterned layers (model.attention.pattern) is not built')
@@ -309,7 +310,7 @@ def test_the_sweep_leaves_out_pipelines_of_patterned_layers():
 
 
 def test_local_layers_count_attention_flops_over_their_window():
-  config = config_lib.load(helpers.config_file('gemma3_27b', arg=None))  # seq_len 4096
+  config = helpers.load(helpers.config_file('gemma3_27b', arg=None))  # seq_len 4096
   HK, L, W = 32 * 128, 4096, 1024
   mean_local_keys = W - W * (W - 1) / (2 * L)  # 896.1: query i sees min(i, W) keys
   attention = 12 * HK * (10 * L / 2 + 52 * mean_local_keys)
@@ -331,7 +332,7 @@ def test_a_compile_that_runs_out_of_hbm_is_an_answer_not_a_traceback(monkeypatch
   def out_of_hbm(*_, **__):
     raise compiled.DoesNotFit(241.33 * 2**30, 95.74 * 2**30)
   monkeypatch.setattr(compiled, 'compile_step', out_of_hbm)
-  config = config_lib.load(helpers.config_file('qwen3_8b', arg=None))
+  config = helpers.load(helpers.config_file('qwen3_8b', arg=None))
   tpu = topology.parse('v5p-512')
   rows = [{'mesh': dict(data=1, fsdp=256, tensor=1, expert=1, context=1, stage=1),
            'pipeline_microbatches': 0, 'pipeline_repeats': 1, 'invalid': None,
@@ -346,7 +347,7 @@ def test_the_plan_says_what_the_group_limit_does_to_the_all_to_all():
   # reaches at most 4 blocks (8 without the limit); on 4 shards, 2 groups to a shard: at
   # most 4 shards, not 8 -> all 4
   for shards, blocks, reach in ((64, 8, 8), (4, 0, 4)):
-    config = config_lib.load(helpers.config_file('deepseek_v3', arg=None),
+    config = helpers.load(helpers.config_file('deepseek_v3', arg=None),
                              ['mesh.data=1', f'mesh.expert={shards}', 'mesh.fsdp=4'])
     result = analytic.plan(config, 4 * shards)
     assert result['moe']['moe_layers'] == 58  # 61 less the 3 dense

@@ -17,6 +17,7 @@ from tests.helpers import REPO
 from zoo import config as config_lib
 from zoo import counting
 from zoo import plan
+from zoo import run as run_lib
 from zoo import sharding
 from zoo.plan import analytic
 from zoo.plan import compiled
@@ -107,7 +108,7 @@ def test_a_tpu_plan_compiles_the_train_step_and_reports_the_compiler_numbers(tmp
 
 
 def test_plan_compile_uses_the_simulated_devices_and_its_bytes_shrink_with_fsdp():
-  data8 = plan.run(_smoke('mesh.data=8'), compile_step=True)
+  data8 = plan.run(run_lib.resolve(_smoke('mesh.data=8')), compile_step=True)
   assert data8['compiled'] and data8['mesh']['data'] == 8
   fsdp8 = compiled.compile_step(_smoke('mesh.data=1', 'mesh.fsdp=8'), jax.devices(),
                                 scan_corrected_cost=False)
@@ -124,13 +125,13 @@ def test_plan_compile_uses_the_simulated_devices_and_its_bytes_shrink_with_fsdp(
 ])
 def test_a_mesh_that_cannot_shard_the_shape_fails_before_compiling(overrides, message):
   with pytest.raises(config_lib.ConfigError, match=message):
-    plan.run(_smoke(*overrides), topology_name='v5p-8')
+    plan.run(run_lib.resolve(_smoke(*overrides)), topology_name='v5p-8')
 
 
 def test_the_sweep_ranks_every_factorization_and_says_why_it_skips_some():
   assert len(sweep.factorizations(8, ('data', 'fsdp', 'tensor'))) == 10
   config = _smoke('model.num_heads=2', 'model.num_kv_heads=2', 'train.batch_size=4')
-  rows = plan.run(config, topology_name='v5p-16', sweep=True)['sweep']  # 8 chips
+  rows = plan.run(run_lib.resolve(config), topology_name='v5p-16', sweep=True)['sweep']  # 8 chips
   # data x fsdp x tensor x context x stage: 35 meshes, the 15 with stages each tried with
   # 1, 2, 4 and 8 microbatches per stage, fill-drain and 2 and 4 rounds (which 2 layers
   # cannot split into: skipped)
@@ -156,7 +157,7 @@ def test_the_sweep_ranks_every_factorization_and_says_why_it_skips_some():
           by_mesh[(4, 1, 1, 1, 2, 1)]['step_seconds'])
   # more microbatches, a smaller bubble: faster (batch 32, so 2 to 16 microbatches split)
   config = _smoke('model.num_heads=2', 'model.num_kv_heads=2', 'train.batch_size=32')
-  staged = [r for r in plan.run(config, topology_name='v5p-16', sweep=True)['sweep']
+  staged = [r for r in plan.run(run_lib.resolve(config), topology_name='v5p-16', sweep=True)['sweep']
             if tuple(r['mesh'].values()) == (2, 1, 2, 1, 1, 2)]
   assert [r['pipeline_microbatches'] for r in staged if not r['invalid']] == [16, 8, 4, 2]
 
@@ -212,7 +213,7 @@ def test_the_sweep_memory_counts_scores_only_without_a_flash_kernel_and_one_loss
   sizes = {'data': 1, 'fsdp': 64, 'tensor': 1, 'expert': 1}
 
   def per_device(*overrides):
-    config = config_lib.load(helpers.config_file('llama3_8b', arg=None),
+    config = helpers.load(helpers.config_file('llama3_8b', arg=None),
                              ['train.batch_size=256', 'model.remat=full', *overrides])
     boxed = counting.abstract_params(config)
     base = analytic.plan(config, mesh_sizes={a: 1 for a in sizes}, boxed=boxed)
@@ -235,7 +236,7 @@ def test_the_sweep_memory_of_a_pipeline_keeps_every_iterations_layer_inputs():
 
   def per_device(*overrides, repeats=1, mesh=sizes, microbatches=16):
     # as the sweep calls it: the mesh comes in `sizes`, the config's mesh stays its default
-    config = config_lib.load(helpers.config_file('llama3_70b', arg=None), [
+    config = helpers.load(helpers.config_file('llama3_70b', arg=None), [
         'train.batch_size=256', 'model.remat=full', *overrides])
     config = sweep._with_schedule(config, microbatches, repeats)  # pylint: disable=protected-access
     boxed = counting.abstract_params(config)
@@ -268,7 +269,7 @@ def test_the_sweep_memory_of_experts_counts_their_buffers_on_the_devices_rows():
   # mixtral_8x7b, batch 256 x 4096, remat full on v5p-128: a device holds the rows of data
   # x fsdp x expert; a dropless MoE layer's receive buffer has room for X x k rows per token,
   # each D in, D out and 3 F-wide swiglu intermediates, twice (forward and its gradients)
-  config = config_lib.load(helpers.config_file('mixtral_8x7b', arg=None), [
+  config = helpers.load(helpers.config_file('mixtral_8x7b', arg=None), [
       'train.batch_size=256', 'model.remat=full'])
   working = sweep._mlp_working  # pylint: disable=protected-access
   assert working(config.model, 8, 1) == 2 * 2 * 8 * (2 * 4096 + 3 * 14336)
@@ -293,7 +294,7 @@ def test_the_sweep_memory_of_experts_counts_their_buffers_on_the_devices_rows():
 def test_the_sweep_compiles_its_best_meshes_and_shows_the_compilers_bytes(capsys):
   config = _smoke('model.num_heads=2', 'model.num_kv_heads=2', 'train.batch_size=4')
   with jax.default_matmul_precision('default'):
-    rows = plan.run(config, topology_name='v5p-16', sweep=True, sweep_compile=2)['sweep']
+    rows = plan.run(run_lib.resolve(config), topology_name='v5p-16', sweep=True, sweep_compile=2)['sweep']
   fitting = [r for r in rows if not r['invalid'] and r['fits']]
   assert [('compiled_bytes' in r) for r in fitting] == [True, True] + [False] * (
       len(fitting) - 2)
@@ -311,19 +312,19 @@ def test_the_sweep_compiles_its_best_meshes_and_shows_the_compilers_bytes(capsys
 def test_sweep_compile_needs_a_sweep():
   with pytest.raises(config_lib.ConfigError, match=r'--plan_sweep_compile=1 .* needs '
                                                    '--plan_sweep'):
-    plan.run(_smoke(), topology_name='v5p-8', sweep_compile=1)
+    plan.run(run_lib.resolve(_smoke()), topology_name='v5p-8', sweep_compile=1)
 
 
 def test_a_sweep_needs_a_topology():
   with pytest.raises(config_lib.ConfigError, match='--plan_sweep needs --plan_topology'):
-    plan.run(_smoke(), sweep=True)
+    plan.run(run_lib.resolve(_smoke()), sweep=True)
 
 
 def test_splash_compiles_for_a_tpu_slice_and_its_memory_grows_linearly_in_length():
   devices = topology.devices(topology.parse('v5p-8'))
 
   def config(length):
-    return config_lib.load(helpers.config_file('llama3_8b'), [
+    return helpers.load(helpers.config_file('llama3_8b'), [
         'model.d_model=256', 'model.num_heads=2', 'model.num_kv_heads=2', 'model.head_dim=128',
         'model.vocab_size=1024', 'model.dtype=bfloat16', f'model.max_length={length}',
         f'data.seq_len={length}', 'mesh.data=1', 'mesh.fsdp=4', 'model.attention.kernel=splash'])
@@ -376,7 +377,7 @@ def _splash(kind, n):
 ], ids=['gemma2', 'umt5', 't5gemma'])
 def test_the_new_blocks_run_pallas_kernels_on_a_tpu_slice(name, overrides, want):
   devices = topology.devices(topology.parse('v5p-8'))
-  config = config_lib.load(helpers.config_file(name), [
+  config = helpers.load(helpers.config_file(name), [
       *overrides, 'model.dtype=bfloat16', 'mesh.data=1', 'mesh.fsdp=4'])
   assert runtime.attention_kernel(config, 1, on='tpu')[0] in ('splash', 'flash_bias')
   with jax.default_matmul_precision('default'):
@@ -391,7 +392,7 @@ def test_ring_attention_runs_splash_blocks_on_a_tpu_slice(context, stage):
   # pipeline's stages too
   devices = topology.devices(topology.parse('v5p-8'))
   length = 2 * context * 128
-  config = config_lib.load(helpers.config_file('llama3_8b'), [
+  config = helpers.load(helpers.config_file('llama3_8b'), [
       'model.d_model=256', 'model.num_heads=2', 'model.num_kv_heads=1', 'model.head_dim=128',
       'model.mlp_dim=512', 'model.num_layers=2', 'model.vocab_size=1024', 'model.dtype=bfloat16',
       f'model.max_length={length}', f'data.seq_len={length}', 'train.batch_size=2',
@@ -411,7 +412,7 @@ def test_ring_attention_runs_splash_blocks_on_a_tpu_slice(context, stage):
 
 def test_dropless_expert_parallelism_compiles_to_ragged_all_to_alls_for_a_tpu_slice():
   devices = topology.devices(topology.parse('v5p-8'))
-  config = config_lib.load(helpers.config_file('mixtral_8x7b'), [
+  config = helpers.load(helpers.config_file('mixtral_8x7b'), [
       'mesh.data=1', 'mesh.expert=4', 'model.moe.capacity_factor=0.0',
       'model.dtype=bfloat16'])
   with jax.default_matmul_precision('default'):
@@ -424,7 +425,7 @@ def test_experts_on_pipeline_stages_compile_for_a_tpu_slice():
   # 4 chips: stage 2 x expert 2, dropless; each stage's MoE layers exchange their pairs
   # over the expert axis inside the pipeline's iterations
   devices = topology.devices(topology.parse('v5p-8'))
-  config = config_lib.load(helpers.config_file('mixtral_8x7b'), [
+  config = helpers.load(helpers.config_file('mixtral_8x7b'), [
       'mesh.data=1', 'mesh.expert=2', 'mesh.stage=2', 'model.moe.capacity_factor=0.0',
       'model.dtype=bfloat16'])
   with jax.default_matmul_precision('default'):
@@ -435,7 +436,7 @@ def test_experts_on_pipeline_stages_compile_for_a_tpu_slice():
 def test_a_pipelined_tpu_plan_compiles_and_prices_the_bubble():
   # 4 chips: stage 2 x fsdp 2, 4 microbatches of 2 rows (1 per fsdp shard)
   config = _smoke('mesh.data=1', 'mesh.fsdp=2', 'mesh.stage=2', 'model.pipeline_microbatches=4')
-  result = plan.run(config, topology_name='v5p-8')
+  result = plan.run(run_lib.resolve(config), topology_name='v5p-8')
   assert result['pipeline']['bubble'] == pytest.approx(1 / 5)
   assert result['compiled'] and result['compiled_flops_per_step'] is None and result['fits']
   flops = ((result['flops_per_token'] + result['remat_flops_per_token']) *

@@ -13,6 +13,7 @@ import pytest
 from tests import helpers
 from tests.helpers import REPO
 from zoo import config as config_lib
+from zoo import run as run_lib
 from zoo.data import streams
 from zoo.train import loop
 from zoo.train import metrics as metrics_lib
@@ -41,7 +42,7 @@ def _losses(workdir):
 
 def test_a_two_process_pod_trains_like_one_process_and_resumes(tmp_path):
   reference = tmp_path / 'one_process'
-  loop.train(config_lib.load(SMOKE, [*OVERRIDES, 'train.steps=7']), str(reference))
+  loop.train(run_lib.load(SMOKE, [*OVERRIDES, 'train.steps=7']), str(reference))
   expected = _losses(reference)
 
   pod = tmp_path / 'pod'
@@ -113,7 +114,7 @@ PHASED = ('train.steps=14', 'train.batch_size=16', 'train.phases=5:8:32,10:16:32
 def test_a_pod_killed_after_its_batch_grew_resumes_to_the_one_process_losses(tmp_path):
   # (a single process killed in each phase: launch_test; here the pod's rows re-dealt)
   reference = tmp_path / 'one_process'
-  loop.train(config_lib.load(SMOKE, [*OVERRIDES, *PHASED]), str(reference))
+  loop.train(run_lib.load(SMOKE, [*OVERRIDES, *PHASED]), str(reference))
   expected = _losses(reference)
   pod, killed = tmp_path / 'pod', []
   code, text, _ = _signal_process_1(pod, 'KILL', 120, PHASED, after_step=7)  # phase two
@@ -147,7 +148,7 @@ def test_a_pod_restarts_from_its_local_tier_and_a_lost_hosts_from_the_persistent
   tiers = ('train.steps=12', 'train.checkpoint_every=4', 'train.log_every=1',
            f'train.local_tier.path={local}', 'train.local_tier.every=2')
   reference = tmp_path / 'one_process'
-  loop.train(config_lib.load(SMOKE, [*OVERRIDES, 'train.steps=12', 'train.log_every=1']),
+  loop.train(run_lib.load(SMOKE, [*OVERRIDES, 'train.steps=12', 'train.log_every=1']),
              str(reference))
   expected = _losses(reference)
   pod = tmp_path / 'pod'
@@ -175,7 +176,7 @@ def test_a_pod_restarts_from_its_local_tier_and_a_lost_hosts_from_the_persistent
 def test_a_spike_on_a_pod_rolls_back_every_process_past_the_same_batches(tmp_path):
   run = ('train.steps=16', 'train.checkpoint_every=2', 'train.log_every=1')
   reference = tmp_path / 'one_process'
-  loop.train(config_lib.load(SMOKE, [*OVERRIDES, *run, 'train.data_skips=8:3']),
+  loop.train(run_lib.load(SMOKE, [*OVERRIDES, *run, 'train.data_skips=8:3']),
              str(reference))
   pod = tmp_path / 'pod'
   result = _pod(pod, *run, 'train.spike.action=rollback', 'train.spike.window=6',

@@ -13,6 +13,7 @@ from tests import helpers
 from tests.helpers import REPO
 from zoo import config as config_lib
 from zoo import families
+from zoo import run as run_lib
 from zoo import sharding
 from zoo.train import loop
 from zoo.train import metrics as metrics_lib
@@ -82,7 +83,8 @@ def test_the_kernel_in_the_header_follows_the_resolved_context_axis():
 def test_parameter_shardings_follow_the_rules():
   config = _config('decoder', (1, 2, 2, 1, 2))  # stage 2: the layers split in two
   mesh = sharding.make_mesh(config.mesh)
-  _, _, _, shardings = state_lib.make(families.build(config.model), config, mesh)
+  _, _, _, shardings = state_lib.make(families.build(config.model), config, mesh,
+                                          run_lib.resolve(config).schedule)
   specs = jax.tree.map(lambda s: s.spec, shardings['params'])
   assert specs['layers']['mlp']['wi_0']['kernel'] == P('stage', 'fsdp', 'tensor')
   assert specs['layers']['mlp']['wo']['kernel'] == P('stage', 'tensor', 'fsdp')
@@ -97,7 +99,8 @@ def test_a_dim_the_mesh_does_not_divide_stays_replicated_instead_of_failing():
   config = _config('decoder', (1, 1, 8), ['model.vocab_size=500', 'model.num_heads=8',
                                           'model.num_kv_heads=8'])
   mesh = sharding.make_mesh(config.mesh)
-  _, _, _, shardings = state_lib.make(families.build(config.model), config, mesh)
+  _, _, _, shardings = state_lib.make(families.build(config.model), config, mesh,
+                                          run_lib.resolve(config).schedule)
   assert shardings['params']['token_embed']['embedding'].spec == P(None, 'fsdp')  # 500 % 8
   assert shardings['params']['layers']['mlp']['wo']['kernel'].spec == P('stage', 'tensor', 'fsdp')
 
@@ -116,7 +119,7 @@ def one_device_losses(tmp_path_factory):
 @pytest.mark.parametrize('mesh', sorted(MESHES))
 @pytest.mark.parametrize('family', sorted(FAMILIES))
 def test_every_mesh_gives_the_single_device_losses(family, mesh, one_device_losses, tmp_path):
-  loop.train(_config(family, MESHES[mesh]), str(tmp_path))
+  loop.train(run_lib.resolve(_config(family, MESHES[mesh])), str(tmp_path))
   header = metrics_lib.read(str(tmp_path))[0]
   assert header['mesh'] == dict(zip(('data', 'fsdp', 'tensor', 'expert', 'context', 'stage'),
                                     (*MESHES[mesh], 1, 1, 1)))
@@ -127,7 +130,7 @@ def test_every_mesh_gives_the_single_device_losses(family, mesh, one_device_loss
 def test_a_context_mesh_gives_the_decoder_its_single_device_losses(mesh, one_device_losses,
                                                                    tmp_path):
   """RoPE, GQA and packed documents with the sequence split: ring attention, balanced."""
-  loop.train(_config('decoder', CONTEXT_MESHES[mesh]), str(tmp_path))
+  loop.train(run_lib.resolve(_config('decoder', CONTEXT_MESHES[mesh])), str(tmp_path))
   header = metrics_lib.read(str(tmp_path))[0]
   data, fsdp, tensor, context, stage = CONTEXT_MESHES[mesh]
   assert header['mesh'] == dict(data=data, fsdp=fsdp, tensor=tensor, expert=1, context=context,
@@ -140,7 +143,7 @@ def test_a_context_mesh_gives_the_decoder_its_single_device_losses(mesh, one_dev
 def test_a_two_stage_pipeline_gives_the_single_device_losses(family, one_device_losses,
                                                              tmp_path):
   """stage 2 x data 2 x tensor 2, 2 microbatches; T5 pipelines both of its stacks."""
-  loop.train(_config(family, STAGE2), str(tmp_path))
+  loop.train(run_lib.resolve(_config(family, STAGE2)), str(tmp_path))
   assert metrics_lib.read(str(tmp_path))[0]['mesh']['stage'] == 2
   assert _losses(tmp_path) == pytest.approx(one_device_losses[family], rel=2e-5, abs=2e-5)
 
@@ -149,8 +152,8 @@ def test_four_stages_over_fsdp_give_the_data_parallel_losses(tmp_path):
   """stage 4 x fsdp 2, one layer per stage, 4 microbatches, against data 8 (which gives the
   one-device losses above) at the same 4 layers."""
   deeper = ['model.num_layers=4']
-  loop.train(_config('decoder', (8, 1, 1), deeper), str(tmp_path / 'data'))
-  loop.train(_config('decoder', (1, 2, 1, 1, 4), deeper), str(tmp_path / 'stage'))
+  loop.train(run_lib.resolve(_config('decoder', (8, 1, 1), deeper)), str(tmp_path / 'data'))
+  loop.train(run_lib.resolve(_config('decoder', (1, 2, 1, 1, 4), deeper)), str(tmp_path / 'stage'))
   assert metrics_lib.read(str(tmp_path / 'stage'))[0]['mesh']['stage'] == 4
   assert _losses(tmp_path / 'stage') == pytest.approx(_losses(tmp_path / 'data'), rel=2e-5,
                                                       abs=2e-5)
@@ -158,9 +161,9 @@ def test_four_stages_over_fsdp_give_the_data_parallel_losses(tmp_path):
 
 def test_a_pipeline_checkpoint_resumes_without_stages_with_the_same_losses(tmp_path):
   constant = ['optim.schedule=constant', 'train.steps=7']
-  loop.train(_config('decoder', (8, 1, 1), constant), str(tmp_path / 'reference'))
-  loop.train(_config('decoder', STAGE2, [*constant, 'train.steps=5']), str(tmp_path))
-  loop.train(_config('decoder', (8, 1, 1), constant), str(tmp_path))
+  loop.train(run_lib.resolve(_config('decoder', (8, 1, 1), constant)), str(tmp_path / 'reference'))
+  loop.train(run_lib.resolve(_config('decoder', STAGE2, [*constant, 'train.steps=5'])), str(tmp_path))
+  loop.train(run_lib.resolve(_config('decoder', (8, 1, 1), constant)), str(tmp_path))
   header = [r for r in metrics_lib.read(str(tmp_path)) if r.get('event') == 'start'][-1]
   assert header['step'] == 5 and header['mesh']['stage'] == 1
   assert _losses(tmp_path) == pytest.approx(_losses(tmp_path / 'reference'), rel=2e-5,
@@ -169,10 +172,10 @@ def test_a_pipeline_checkpoint_resumes_without_stages_with_the_same_losses(tmp_p
 
 def test_a_checkpoint_restores_onto_another_mesh_and_training_continues(tmp_path):
   constant = ['optim.schedule=constant']  # the learning rate must not depend on train.steps
-  loop.train(_config('decoder', (8, 1, 1), constant), str(tmp_path))
+  loop.train(run_lib.resolve(_config('decoder', (8, 1, 1), constant)), str(tmp_path))
   reference = tmp_path / 'reference'
-  loop.train(_config('decoder', (8, 1, 1), [*constant, 'train.steps=8']), str(reference))
-  loop.train(_config('decoder', (1, 4, 2), [*constant, 'train.steps=8']), str(tmp_path))
+  loop.train(run_lib.resolve(_config('decoder', (8, 1, 1), [*constant, 'train.steps=8'])), str(reference))
+  loop.train(run_lib.resolve(_config('decoder', (1, 4, 2), [*constant, 'train.steps=8'])), str(tmp_path))
   header = [r for r in metrics_lib.read(str(tmp_path)) if r.get('event') == 'start'][-1]
   assert header['step'] == 5 and header['mesh']['fsdp'] == 4
   assert _losses(tmp_path)[-3:] == pytest.approx(_losses(reference)[-3:], rel=2e-5, abs=2e-5)
@@ -214,7 +217,7 @@ def test_gemma_smoke_configs_give_the_single_device_losses_on_a_mesh(name, tmp_p
   """Sandwich norms, QK-norm (Gemma 3's, as Qwen 3's), local/global layers (a pattern and
   its tail); Gemma 2's soft-capping is elementwise, its smoke trains in configs_test."""
   _one_device_run(tmp_path / 'one', name)
-  loop.train(helpers.smoke(name, *STEPS, 'mesh.data=2', 'mesh.fsdp=2', 'mesh.tensor=2'),
+  loop.train(run_lib.resolve(helpers.smoke(name, *STEPS, 'mesh.data=2', 'mesh.fsdp=2', 'mesh.tensor=2')),
              str(tmp_path / 'mesh'))
   want = _losses(tmp_path / 'one')
   assert _losses(tmp_path / 'mesh') == pytest.approx(want, rel=2e-5, abs=2e-5)

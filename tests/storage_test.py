@@ -11,6 +11,7 @@ import pytest
 
 from tests import fake_bucket
 from tests import helpers
+from zoo import run as run_lib
 from zoo import storage
 from zoo.convert import export
 from zoo.data import prepare
@@ -99,9 +100,9 @@ def test_a_corpus_prepared_into_a_bucket_equals_a_local_one(tmp_path, bucket):
 
 def test_a_run_in_a_bucket_trains_resumes_and_exports(bucket):
   steps = ('optim.warmup_steps=1', 'train.checkpoint_every=2', 'train.eval_every=2')
-  loop.train(helpers.smoke('gpt_shakespeare', 'train.steps=2', *steps), 'gs://b/run')
+  loop.train(run_lib.resolve(helpers.smoke('gpt_shakespeare', 'train.steps=2', *steps)), 'gs://b/run')
   config = helpers.smoke('gpt_shakespeare', 'train.steps=4', *steps)
-  loop.train(config, 'gs://b/run')  # resumes from the bucket's checkpoint 2
+  loop.train(run_lib.resolve(config), 'gs://b/run')  # resumes from the bucket's checkpoint 2
   rows = metrics_lib.read('gs://b/run')
   starts = [r['step'] for r in rows if r.get('event') == 'start']
   assert starts == [0, 2]
@@ -110,7 +111,7 @@ def test_a_run_in_a_bucket_trains_resumes_and_exports(bucket):
   assert len(storage.listdir('gs://b/run/data')) == 1  # prepared once, reused on resume
   [model] = storage.listdir('gs://b/run/tokenizer')
   assert model == f'{config.data.tokenizer.type}_{config.data.tokenizer.vocab_size}.model'
-  assert export.export(config, 'gs://b/run', 'gs://b/hf') == 4
+  assert export.export(run_lib.resolve(config), 'gs://b/run', 'gs://b/hf') == 4
   assert {'config.json', 'model.safetensors', 'tokenizer.json'} <= set(
       storage.listdir('gs://b/hf'))
   assert json.loads(storage.read_text('gs://b/hf/config.json'))['vocab_size'] == \

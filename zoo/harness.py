@@ -22,6 +22,7 @@ from absl import flags
 from absl import logging
 
 from zoo import config as config_lib
+from zoo import run as run_lib
 from zoo import storage
 from zoo.cli import start
 
@@ -56,11 +57,11 @@ def run(overrides):
   if not FLAGS.verbose:
     _quiet()
   try:
-    config = config_lib.load(FLAGS.config, overrides)
+    resolved = run_lib.load(FLAGS.config, overrides)
     if importlib.util.find_spec('lm_eval') is None:
       raise config_lib.ConfigError(MISSING)
     from zoo.infer import harness  # pylint: disable=g-import-not-at-top
-    results = harness.evaluate(config, FLAGS.workdir, [t for t in FLAGS.tasks.split(',') if t],
+    results = harness.evaluate(resolved, FLAGS.workdir, [t for t in FLAGS.tasks.split(',') if t],
                                FLAGS.include_path, FLAGS.num_fewshot, FLAGS.limit,
                                FLAGS.batch_size)
   except config_lib.ConfigError as e:

@@ -64,7 +64,7 @@ def _initialize_distributed():
 
 def run(overrides):
   """Loads the config, runs the mode; bad input -> one line on stderr and exit 2."""
-  from zoo import config as config_lib  # pylint: disable=g-import-not-at-top
+  from zoo import run as run_lib  # pylint: disable=g-import-not-at-top
   from zoo import plan  # pylint: disable=g-import-not-at-top
   from zoo.plan import preflight  # pylint: disable=g-import-not-at-top
   from zoo import storage  # pylint: disable=g-import-not-at-top
@@ -78,27 +78,27 @@ def run(overrides):
   if not any(a.startswith(('-v', '--verbosity')) for a in sys.argv):
     logging.set_verbosity(logging.WARNING)  # orbax and grain log every save at INFO
   try:
-    config = config_lib.load(FLAGS.config, overrides)
+    run = run_lib.load(FLAGS.config, overrides)
     if FLAGS.mode == 'plan':
       storage.check(FLAGS.plan_json or '', '--plan_json')
-      plan.run(config, FLAGS.plan_json, FLAGS.plan_compile, FLAGS.plan_topology,
+      plan.run(run, FLAGS.plan_json, FLAGS.plan_compile, FLAGS.plan_topology,
                FLAGS.plan_sweep, FLAGS.plan_sweep_compile)
       return
     workdir = FLAGS.workdir or default_workdir(FLAGS.config)
     storage.check(workdir, '--workdir')
     storage.check_writable(workdir, '--workdir')
     if FLAGS.mode == 'generate':
-      infer_run.check(config, FLAGS.prompt)
+      infer_run.check(run.config, FLAGS.prompt)
     _initialize_distributed()
     if FLAGS.mode == 'train':
-      runtime.placement(config)  # a mesh that cannot be built says so first
-      preflight.check(config)  # before anything is written or compiled
-      loop.train(config, workdir, task_eval.make)
+      place = runtime.placement(run)  # a mesh that cannot be built says so first
+      preflight.check(run)  # before anything is written or compiled
+      loop.train(run, workdir, task_eval.make, place)
     elif FLAGS.mode == 'eval':
-      evaluate.run(config, workdir, task_eval.make)
+      evaluate.run(run, workdir, task_eval.make)
     else:
-      infer_run.run(config, workdir, FLAGS.prompt)
-  except config_lib.ConfigError as e:
+      infer_run.run(run, workdir, FLAGS.prompt)
+  except run_lib.ConfigError as e:
     print(f'error: {e}', file=sys.stderr, flush=True)
     sys.exit(2)
   except (loop.TrainingError, checkpoint.WriteError) as e:

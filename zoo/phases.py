@@ -156,18 +156,6 @@ def config_for(config, phase):
   return out
 
 
-def check_each(config, check):
-  """check(phase's config) for every phase before the run's own shape; a ConfigError it
-  raises is prefixed with the phase it is about."""
-  field = 'train.phases' if config.train.phases else 'train.batch_ramp'
-  for k, phase in enumerate(resolve(config)[:-1]):
-    try:
-      check(config_for(config, phase))
-    except ConfigError as e:
-      raise ConfigError(f'{field}: phase {k + 1} ({phase.batch_size} x {phase.seq_len}, steps '
-                        f'{phase.first}..{phase.last}): {e}') from None
-
-
 def describe(phases):
   """'512 x 2048 to step 50,000, ...' for the run header."""
   return ', '.join(f'{p.batch_size} x {p.seq_len} to step {p.last:,}' for p in phases)

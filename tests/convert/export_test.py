@@ -13,6 +13,7 @@ import tokenizers
 from tests import helpers
 from zoo import config as config_lib
 from zoo import families
+from zoo import run as run_lib
 from zoo.convert import export
 from zoo.convert import hf
 from zoo.convert import hf_tokenizer
@@ -113,11 +114,11 @@ def test_t5_sentinels_are_in_the_exported_tokenizer_with_the_zoo_ids(sentencepie
 def test_export_writes_the_checkpoint_weights_and_a_tokenizer_with_the_zoo_ids(tmp_path):
   config = helpers.smoke('gpt_shakespeare', 'train.steps=3', 'optim.warmup_steps=1')
   workdir, out = str(tmp_path / 'run'), str(tmp_path / 'hf')
-  loop.train(config, workdir)
-  assert export.export(config, workdir, out) == 3
+  loop.train(run_lib.resolve(config), workdir)
+  assert export.export(run_lib.resolve(config), workdir, out) == 3
 
-  place = runtime.placement(config)
-  state = runtime.model_state(config, place.mesh)
+  place = runtime.placement(run_lib.resolve(config))
+  state = runtime.model_state(run_lib.resolve(config), place.mesh)
   _, variables = runtime.restore_variables(config, workdir, state, 'test')
   _, params = hf.load(out)
   ids = helpers.random_ids((2, 16), vocab=config.model.vocab_size)
@@ -130,7 +131,7 @@ def test_export_writes_the_checkpoint_weights_and_a_tokenizer_with_the_zoo_ids(t
   for text in _documents(200):  # a decoder's input: [BOS] text, as generation feeds it
     assert exported.encode(text).ids == list(zoo.document(zoo.encode([text])[0])[:-1])
   with pytest.raises(config_lib.ConfigError, match='--out=.* is not empty; export into a new'):
-    export.export(config, workdir, out)
+    export.export(run_lib.resolve(config), workdir, out)
 
   umask = os.umask(0)
   os.umask(umask)
@@ -162,9 +163,9 @@ def test_a_decoder_classifier_with_lora_exports_as_its_hugging_face_class(tmp_pa
                                'train.steps=3', 'optim.warmup_steps=1', 'train.lora.rank=2',
                                "train.lora.targets='query,value,wo'", 'optim.learning_rate=0.05')
   workdir, out = str(tmp_path / 'run'), str(tmp_path / 'hf')
-  loop.train(make(), workdir)
+  loop.train(run_lib.resolve(make()), workdir)
   config = make()
-  assert export.export(config, workdir, out) == 3  # num_labels 0: sized from the task
+  assert export.export(run_lib.resolve(config), workdir, out) == 3  # num_labels 0: sized from the task
   hf_config = json.loads(open(f'{out}/config.json', encoding='utf-8').read())
   zoo = runtime.tokenizer(config, workdir)
   assert hf_config['architectures'] == ['LlamaForSequenceClassification']
@@ -183,9 +184,9 @@ def test_a_decoder_classifier_with_lora_exports_as_its_hugging_face_class(tmp_pa
 
   # the export's label logits are the adapted checkpoint's, its adapters merged
   _, params = hf.load(out)
-  place = runtime.placement(config)
+  place = runtime.placement(run_lib.resolve(config))
   _, variables = runtime.restore_variables(config, workdir,
-                                           runtime.model_state(config, place.mesh), 'test')
+                                           runtime.model_state(run_lib.resolve(config), place.mesh), 'test')
   batch = helpers.family_batch(config, 4)
   exported = families.build(config.model).apply({'params': params}, batch)['label_logits']
   adapted = families.build(config.model, config.train.lora).apply(variables, batch)

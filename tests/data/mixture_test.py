@@ -10,6 +10,7 @@ import pytest
 
 from tests import helpers
 from zoo import config as config_lib
+from zoo import run as run_lib
 from zoo.data import corpus as corpus_lib
 from zoo.data import pipeline
 
@@ -133,7 +134,7 @@ def test_each_row_counts_the_tokens_of_its_own_steps(two_sources, tmp_path):
   from zoo.train import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
   config = _mixture_config(two_sources, 'tokens', 'train.steps=6', 'train.log_every=1',
                            'train.eval_every=3', 'optim.warmup_steps=1')
-  loop.train(config, str(tmp_path))
+  loop.train(run_lib.resolve(config), str(tmp_path))
   rows = [r for r in metrics_lib.read(str(tmp_path)) if 'loss' in r]
   per_step = config.train.batch_size * config.data.seq_len  # causal_lm rows: no padding
   assert [r['step'] for r in rows] == [1, 2, 3, 4, 5, 6]

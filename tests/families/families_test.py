@@ -11,6 +11,7 @@ import pytest
 from tests import helpers
 from tests.helpers import REPO
 from zoo import config as config_lib
+from zoo.config import schema
 from zoo import families
 from zoo import sharding
 from zoo.data import pipeline
@@ -31,7 +32,7 @@ def tokens_and_tokenizer():
 @pytest.mark.parametrize('objective', sorted(SMOKES))
 def test_batch_spec_is_what_the_pipeline_yields_and_what_plan_mode_compiles(
     objective, tokens_and_tokenizer):
-  config = config_lib.load(helpers.config_file(SMOKES[objective]))
+  config = helpers.load(helpers.config_file(SMOKES[objective]))
   assert config.data.objective == objective
   spec = families.batch_spec(config)
   tokens, tokenizer = tokens_and_tokenizer
@@ -46,7 +47,7 @@ def test_batch_spec_is_what_the_pipeline_yields_and_what_plan_mode_compiles(
 
 def test_every_objective_is_trained_by_exactly_one_family():
   owners = [o for f in families.FAMILIES.values() for o in f.OBJECTIVES]
-  assert sorted(owners) == sorted(config_lib.OBJECTIVES)
+  assert sorted(owners) == sorted(schema.OBJECTIVES)
 
 
 # A switch on the family outside zoo/families: model.family compared or used as a key, or a
@@ -72,7 +73,7 @@ def test_an_unknown_family_is_one_config_error_naming_the_known_ones():
   config.model.family = 'decoder_only'
   with pytest.raises(config_lib.ConfigError, match="model.family='decoder_only' is not one of "
                      "'decoder', 'encoder', 'encoder_decoder'"):
-    config_lib.validate(config)
+    helpers.validate(config)
 
 
 def test_a_new_family_is_one_module_and_one_registry_line(monkeypatch):
@@ -82,7 +83,7 @@ def test_a_new_family_is_one_module_and_one_registry_line(monkeypatch):
   monkeypatch.setitem(families.FAMILIES, 'toy', toy)  # the registry line
   config = helpers.tiny_config()
   config.model.family = 'toy'
-  config_lib.validate(config)
+  helpers.validate(config)
   model = families.build(config.model)
   variables = jax.jit(model.init)(jax.random.PRNGKey(0), families.example_batch(config.model, 2, 8))
   batch = {k: np.ones(shape, dtype) for k, (shape, dtype) in

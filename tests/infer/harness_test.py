@@ -21,6 +21,7 @@ from lm_eval.api.instance import Instance
 from tests import helpers
 from tests.helpers import REPO
 from zoo import families
+from zoo import run as run_lib
 from zoo.data import tokenizer as tokenizer_lib
 from zoo.infer import generate
 from zoo.infer import harness
@@ -167,10 +168,9 @@ def test_the_command_says_what_is_wrong_in_one_line(tmp_path, args, message):
 
 
 def test_the_command_prints_its_table_and_at_most_five_other_lines(tmp_path):
-  from zoo import config as config_lib  # pylint: disable=g-import-not-at-top
   from zoo.train import loop  # pylint: disable=g-import-not-at-top
   smoke = helpers.config_file('gpt_shakespeare')
-  loop.train(config_lib.load(smoke, ['train.steps=2', 'optim.warmup_steps=1']), str(tmp_path))
+  loop.train(run_lib.load(smoke, ['train.steps=2', 'optim.warmup_steps=1']), str(tmp_path))
   command = [sys.executable, '-m', 'zoo.harness', f'--workdir={tmp_path}', f'--config={smoke}',
              '--tasks=zoo_choice', f'--include_path={TASKS}', '--limit=2']
   result = subprocess.run(command, env=helpers.cpu_env(), cwd=REPO, capture_output=True,

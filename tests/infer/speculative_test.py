@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from tests import helpers
-from zoo import config as config_lib
 from zoo import families
 from zoo.errors import ConfigError
 from zoo.families import decoder
@@ -159,7 +158,7 @@ def test_sampled_tokens_follow_the_targets_distribution(own):
 ])
 def test_a_speculative_setup_it_cannot_run_names_the_field(overrides, message):
   with pytest.raises(ConfigError, match=message):
-    config_lib.load(helpers.config_file('gpt_shakespeare'),
+    helpers.load(helpers.config_file('gpt_shakespeare'),
                     ['generate.draft_workdir=/draft', *overrides])
 
 
@@ -168,7 +167,7 @@ def test_the_prediction_module_drafts_only_where_the_model_has_one_and_alone():
                     ['model.mtp.depth=1', 'generate.draft_workdir=/draft']):
     with pytest.raises(ConfigError, match=r'generate.draft_mtp=True drafts with the model\'s '
                        r'one prediction module \(model.mtp.depth=1'):
-      config_lib.load(helpers.config_file('gpt_shakespeare'),
+      helpers.load(helpers.config_file('gpt_shakespeare'),
                       ['generate.draft_mtp=True', *overrides])
 
 
@@ -177,7 +176,7 @@ def test_a_draft_of_another_vocabulary_or_tokenizer_is_refused_before_compiling(
     workdir = tmp_path / name
     workdir.mkdir()
     (tmp_path / f'{name}.model').write_bytes(tokenizer)
-    config = config_lib.load(helpers.config_file('gpt_shakespeare'), [
+    config = helpers.load(helpers.config_file('gpt_shakespeare'), [
         f'data.tokenizer.path={tmp_path / name}.model',
         f'generate.draft_workdir={tmp_path / "draft"}', *overrides])
     run_config.write(config, str(workdir))

@@ -46,7 +46,7 @@ def test_kernels_that_cannot_run_say_which_field_and_what_to_use():
 ])
 def test_config_rejects_a_splash_setup_it_cannot_run(overrides, message):
   with pytest.raises(config_lib.ConfigError, match=message):
-    config_lib.load(helpers.config_file('gpt_shakespeare'), overrides)
+    helpers.load(helpers.config_file('gpt_shakespeare'), overrides)
 
 
 @pytest.mark.parametrize('causal, window', [(True, 0), (False, 0), (True, 5)])

@@ -130,7 +130,7 @@ def test_auto_picks_flash_bias_on_tpu_for_a_position_bias():
 ])
 def test_config_rejects_a_flash_bias_setup_it_cannot_run(overrides, message):
   with pytest.raises(config_lib.ConfigError, match=message):
-    config_lib.load(helpers.config_file('gpt_shakespeare'), overrides)
+    helpers.load(helpers.config_file('gpt_shakespeare'), overrides)
 
 
 def test_kernel_calls_it_cannot_take_say_what_to_use():

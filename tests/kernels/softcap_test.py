@@ -108,4 +108,4 @@ def test_kernels_without_soft_capping_are_refused_or_passed_over_by_auto():
     kernels.resolve('gpu', on='gpu', softcap=True)
   with pytest.raises(config_lib.ConfigError, match=r"model.attention.kernel='gpu' cannot "
                      r"soft-cap the logits \(model.attention.softcap=50.0\); use 'auto'"):
-    config_lib.load(helpers.config_file('gemma2_9b'), ['model.attention.kernel=gpu'])
+    helpers.load(helpers.config_file('gemma2_9b'), ['model.attention.kernel=gpu'])

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from tests import helpers
-from zoo import config as config_lib
 from zoo import kernels
 from zoo import families
 from zoo import sharding
@@ -62,7 +61,7 @@ def test_mha_and_mqa_layouts_match_the_reference(layout):
 
 
 def test_a_sharded_decoder_gives_the_reference_logits_and_gradients():
-  config = config_lib.load(helpers.config_file('llama3_8b'),
+  config = helpers.load(helpers.config_file('llama3_8b'),
                            ['data.seq_len=128', 'model.max_length=128', 'mesh.data=2',
                             'mesh.fsdp=2', 'mesh.tensor=2'])
   rng = np.random.default_rng(1)

@@ -22,7 +22,7 @@ def _config(**mla_overrides):
   config = helpers.tiny_config(position='rope')
   config.model.mla.update({**MLA, **mla_overrides})
   config.model.kernel_init_std = 0.3  # logits far from uniform
-  return config_lib.validate(config).model
+  return helpers.validate(config).model
 
 
 def _init(m, L=10):
@@ -117,7 +117,7 @@ def test_bad_latent_shapes_are_one_line(overrides, message):
     config = helpers.tiny_config(position='rope')
     config.model.mla.update(MLA)
     config.model.attention.window = 4
-    config_lib.validate(config)
+    helpers.validate(config)
 
 
 def test_yarn_scales_the_softmax_by_mscale_squared_as_deepseek_v3():

@@ -265,4 +265,4 @@ def test_shared_experts_add_a_dense_mlp():
 ])
 def test_bad_moe_settings_name_the_field(overrides, message):
   with pytest.raises(config_lib.ConfigError, match=message):
-    config_lib.load('configs/gpt_shakespeare.py:smoke', overrides)
+    helpers.load('configs/gpt_shakespeare.py:smoke', overrides)

@@ -95,7 +95,7 @@ def test_a_pipeline_the_config_cannot_run_names_the_field(overrides, message):
   for key, value in overrides.items():
     config_lib.apply_override(c, f'{key}={value!r}')
   with pytest.raises(config_lib.ConfigError, match=message):
-    config_lib.validate(c)
+    helpers.validate(c)
 
 
 def test_a_stage_axis_from_minus_one_is_checked_against_the_layers_and_the_rows():

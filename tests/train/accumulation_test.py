@@ -6,6 +6,7 @@ import pytest
 
 from tests import helpers
 from zoo import config as config_lib
+from zoo import run as run_lib
 from zoo.train import runtime
 
 STEPS = 5
@@ -58,6 +59,6 @@ def test_microbatches_that_do_not_divide_a_devices_rows_fail_before_compiling():
                          'mesh.data=8')
   with pytest.raises(config_lib.ConfigError, match=r'train.microbatches=4 does not divide the '
                                                    r'rows each device holds .* = 2\)'):
-    runtime.placement(config)
+    runtime.placement(run_lib.resolve(config))
   with pytest.raises(config_lib.ConfigError, match='train.microbatches=3 does not divide'):
     helpers.smoke('llama3_8b', 'train.batch_size=16', 'train.microbatches=3')

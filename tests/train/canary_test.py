@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from tests import helpers
+from zoo import run as run_lib
 from zoo.train import loop
 from zoo.train import metrics as metrics_lib
 
@@ -35,7 +36,7 @@ def one_device(tmp_path_factory):
 
 def test_the_canary_trains_the_known_case_with_one_devices_losses(one_device, tmp_path,
                                                                    capsys):
-  loop.train(helpers.smoke('llama3_8b', *CASE, *MESH), str(tmp_path))
+  loop.train(run_lib.resolve(helpers.smoke('llama3_8b', *CASE, *MESH)), str(tmp_path))
   lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith('canary:')]
   assert len(lines) == 1 and lines[0].startswith(
       'canary: on data 2 x fsdp 2 x tensor 2 the first step gives loss ')
@@ -44,12 +45,12 @@ def test_the_canary_trains_the_known_case_with_one_devices_losses(one_device, tm
 
 
 def test_without_the_canary_the_known_case_is_wrong(one_device, tmp_path):
-  loop.train(helpers.smoke('llama3_8b', *CASE, *MESH, 'train.canary=off'), str(tmp_path))
+  loop.train(run_lib.resolve(helpers.smoke('llama3_8b', *CASE, *MESH, 'train.canary=off')), str(tmp_path))
   assert abs(_losses(tmp_path)[0] - one_device[0]) > 1e-3  # a row swap, not float noise
 
 
 def test_a_canary_told_not_to_fix_refuses_in_one_line_naming_jax(tmp_path):
   with pytest.raises(loop.TrainingError, match=r'^canary: .* but one device .*; jax 0\.10\.2 '
                      'partitions this mesh wrongly on CPU'):
-    loop.train(helpers.smoke('llama3_8b', *CASE, *MESH, 'train.canary=refuse'), str(tmp_path))
+    loop.train(run_lib.resolve(helpers.smoke('llama3_8b', *CASE, *MESH, 'train.canary=refuse')), str(tmp_path))
   assert not (tmp_path / 'checkpoints').exists() or not list((tmp_path / 'checkpoints').iterdir())

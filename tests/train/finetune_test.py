@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from tests import helpers
-from zoo import config as config_lib
 from zoo import counting
 from zoo import families
+from zoo import run as run_lib
 from zoo import sharding
 from zoo.convert import hf
 from zoo.errors import ConfigError
@@ -45,7 +45,7 @@ def classification(tmp_path_factory):
 
 
 def _bert(imported, task, *overrides):
-  return config_lib.load(os.path.join(imported, 'config.py'), [
+  return helpers.load(os.path.join(imported, 'config.py'), [
       'data.task.kind=classification', f'data.task.path={task}', 'data.seq_len=32',
       'train.steps=30', 'train.eval_every=30', 'optim.learning_rate=3e-3', *FAST, *overrides])
 
@@ -65,7 +65,7 @@ def test_an_imported_bert_fine_tunes_on_a_classification_task(imported, classifi
                                                                  tmp_path):
   before = _tree(os.path.join(imported, 'imported'))
   config = _bert(imported, classification, 'train.drop_unused_params=True')
-  loop.train(config, str(tmp_path), task_eval.make)
+  loop.train(run_lib.resolve(config), str(tmp_path), task_eval.make)
   rows = _rows(str(tmp_path))
   header = next(r for r in rows if r.get('event') == 'start')
   assert header['task'] == 'classification' and header['num_labels'] == 2
@@ -88,11 +88,11 @@ def test_an_imported_gemma3_or_qwen3_fine_tunes_a_label_head_on_its_last_token(
   head reads each row's last real token."""
   imported = str(tmp_path / 'imported')
   hf.write_workdir(os.path.join(helpers.REPO, 'tests', 'fixtures', 'hf', name), imported)
-  config = config_lib.load(os.path.join(imported, 'config.py'), [
+  config = helpers.load(os.path.join(imported, 'config.py'), [
       'data.task.kind=classification', f'data.task.path={classification}', 'data.seq_len=32',
       'train.steps=30', 'train.eval_every=30', 'optim.learning_rate=3e-3',
       'train.drop_unused_params=True', *FAST])  # Qwen 3's untied output layer
-  loop.train(config, str(tmp_path / 'tuned'), task_eval.make)
+  loop.train(run_lib.resolve(config), str(tmp_path / 'tuned'), task_eval.make)
   rows = _rows(str(tmp_path / 'tuned'))
   header = next(r for r in rows if r.get('event') == 'start')
   assert header['num_labels'] == 2 and header['new_params'] == 'classifier/kernel'
@@ -108,14 +108,14 @@ def test_bad_starts_are_one_line_before_any_compile(imported, classification, tm
   with pytest.raises(ConfigError, match=r"holds 7 parameters this model does not use "
                      r"\(mlm_bias, mlm_norm/bias, mlm_norm/scale, mlm_transform/bias, ...\); "
                      'set train.drop_unused_params=True'):
-    loop.train(_bert(imported, classification), str(tmp_path / 'a'))
+    loop.train(run_lib.resolve(_bert(imported, classification)), str(tmp_path / 'a'))
   with pytest.raises(ConfigError, match=r'parameter layers/mlp/wi/bias is \(2, 48\) there '
                      r'but \(2, 64\) in this model; make the model config match'):
-    loop.train(_bert(imported, classification, 'model.mlp_dim=64',
-                     'train.drop_unused_params=True'), str(tmp_path / 'b'))
+    loop.train(run_lib.resolve(_bert(imported, classification, 'model.mlp_dim=64',
+                     'train.drop_unused_params=True')), str(tmp_path / 'b'))
   with pytest.raises(ConfigError, match=r'is inside train.init_params=.*; a run never writes '
                      'into the checkpoint it starts from'):
-    loop.train(_bert(imported, classification), os.path.join(imported, 'imported', 'run'))
+    loop.train(run_lib.resolve(_bert(imported, classification)), os.path.join(imported, 'imported', 'run'))
   assert not os.path.exists(os.path.join(imported, 'imported', 'run'))
 
 
@@ -125,7 +125,7 @@ def _no_compile(*args, **kwargs):
 
 def test_a_decoder_run_fine_tunes_on_completions_from_its_checkpoint(tmp_path):
   pretrained = str(tmp_path / 'pretrained')
-  loop.train(helpers.smoke('gpt_shakespeare', 'train.steps=3', 'train.compile_cache_dir='),
+  loop.train(run_lib.resolve(helpers.smoke('gpt_shakespeare', 'train.steps=3', 'train.compile_cache_dir=')),
              pretrained)
   task = helpers.speakers_task(str(tmp_path / 'task'), 'prompt_completion', 16, 8)
   tokenizer = os.path.join(pretrained, 'tokenizer', 'bpe_512.model')
@@ -134,7 +134,7 @@ def test_a_decoder_run_fine_tunes_on_completions_from_its_checkpoint(tmp_path):
                          f'train.init_params={pretrained}', 'train.steps=4',
                          'train.eval_every=4', 'generate.max_new_tokens=4',
                          "data.task.metrics=('mc_accuracy','exact_match','perplexity')", *FAST)
-  loop.train(config, str(tmp_path / 'tuned'))
+  loop.train(run_lib.resolve(config), str(tmp_path / 'tuned'))
   rows = _rows(str(tmp_path / 'tuned'))
   header = next(r for r in rows if r.get('event') == 'start')
   assert header['new_params'] == 'none' and header['dropped_params'] == 'none'
@@ -155,7 +155,7 @@ def _params(config):
 
 def _eval_row(config, workdir):
   from zoo.train import evaluate  # pylint: disable=g-import-not-at-top
-  return evaluate.run(config, workdir, task_eval.make)
+  return evaluate.run(run_lib.resolve(config), workdir, task_eval.make)
 
 
 def test_t5_and_regression_report_their_metrics(imported, tmp_path):
@@ -163,14 +163,14 @@ def test_t5_and_regression_report_their_metrics(imported, tmp_path):
   t5 = helpers.smoke('t5_small', 'data.task.kind=text_to_text', f'data.task.path={task}',
                      'train.steps=3', 'train.eval_every=3', 'generate.max_new_tokens=4',
                      'data.tokenizer.vocab_size=384', *FAST)
-  loop.train(t5, str(tmp_path / 't5'), task_eval.make)
+  loop.train(run_lib.resolve(t5), str(tmp_path / 't5'), task_eval.make)
   [row] = [r for r in _rows(str(tmp_path / 't5')) if 'eval_loss' in r]
   assert {'eval_exact_match', 'eval_bleu', 'eval_rouge_l'} <= set(row)
   assert 0 <= row['eval_bleu'] <= 100 and 0 <= row['eval_rouge_l'] <= 1
   regression = helpers.speakers_task(str(tmp_path / 'regression'), 'regression', 16, 8)
   config = _bert(imported, regression, 'data.task.kind=regression', 'train.steps=3',
                  'train.eval_every=3', 'train.drop_unused_params=True')
-  loop.train(config, str(tmp_path / 'bert'), task_eval.make)
+  loop.train(run_lib.resolve(config), str(tmp_path / 'bert'), task_eval.make)
   [row] = [r for r in _rows(str(tmp_path / 'bert')) if 'eval_loss' in r]
   assert {'eval_pearson', 'eval_spearman'} <= set(row)
   assert config.model.num_labels == 1
@@ -226,11 +226,11 @@ def test_an_imported_umt5_or_t5gemma_fine_tunes_text_to_text(name, tmp_path):
   imported = str(tmp_path / 'imported')
   hf.write_workdir(os.path.join(helpers.REPO, 'tests', 'fixtures', 'hf', name), imported)
   task = helpers.speakers_task(str(tmp_path / 't2t'), 'text_to_text', 16, 8)
-  config = config_lib.load(os.path.join(imported, 'config.py'), [
+  config = helpers.load(os.path.join(imported, 'config.py'), [
       'data.task.kind=text_to_text', f'data.task.path={task}', 'data.seq_len=32',
       'train.steps=20', 'train.eval_every=20', 'optim.learning_rate=3e-3',
       'generate.max_new_tokens=4', 'data.reserved_ids=0', *FAST])  # a task reads no sentinels
-  loop.train(config, str(tmp_path / 'tuned'), task_eval.make)
+  loop.train(run_lib.resolve(config), str(tmp_path / 'tuned'), task_eval.make)
   rows = _rows(str(tmp_path / 'tuned'))
   losses = [r['loss'] for r in rows if 'loss' in r and 'event' not in r]
   assert np.mean(losses[-3:]) < 0.7 * np.mean(losses[:3]), losses
@@ -248,8 +248,8 @@ def test_an_imported_deepseek_v3_starts_from_its_routing_biases(tmp_path):
   _, variables = hf.load_variables(fixture)
   want = variables['moe_bias']['layers']['block_0']['moe']['bias']
   assert np.max(np.abs(want)) > 0.05  # not the zeros a fresh state starts from
-  config = config_lib.load(os.path.join(imported, 'config.py'), [
+  config = helpers.load(os.path.join(imported, 'config.py'), [
       'data.seq_len=32', 'model.moe.bias_update_rate=0.001', *FAST])
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
-  held = runtime.initial_collections(config, runtime.model_state(config, mesh))
+  held = runtime.initial_collections(config, runtime.model_state(run_lib.resolve(config), mesh))
   np.testing.assert_array_equal(held['moe_bias']['layers']['block_0']['moe']['bias'], want)

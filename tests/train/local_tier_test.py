@@ -9,6 +9,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from tests import helpers
 from zoo import config as config_lib
 from zoo.errors import ConfigError
 from zoo.train import local_tier
@@ -66,7 +67,7 @@ def test_a_local_tier_path_that_cannot_work_is_one_line(path, message):
   config = config_lib.base()
   config.train.local_tier.path = path
   with pytest.raises(ConfigError, match=message):
-    config_lib.validate(config)
+    helpers.validate(config)
     runtime.check_workdir(config, '/tmp/zoo-run')
 
 

@@ -10,7 +10,8 @@ import pytest
 from tests import helpers
 from zoo.errors import ConfigError
 from zoo.train import loop
-from zoo.train import optim
+from zoo import optim
+from zoo import run as run_lib
 from zoo.train import run_config
 
 BASE = ['optim.warmup_steps=1', 'train.eval_every=1000', 'train.checkpoint_every=1000']
@@ -23,7 +24,7 @@ def _config(*overrides):
 @pytest.fixture(scope='module')
 def trained(tmp_path_factory):
   workdir = tmp_path_factory.mktemp('run')
-  loop.train(_config('train.steps=4'), str(workdir))
+  loop.train(run_lib.resolve(_config('train.steps=4')), str(workdir))
   return workdir
 
 
@@ -38,7 +39,7 @@ def test_a_restart_lists_the_changes_and_the_new_learning_rates(trained, tmp_pat
   workdir = tmp_path / 'run'
   shutil.copytree(trained, workdir)
   config = _config('train.steps=8', 'train.batch_size=16')
-  loop.train(config, str(workdir))
+  loop.train(run_lib.resolve(config), str(workdir))
   out = capsys.readouterr().out
   assert 'changed since the last start: train.batch_size 8 -> 16, train.steps 4 -> 8' in out
   new = optim.schedule(config.optim, 8)
@@ -53,7 +54,7 @@ def test_a_restart_with_other_parameter_shapes_is_refused_naming_the_fields(trai
   before = sorted(os.listdir(trained / 'checkpoints'))
   config_json = (trained / 'config.json').read_text()
   with pytest.raises(ConfigError) as error:
-    loop.train(_config('train.steps=8', 'model.d_model=128'), str(trained))
+    loop.train(run_lib.resolve(_config('train.steps=8', 'model.d_model=128')), str(trained))
   message = str(error.value)
   assert 'parameter final_norm/scale is (64,) there but (128,) in this model' in message
   assert 'changed: model.d_model=128 (was 64)' in message and 'train.steps' not in message

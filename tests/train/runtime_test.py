@@ -5,6 +5,7 @@ import re
 from tests import helpers
 from zoo import families
 from zoo import platform
+from zoo import run as run_lib
 from zoo import sharding
 from zoo.train import runtime
 
@@ -20,8 +21,8 @@ def test_a_cpu_train_step_copies_no_parameter_or_optimizer_state():
   # the loop's step, its state donated: without region analysis XLA:CPU copied every
   # AdamW moment and parameter the update reads (40 arrays at this shape)
   config = helpers.smoke('gpt2_small', 'model.num_layers=4', 'model.scan_unroll=4')
-  place = runtime.placement(config)
-  parts = runtime.model_state(config, place.mesh)
+  place = runtime.placement(run_lib.resolve(config))
+  parts = runtime.model_state(run_lib.resolve(config), place.mesh)
   batch_sharding = sharding.batch_sharding(place.mesh)
   step = place.jit(parts.train_step(config), (parts.shardings, batch_sharding),
                    (parts.shardings, sharding.replicated(place.mesh)), donate_argnums=(0,))

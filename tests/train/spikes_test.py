@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from tests import helpers
 from zoo import config as config_lib
 from zoo.errors import ConfigError
 from zoo.train import spikes
@@ -106,7 +107,7 @@ def test_settings_that_cannot_work_are_one_line_naming_the_field(overrides, mess
       node = node[part]
     node[last] = value
   with pytest.raises(ConfigError, match=message):
-    config_lib.validate(config)
+    helpers.validate(config)
 
 
 def test_a_lasting_spike_is_reported_once_and_after_a_window_becomes_the_new_level():

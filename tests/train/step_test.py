@@ -4,6 +4,7 @@ import numpy as np
 
 from tests import helpers
 from zoo import families
+from zoo import run as run_lib
 from zoo import sharding
 from zoo.train import runtime
 from zoo.train import state as state_lib
@@ -17,7 +18,7 @@ def _setup(moe=None, **optim_overrides):
     config.model.moe.update(moe)
   config.optim.update(warmup_steps=10, learning_rate=3e-3, weight_decay=0.0, **optim_overrides)
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
-  parts = runtime.model_state(config, mesh)
+  parts = runtime.model_state(run_lib.resolve(config), mesh)
   state = jax.jit(parts.init_fn, out_shardings=parts.shardings)(jax.random.PRNGKey(0))
   train_step = jax.jit(parts.train_step(config))
   return config, state, train_step
@@ -61,7 +62,7 @@ def test_a_nonfinite_loss_skips_the_update_and_is_counted():
 def test_an_injected_nonfinite_burst_skips_exactly_its_steps():
   config, state, _ = _setup()
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
-  parts = runtime.model_state(config, mesh)
+  parts = runtime.model_state(run_lib.resolve(config), mesh)
   config.train.fault.nonfinite = (2, 2)  # steps 2 and 3
   train_step = jax.jit(parts.train_step(config))
   streaks, kept = [], None

@@ -87,15 +87,17 @@ def _summary(times, tokens, new_tokens, decode_batches, first_loss, matmul_flops
          for b in decode_batches}}
 
 
-def measure(config, runs, steps, decode_batches, prompt_len, new_tokens, use_torch):
-  """-> {'zoo': {...}, 'torch': {...} or None, 'ratios': {...}}: the numbers of the table."""
+def measure(resolved, runs, steps, decode_batches, prompt_len, new_tokens, use_torch):
+  """The resolved run's (zoo/run) numbers of the table -> {'zoo': {...}, 'torch': {...} or
+  None, 'ratios': {...}}."""
+  config = resolved.config
   import jax  # pylint: disable=g-import-not-at-top
   from zoo.bench import jax_side  # pylint: disable=g-import-not-at-top
   from zoo.train import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
   from zoo import counting  # pylint: disable=g-import-not-at-top
   from zoo.bench import machine  # pylint: disable=g-import-not-at-top
   batch = jax_side.random_batch(config)
-  zoo = jax_side.Trainer(config, batch)
+  zoo = jax_side.Trainer(resolved, batch)
   shape = matmul_shape(config)
   sides = {'zoo': {'train': zoo, 'matmul': jax_side.Matmul(shape, config.model.dtype)}}
   if use_torch:
@@ -193,12 +195,14 @@ def _new_tokens(config, prompt_len, new_tokens):
 def run(overrides):
   """Loads the config and the sides, measures, prints; bad input -> one line, exit 2."""
   from zoo import config as config_lib  # pylint: disable=g-import-not-at-top
+  from zoo import run as run_lib  # pylint: disable=g-import-not-at-top
   from zoo.bench import torch_side  # pylint: disable=g-import-not-at-top
   spec = FLAGS.config or DEFAULT_CONFIG
   if not FLAGS.config:
     overrides = [*DEFAULT_OVERRIDES, *overrides]
   try:
-    config = config_lib.load(spec, overrides)
+    resolved = run_lib.load(spec, overrides)
+    config = resolved.config
     batches = [int(b) for b in FLAGS.decode_batches.split(',') if b.strip()]
     new_tokens = _new_tokens(config, FLAGS.prompt_len, FLAGS.new_tokens)
     for name in ('runs', 'steps', 'prompt_len'):
@@ -216,7 +220,7 @@ def run(overrides):
   command = ' '.join(['python -m zoo.bench', f'--config={spec}',
                       *(f'--config.{o}' for o in overrides),
                       *(a for a in sys.argv[1:] if not a.startswith('--config'))])
-  results = measure(config, FLAGS.runs, FLAGS.steps, batches, FLAGS.prompt_len, new_tokens,
+  results = measure(resolved, FLAGS.runs, FLAGS.steps, batches, FLAGS.prompt_len, new_tokens,
                     use_torch)
   m, t = config.model, config.train
   print(f'{command}\none device, {results["zoo"]["device"]}; {m.family} d_model {m.d_model}, '

@@ -31,12 +31,13 @@ class Trainer:
   bytes on one device, by part), params (float32 numpy, for the other side) and first_loss
   are read after construction."""
 
-  def __init__(self, config, batch):
+  def __init__(self, run, batch):
+    config = run.config
     if config.data.objective != 'causal_lm':
       raise ValueError(f'data.objective={config.data.objective!r}: zoo.bench measures '
                        "causal-LM decoders; use a decoder config")
-    place = runtime.placement(config)
-    parts = runtime.model_state(config, place.mesh)
+    place = runtime.placement(run)
+    parts = runtime.model_state(run, place.mesh)
     self.state = place.jit(parts.init_fn, None, parts.shardings)(jax.random.PRNGKey(0))
     self.params = jax.device_get(self.state['params'])
     self.model, self.config = parts.model, config

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 from absl import flags
 
-from zoo import config as config_lib
+from zoo import run as run_lib
 from zoo import families
 from zoo.cli import start
 from zoo.data import pipeline
@@ -53,8 +53,8 @@ def measure(config, workdir, rows):
 
 def run(overrides):
   f = flags.FLAGS
-  config = config_lib.load(f.config, [f'data.seq_len={f.seq_len}',
-                                      f'model.max_length={max(f.seq_len, 64)}', *overrides])
+  config = run_lib.load(f.config, [f'data.seq_len={f.seq_len}',
+                                   f'model.max_length={max(f.seq_len, 64)}', *overrides]).config
   out = measure(config, f.workdir, f.rows)
   print(f'{f.config} at data.seq_len={f.seq_len}, corpus '
         f'{config.data.path or "embedded"}, {out["rows"]} train rows: IsNext rows average '

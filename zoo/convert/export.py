@@ -17,7 +17,7 @@ import sys
 import jax
 
 from zoo import config as config_lib
-from zoo import families
+from zoo import run as run_lib
 from zoo import platform
 from zoo import storage
 from zoo.cli import split_overrides
@@ -28,30 +28,32 @@ from zoo.models import lora
 from zoo.train import runtime
 
 
-def export(config, workdir, out):
-  """-> the step exported. The model is restored onto this machine's devices."""
+def export(run, workdir, out):
+  """The resolved run's (zoo/run) newest checkpoint in `workdir`, exported to `out` -> the
+  step exported. The model is restored onto this machine's devices."""
+  config = run.config
   if storage.listdir(out):
     raise config_lib.ConfigError(f'--out={out} is not empty; export into a new directory '
                                  '(nothing is overwritten)')
   runtime.size_label_head(config)
   tokenizer_path = corpus_lib.tokenizer_path(config.data, workdir)
   tokenizer = runtime.tokenizer(config, workdir)  # readable and fits the model, or one line
-  if config.model.num_labels and families.get(config.model).LABEL_TOKEN == 'last' and (
+  if config.model.num_labels and run.family.LABEL_TOKEN == 'last' and (
       tokenizer.pad_id == tokenizer.eos_id):
     raise config_lib.ConfigError(
         f"the tokenizer's pad id is its EOS ({tokenizer.eos_id}): transformers reads a "
         "decoder classifier's last token that is not the pad id, and the zoo's rows end "
         'with EOS, so the two would read different tokens; export a run whose tokenizer has '
         'a pad token of its own (the zoo trains its tokenizers with one)')
-  place = runtime.placement(config)
-  state = runtime.model_state(config, place.mesh)
+  place = runtime.placement(run)
+  state = runtime.model_state(run, place.mesh)
   step, variables = runtime.restore_variables(config, workdir, state, 'export')
   params = jax.device_get(variables['params'])
   if config.train.lora.rank:  # the adapters folded into the kernels they sit beside
     params = lora.merge(params, config.train.lora.alpha / config.train.lora.rank)
   files = storage.Mirror(out)  # written locally, then copied when --out is in a bucket
   hf.save(config, params, files.local)
-  d, family = config.data, families.get(config.model)
+  d, family = config.data, run.family
   special = hf_tokenizer.write(
       tokenizer_path, files.local,
       family.LABEL_SPECIALS if config.model.num_labels else family.INPUT_SPECIALS, d.seq_len,
@@ -71,8 +73,7 @@ def main():
   parser.add_argument('--out', required=True, help='a new directory')
   args = parser.parse_args(argv)
   try:
-    config = config_lib.load(args.config, overrides)
-    step = export(config, args.workdir, args.out)
+    step = export(run_lib.load(args.config, overrides), args.workdir, args.out)
   except (config_lib.ConfigError, hf.ConvertError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)

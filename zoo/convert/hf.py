@@ -28,6 +28,7 @@ import numpy as np
 from safetensors import numpy as safetensors_np
 
 from zoo import config as config_lib
+from zoo import run as run_lib
 from zoo import counting
 from zoo import families
 from zoo import platform
@@ -501,11 +502,12 @@ def load_variables(path):
 
 
 def _validate(config):
-  """config.validate, a classifier's task aside from its path (named at fine-tuning)."""
+  """The config's checks (zoo/config, zoo/run), a classifier's task aside from its path
+  (named at fine-tuning)."""
   checked = config.copy_and_resolve_references()
   if checked.data.task.kind:
     checked.data.task.path = 'the task named at fine-tuning'
-  config_lib.validate(checked)
+  run_lib.resolve(config_lib.check(checked))
 
 
 def _set(tree, path, value):

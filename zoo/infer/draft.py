@@ -7,6 +7,7 @@ import jax
 import numpy as np
 
 from zoo import families
+from zoo import run as run_lib
 from zoo import sharding
 from zoo.data import corpus as corpus_lib
 from zoo.data import tokenizer as tokenizer_lib
@@ -79,7 +80,7 @@ def generator(config, workdir, place, state, tokenizer):
     draft_variables, draft_sharding = None, None
   else:
     draft_config = load_config(config, workdir)
-    draft_state = runtime.model_state(draft_config, place.mesh)
+    draft_state = runtime.model_state(run_lib.resolve(draft_config), place.mesh)
     _, draft_variables = runtime.restore_variables(draft_config, g.draft_workdir,
                                                    draft_state, 'generate')
     draft_sharding = state_lib.model_variables(draft_state.shardings)

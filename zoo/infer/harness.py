@@ -20,7 +20,6 @@ from lm_eval import tasks as lm_eval_tasks
 from lm_eval import utils as lm_eval_utils
 from lm_eval.api.model import LM
 
-from zoo import families
 from zoo import storage
 from zoo.errors import ConfigError
 from zoo.families import decoding
@@ -41,15 +40,17 @@ class ZooLM(LM):
     self._generators = {}
 
   @classmethod
-  def from_workdir(cls, config, workdir, batch_size=8):
-    """The newest checkpoint of `workdir` (or train.init_params) with the run's tokenizer."""
-    if 'causal_lm' not in families.get(config.model).OBJECTIVES:
+  def from_workdir(cls, run, workdir, batch_size=8):
+    """The resolved run's (zoo/run) newest checkpoint in `workdir` (or train.init_params)
+    with its tokenizer."""
+    config = run.config
+    if 'causal_lm' not in run.family.OBJECTIVES:
       raise ConfigError(f'model.family={config.model.family!r}: the lm-eval adapter scores '
                         'causal language models; use a decoder run')
     runtime.compile_cache(config)
-    place = runtime.placement(config)
+    place = runtime.placement(run)
     tokenizer = runtime.tokenizer(config, workdir)
-    state = runtime.model_state(config, place.mesh)
+    state = runtime.model_state(run, place.mesh)
     _, variables = runtime.restore_variables(config, workdir, state, 'lm-eval')
     return cls(state.model, variables, tokenizer, config.data.seq_len, batch_size)
 
@@ -137,7 +138,7 @@ def _task_manager(tasks, include_path):
   return lm_eval_tasks.TaskManager(include_path=include_path)
 
 
-def evaluate(config, workdir, tasks, include_path=None, num_fewshot=None, limit=None,
+def evaluate(run, workdir, tasks, include_path=None, num_fewshot=None, limit=None,
              batch_size=8):
   """-> lm-eval's results dict for `tasks` on the run in `workdir`."""
   if include_path and not storage.isdir(include_path):
@@ -160,7 +161,7 @@ def evaluate(config, workdir, tasks, include_path=None, num_fewshot=None, limit=
   except FileNotFoundError as e:  # relative data_files start from the working directory
     raise ConfigError(f'--tasks={",".join(tasks)}: {e}; relative data_files in a task YAML '
                       'are found from the working directory') from None
-  model = ZooLM.from_workdir(config, workdir, batch_size)
+  model = ZooLM.from_workdir(run, workdir, batch_size)
   return evaluator.simple_evaluate(model=model, tasks=list(tasks), num_fewshot=num_fewshot,
                                    limit=limit, task_manager=manager, bootstrap_iters=0,
                                    log_samples=False)

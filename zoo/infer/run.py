@@ -51,15 +51,16 @@ def _text(tokenizer, ids, data_config):
   return ''.join(parts) + tokenizer.decode(pieces)
 
 
-def run(config, workdir, prompts):
-  """-> the completions (text), also printed after their prompts."""
+def run(resolved, workdir, prompts):
+  """The resolved run's (zoo/run) completions of `prompts` (text), also printed after
+  them."""
+  config, family = resolved.config, resolved.family
   check(config, prompts)
-  family = families.get(config.model)
   runtime.compile_cache(config)
-  place = runtime.placement(config)
+  place = runtime.placement(resolved)
   tokenizer = runtime.tokenizer(config, workdir)
   ids, segments = family.tokenize_prompts(config, tokenizer, prompts)
-  state = runtime.model_state(config, place.mesh)
+  state = runtime.model_state(resolved, place.mesh)
   step, variables = runtime.restore_variables(config, workdir, state, 'generate')
   stats = None
   if draft.is_speculative(config):

@@ -14,7 +14,6 @@ import jax
 
 from zoo.train import runtime
 from zoo import counting
-from zoo import families
 from zoo import sharding
 from zoo import storage
 from zoo.errors import ConfigError
@@ -24,9 +23,10 @@ from zoo.plan import sweep as sweep_lib
 from zoo.plan import topology
 
 
-def _compiled(config, result, devices, tpu_slice):
+def _compiled(run, result, devices, tpu_slice):
+  config = run.config
   sizes = sharding.mesh_shape(config.mesh, len(devices))
-  sharding.check_divisible(config, sizes, families.get(config.model))
+  sharding.check_divisible(config, sizes, run.family)
   # with stages the cost compiles (layers unrolled) would run no pipeline: the step time
   # takes the analytic FLOPs over 1 - the bubble, the memory is the compiler's
   pipelined = 'pipeline' in result
@@ -65,10 +65,12 @@ def _compiled(config, result, devices, tpu_slice):
                                           result['run']['step_equivalents'])
 
 
-def run(config, json_path=None, compile_step=False, topology_name=None, sweep=False,
+def run(resolved, json_path=None, compile_step=False, topology_name=None, sweep=False,
         sweep_compile=0):
-  """Plans, prints the report (and sweep table), optionally writes the JSON; -> the dict.
-  sweep_compile: compile the sweep's fastest meshes that fit, this many."""
+  """Plans the resolved run (zoo/run), prints the report (and sweep table), optionally
+  writes the JSON; -> the dict. sweep_compile: compile the sweep's fastest meshes that fit,
+  this many."""
+  config = resolved.config
   tpu_slice = topology.parse(topology_name) if topology_name else None
   if tpu_slice:  # a precision the chip cannot run is refused before anything compiles
     topology.seconds(tpu_slice.chip, 0, 0, config.model.quant.mode)
@@ -103,7 +105,7 @@ def run(config, json_path=None, compile_step=False, topology_name=None, sweep=Fa
                         tpu_slice.chip)
   elif tpu_slice or compile_step:
     devices = topology.devices(tpu_slice) if tpu_slice else jax.devices()
-    _compiled(config, result, devices, tpu_slice)
+    _compiled(resolved, result, devices, tpu_slice)
   print(analytic.report(result), flush=True)
   if sweep:
     print(sweep_lib.table(result['sweep'], tpu_slice), flush=True)

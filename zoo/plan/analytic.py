@@ -28,13 +28,12 @@ import numpy as np
 from zoo import config as config_lib
 from zoo import counting
 from zoo import families
-from zoo import phases
+from zoo import run as run_lib
 from zoo import sharding
-from zoo.families import spans
 from zoo.models import dims
 from zoo.models import mla
 from zoo.models import transformer
-from zoo.train import optim
+from zoo import optim
 from zoo.train import state as state_lib
 
 
@@ -201,18 +200,18 @@ def run_plan(config, sizes, per_device):
   reduce-scattered, once per microbatch)."""
   t = config.train
   tokens_per_step = t.batch_size * config.data.seq_len
-  resolved = phases.resolve(config)
+  run = run_lib.resolve(config)
   out = {'tokens_per_step': tokens_per_step, 'steps': t.steps,
-         'tokens': phases.total_tokens(resolved), 'microbatches': t.microbatches,
+         'tokens': run.total_tokens, 'microbatches': t.microbatches,
          'rows_per_microbatch': t.batch_size // t.microbatches,
          # the whole run in steps of the final shape, by tokens: what a time estimate of
          # the final shape's step is multiplied by
-         'step_equivalents': phases.total_tokens(resolved) / tokens_per_step}
-  if len(resolved) > 1:
+         'step_equivalents': run.total_tokens / tokens_per_step}
+  if len(run.phases) > 1:
     out['phases'] = [{'steps': [p.first, p.last], 'batch_size': p.batch_size,
-                      'seq_len': p.seq_len, 'tokens': p.tokens} for p in resolved]
-  if config.data.objective == 'span_corruption':  # T5 reads raw pieces longer than its inputs
-    raw, inputs, targets = spans.lengths(config.data)
+                      'seq_len': p.seq_len, 'tokens': p.tokens} for p in run.phases]
+  if run.span_lengths:  # T5 reads raw pieces longer than its inputs
+    raw, inputs, targets = run.span_lengths
     out['span_corruption'] = {'raw_tokens': raw, 'inputs': inputs, 'targets': targets,
                               'corpus_tokens_per_step': t.batch_size * raw}
   fsdp = sizes.get('fsdp', 1)

@@ -18,6 +18,7 @@ import numpy as np
 
 from zoo import families
 from zoo import kernels
+from zoo import run as run_lib
 from zoo import sharding
 from zoo.kernels import ring
 from zoo.train import runtime
@@ -42,7 +43,7 @@ def _exhausted(error):
 
 def lower(config, mesh):
   """The jitted train step lowered for `mesh` with abstract state and batch (no memory)."""
-  parts = runtime.model_state(config, mesh)
+  parts = runtime.model_state(run_lib.resolve(config), mesh)
   batch_sharding = sharding.batch_sharding(mesh)
   batch = families.abstract_batch(config, batch_sharding)
   step = jax.jit(parts.train_step(config), in_shardings=(parts.shardings, batch_sharding),

@@ -15,7 +15,6 @@ import os
 import jax
 
 from zoo import counting
-from zoo import phases
 from zoo.errors import ConfigError
 from zoo.plan import analytic
 from zoo.plan import sweep
@@ -23,10 +22,11 @@ from zoo.plan import sweep
 GIB = 2**30
 
 
-def check(config, devices=None):
-  """A ConfigError when the train step's estimated bytes per device on the configured mesh
-  of `devices` (default: all) exceed what one of this process's devices has; with phases,
-  the step of the most tokens is estimated."""
+def check(run, devices=None):
+  """A ConfigError when the run's (zoo/run) train step's estimated bytes per device on the
+  configured mesh of `devices` (default: all) exceed what one of this process's devices
+  has; with phases, the step of the most tokens is estimated."""
+  config = run.config
   if not config.train.preflight:
     return
   devices = devices or jax.devices()
@@ -35,10 +35,9 @@ def check(config, devices=None):
   if available is None:
     return  # a device that reports no limit (some plugins): nothing to compare with
   sizes = analytic.mesh_sizes_for(config.mesh, len(devices))
-  resolved = phases.resolve(config)
-  largest = max(reversed(resolved), key=lambda p: p.tokens_per_step)  # the final on a tie
-  if largest is not resolved[-1]:
-    config = phases.config_for(config, largest)
+  largest = max(reversed(range(len(run.phases))),  # the final on a tie
+                key=lambda k: run.phases[k].tokens_per_step)
+  config = run.phase_configs[largest]
   needed = estimate(config, sizes, local[0].platform)
   if needed['total'] <= available:
     return

@@ -46,11 +46,11 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from zoo import config as config_lib
+from zoo.run import checks as run_checks
 from zoo import counting
 from zoo import families
 from zoo import kernels
-from zoo import phases
+from zoo import run as run_lib
 from zoo import sharding
 from zoo.errors import ConfigError
 from zoo.families import loss as loss_lib
@@ -268,14 +268,15 @@ def sweep(config, tpu_slice):
   axes = ('data', 'fsdp', 'tensor')
   if config.model.moe.num_experts:
     axes += ('expert',)
-  if not config_lib.context_unsupported(config.model):
+  run = run_lib.resolve(config)
+  if not run_checks.context_unsupported(config.model, run.family):
     axes += ('context',)
   if config.model.scan_layers:
     axes += ('stage',)
   boxed = counting.abstract_params(config)
   base = analytic.plan(config, mesh_sizes={a: 1 for a in sharding.MESH_AXES}, boxed=boxed)
   rows, variants = [], {}
-  phase_batches = sorted({p.batch_size for p in phases.resolve(config)[:-1]})
+  phase_batches = sorted({p.batch_size for p in run.phases[:-1]})
   for sizes in factorizations(tpu_slice.chips, axes):
     sizes = {a: sizes.get(a, 1) for a in sharding.MESH_AXES}
     for schedule in _pipeline_schedules(config, sizes['stage']):

@@ -18,6 +18,7 @@ import dataclasses
 import jax
 import numpy as np
 
+from zoo import run as run_lib
 from zoo import sharding
 from zoo.train import runtime
 
@@ -43,7 +44,7 @@ def check(config, place, state, batch):
   None when nothing changed); Mismatch when no placement matches one device."""
   f32 = config.copy_and_resolve_references()
   f32.model.dtype = 'float32'
-  parts = runtime.model_state(f32, place.mesh)
+  parts = runtime.model_state(run_lib.resolve(f32), place.mesh)
   one = _one_device(f32, parts, place, state, batch)
   got = _on_mesh(f32, parts, place, state, batch)
   if _close(got, one):

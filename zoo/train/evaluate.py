@@ -56,15 +56,16 @@ def describe(row):
   return ' '.join(f'{k} {v:.4f}' for k, v in row.items())
 
 
-def run(config, workdir, task_eval=None):
+def run(resolved, workdir, task_eval=None):
   """--mode=eval: the newest checkpoint's eval row (loss, and a task's metrics with
-  `task_eval`), printed and logged."""
+  `task_eval`), printed and logged; `resolved`: the run (zoo/run)."""
+  config = resolved.config
   runtime.check_workdir(config, workdir)
   runtime.compile_cache(config)
-  place = runtime.placement(config)
+  place = runtime.placement(resolved)
   streams = runtime.input_streams(config, place.mesh)
   corpus = runtime.corpus(config, workdir)
-  state = runtime.model_state(config, place.mesh)
+  state = runtime.model_state(resolved, place.mesh)
   step, variables = runtime.restore_variables(config, workdir, state, 'eval')
   row = evaluator(config, place, streams, corpus, state, task_eval)(variables)
   if jax.process_index() == 0:

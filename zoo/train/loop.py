@@ -4,8 +4,11 @@ It knows no family: the loss (zoo/families) says what the metrics rows hold, and
 writes whatever rows the train step returns.
 """
 
+import contextlib
+import dataclasses
 import signal
 import time
+from typing import Any
 
 import jax
 import numpy as np
@@ -15,7 +18,7 @@ from zoo import counting
 from zoo import phases as phases_lib
 from zoo import sharding
 from zoo.data import pipeline
-from zoo.families import spans
+from zoo.train import actions as actions_lib
 from zoo.train import canary as canary_lib
 from zoo.train import evaluate as evaluate_lib
 from zoo.train import faults
@@ -35,11 +38,11 @@ class TrainingError(RuntimeError):
   """Training cannot go on (e.g. repeated NaN/Inf); the message says why."""
 
 
-def _describe(config, workdir, place, streams, corpus, params, start_step, cache, init,
-              notes, phases):
+def _describe(run, workdir, place, streams, corpus, params, start_step, cache, init, notes):
   """The run header (written to metrics.jsonl whole, with the compile's seconds added) and a
   few lines for people: model, mesh, batch (and phases), attention kernel, workdir, fresh or
   resumed, then `notes` (what changed since the last start)."""
+  config, phases = run.config, run.phases
   header = {
       'event': 'start', 'step': start_step, 'workdir': workdir,
       'processes': jax.process_count(),
@@ -61,9 +64,8 @@ def _describe(config, workdir, place, streams, corpus, params, start_step, cache
     header['quant'] = config.model.quant.mode
   if config.data.task.kind:
     header.update(task=config.data.task.kind, num_labels=config.model.num_labels)
-  elif config.data.objective == 'span_corruption':
-    header['span_lengths'] = dict(zip(('raw', 'inputs', 'targets'),
-                                      spans.lengths(config.data)))
+  elif run.span_lengths:
+    header['span_lengths'] = dict(zip(('raw', 'inputs', 'targets'), run.span_lengths))
   if len(phases) > 1:
     header['phases'] = [[p.last, p.batch_size, p.seq_len] for p in phases]
   if init:
@@ -105,15 +107,25 @@ class _Log:
   mixture the real tokens each source gave the steps since the last row, this one's included
   (tokens_NAME, all processes)."""
 
-  def __init__(self, config, writer, goodput, phases, watchdog, sources=()):
-    self.t, self.writer, self.goodput, self.sources = config.train, writer, goodput, sources
-    self.watchdog = watchdog
+  def __init__(self, run, writer, goodput, watchdog, sources=()):
+    config = run.config
+    self.run, self.t, self.writer, self.goodput = run, config.train, writer, goodput
+    self.watchdog, self.sources = watchdog, sources
     self.spikes = spikes_lib.Detector(config.train.spike)
     self.source_tokens = np.zeros(len(sources), np.int64)
     self.flops_per_token = counting.flops_per_token(config)
-    self.phases, self.window_tokens = phases, 0
     self.alarms = metrics_lib.Alarms(config)
     self.last_row, self.window_steps, self.window_start = None, 0, time.time()
+    self.window_tokens, self.pending = 0, None
+
+  def hold(self, step, metrics, source_tokens=None):
+    """The step's metrics, read once its successor is dispatched (flush)."""
+    self.pending = (step, metrics, source_tokens)
+
+  def flush(self):
+    if self.pending:
+      pending, self.pending = self.pending, None
+      self(*pending)
 
   def pause(self, seconds):
     """Time spent outside training (eval) is not counted in tokens/s."""
@@ -126,7 +138,7 @@ class _Log:
     if source_tokens is not None:  # the real tokens of this step's batch, per source
       self.source_tokens += source_tokens
     self.window_steps += 1
-    self.window_tokens += self.phases[phases_lib.at(self.phases, step)].tokens_per_step
+    self.window_tokens += self.run.phase_at(step).tokens_per_step
     if metrics['nonfinite_streak'] >= t.max_nonfinite_steps:
       raise TrainingError(
           f'{int(metrics["nonfinite_streak"])} updates in a row had a NaN/Inf loss or gradient '
@@ -155,13 +167,54 @@ class _Log:
     row.update(self.watchdog.window_row())
     self.alarms.check(step, metrics)
     self.writer.write(row)
-    eta = (phases_lib.total_tokens(self.phases) -
-           phases_lib.tokens_before(self.phases, step)) / tokens_per_sec
+    eta = (self.run.total_tokens -
+           phases_lib.tokens_before(self.run.phases, step)) / tokens_per_sec
     print(f'step {step}/{t.steps} loss {row["loss"]:.4f} lr {row["learning_rate"]:.2e} '
           f'grad_norm {row["grad_norm"]:.3f} tokens/s {tokens_per_sec:,.0f} '
           f'eta {eta:,.0f}s', flush=True)
     self.last_row, self.window_start = row, time.time()
     self.window_steps = self.window_tokens = 0
+
+
+@dataclasses.dataclass
+class _Built:
+  """What setup made; a rollback moves `step`, `state`, `data_iter` and `rollbacks`."""
+  place: runtime.Placement
+  cache: str | None  # the persistent compilation cache's directory
+  streams: runtime.Streams
+  corpus: Any
+  parts: runtime.ModelState
+  init: runtime.InitPlan | None  # what train.init_params gave
+  saved: Any  # the persistent checkpoint tier (zoo/train/checkpoint.py)
+  local: Any  # the local tier (zoo/train/local_tier.py), or None
+  notes: list  # what changed since the last start, for the header
+  rollbacks: list
+  data_iter: Any
+  step: int
+  state: dict
+
+
+def _build(run, workdir, place):
+  """Setup (data, model state, checkpoint tiers; each fails with one line before any
+  compile), then the state: the newest readable checkpoint, else initialised sharded."""
+  config = run.config
+  runtime.check_workdir(config, workdir)
+  previous = run_config.read(workdir)  # the last start's config, if any
+  changed = run_config.changes(previous, config)
+  cache = runtime.compile_cache(config)
+  streams = runtime.input_streams(config, place.mesh)
+  corpus = runtime.corpus(config, workdir)
+  parts = runtime.model_state(run, place.mesh)
+  run_config.check_shapes(changed, workdir, parts.abstract['params'])  # before a restore
+  init = runtime.init_plan(config, parts)
+  saved, local = runtime.checkpointer(config, workdir), runtime.local_tier(config)
+  rollbacks = spikes_lib.read(workdir)
+  data_iter = runtime.train_batches(run, streams, corpus, spikes_lib.skips(config, rollbacks))
+  step, state = _start(config, place, parts, saved, local, data_iter)
+  run_config.write(config, workdir)
+  return _Built(place, cache, streams, corpus, parts, init, saved, local,
+                run_config.describe(changed, previous, run, step), rollbacks, data_iter, step,
+                state)
 
 
 def _start(config, place, state, saved, local, data_iter):
@@ -178,33 +231,32 @@ def _start(config, place, state, saved, local, data_iter):
   return 0, fresh
 
 
-def _roll_back(spike, config, workdir, tiers, place, parts, streams, corpus, rollbacks,
-               writer):
+def _roll_back(spike, run, workdir, b, writer):
   """train.spike.action=rollback: back to the newest checkpoint at least rollback_steps
   before the spike (the fresh state when there is none), the newer ones moved aside, the
-  next skip_batches batches dropped -> (restored step, state, data iterator, rollbacks)."""
+  next skip_batches batches dropped; `b` moves there."""
+  config = run.config
   s = config.train.spike
-  too_many = spikes_lib.too_many(spike.step, rollbacks, s)
+  too_many = spikes_lib.too_many(spike.step, b.rollbacks, s)
   if too_many:
     raise TrainingError(too_many)
-  for tier in filter(None, tiers):
+  for tier in filter(None, (b.saved, b.local)):
     tier.set_aside_after(max(spike.step - s.rollback_steps, 0),
                          f'rolled-back-{spike.step}-{int(time.time())}')
-  skips = spikes_lib.skips(config, rollbacks)
-  data_iter = runtime.train_batches(config, streams, corpus, skips)
-  step, state = _start(config, place, parts, *tiers, data_iter)
-  first, last = spikes_lib.skipped_range(step, s.skip_batches, skips)
-  rollbacks = spikes_lib.record(workdir, rollbacks, {
-      'spike_step': spike.step, 'restored_step': step, 'skipped_batches': [first, last],
+  skips = spikes_lib.skips(config, b.rollbacks)
+  b.data_iter = runtime.train_batches(run, b.streams, b.corpus, skips)
+  b.step, b.state = _start(config, b.place, b.parts, b.saved, b.local, b.data_iter)
+  first, last = spikes_lib.skipped_range(b.step, s.skip_batches, skips)
+  b.rollbacks = spikes_lib.record(workdir, b.rollbacks, {
+      'spike_step': spike.step, 'restored_step': b.step, 'skipped_batches': [first, last],
       **spike.row()})
-  data_iter.skips = spikes_lib.skips(config, rollbacks)
-  writer.write({'step': spike.step, 'event': 'rollback', 'restored_step': step,
+  b.data_iter.skips = spikes_lib.skips(config, b.rollbacks)
+  writer.write({'step': spike.step, 'event': 'rollback', 'restored_step': b.step,
                 'skipped_batches': [first, last], **spike.row()})
-  recent = sum(r['spike_step'] > spike.step - s.rollback_window for r in rollbacks)
-  print(f'spike: {spike.describe()}; rolled back to step {step}, skipping batches '
+  recent = sum(r['spike_step'] > spike.step - s.rollback_window for r in b.rollbacks)
+  print(f'spike: {spike.describe()}; rolled back to step {b.step}, skipping batches '
         f'{first}..{last} (rollback {recent} of at most {s.max_rollbacks} in '
         f'{s.rollback_window} steps)', flush=True)
-  return step, state, data_iter, rollbacks
 
 
 def _canary(config, place, state, batch):
@@ -218,13 +270,12 @@ def _canary(config, place, state, batch):
   return place, [line] if line else []
 
 
-def _next_batch(phases, place, data_iter, step):
+def _next_batch(run, place, data_iter, step):
   """-> (step's global batch, a mixture's real tokens per source in this process's part of
   it, or None)."""
   local = data_iter.batch(step)
   tokens = local.pop(pipeline.SOURCE_TOKENS, None)
-  batch_size = phases[phases_lib.at(phases, step)].batch_size
-  return sharding.to_global(local, place.mesh, batch_size), tokens
+  return sharding.to_global(local, place.mesh, run.phase_at(step).batch_size), tokens
 
 
 class _Steps:
@@ -251,144 +302,112 @@ class _Steps:
     return self.compiled[shape]
 
 
-def train(config, workdir, task_eval=None):
-  """Trains (or resumes) per config; returns the last train metrics row. task_eval: the
-  factory of a task's eval metrics (zoo/infer/task_eval.make; the launcher passes it).
-  SIGINT or SIGTERM: the current step finishes and is saved, then stop.Interrupted."""
-  with stop_lib.Signals() as signals:
-    return _train(config, workdir, task_eval, signals)
-
-
-def _train(config, workdir, task_eval, signals):
-  t = config.train
-  goodput = goodput_lib.Goodput()
-  # --- setup: mesh, data, model state; each fails with one line before any compile
-  with goodput.charge('setup'):
-    runtime.check_workdir(config, workdir)
-    previous = run_config.read(workdir)  # the last start's config, if any
-    changed = run_config.changes(previous, config)
-    place = runtime.placement(config)
-    cache = runtime.compile_cache(config)
-    streams = runtime.input_streams(config, place.mesh)
-    corpus = runtime.corpus(config, workdir)
-    parts = runtime.model_state(config, place.mesh)
-    run_config.check_shapes(changed, workdir, parts.abstract['params'])  # before a restore
-    init = runtime.init_plan(config, parts)
-    saved = runtime.checkpointer(config, workdir)
-    local = runtime.local_tier(config)
-    phases = phases_lib.resolve(config)
-    rollbacks = spikes_lib.read(workdir)
-    data_iter = runtime.train_batches(config, streams, corpus,
-                                      spikes_lib.skips(config, rollbacks))
-
-    # --- state: resume from the newest readable checkpoint, else initialise sharded
-    start_step, state = _start(config, place, parts, saved, local, data_iter)
-    run_config.write(config, workdir)
-  if start_step >= t.steps:
-    print(f'already trained: checkpoint at step {start_step} >= train.steps={t.steps}')
-    saved.close()
-    return None
-  with goodput.charge('setup'):
-    writer = metrics_lib.Writer(workdir, enabled=jax.process_index() == 0)
-  watchdog = watchdog_lib.Watchdog(t.hang, workdir)
-  log = _Log(config, writer, goodput, phases, watchdog, corpus.sources)
+def _first_step(run, workdir, b, log, goodput, watchdog, writer, task_eval):
+  """The first batch, the canary, the evaluator, the run header, and the train step
+  compiled ahead of the first step (so the header can say how long) -> (steps, evaluate,
+  first batch)."""
+  config = run.config
   with goodput.charge('data'):
-    batch, tokens = _next_batch(phases, place, data_iter, start_step + 1)
+    batch = _next_batch(run, b.place, b.data_iter, b.step + 1)
   with goodput.charge('compile'):  # the mesh's first step against one device's
-    place, canary = _canary(config, place, state, batch)
+    b.place, canary = _canary(config, b.place, b.state, batch[0])
   with goodput.charge('setup'):
-    evaluate = evaluate_lib.evaluator(config, place, streams, corpus, parts, task_eval)
-  header = _describe(config, workdir, place, streams, corpus, state['params'], start_step,
-                     cache, init, run_config.describe(changed, previous, config, start_step)
-                     + canary, phases)
-  train_steps = _Steps(place.jit(
-      parts.train_step(config), (parts.shardings, sharding.batch_sharding(place.mesh)),
-      (parts.shardings, sharding.replicated(place.mesh)), donate_argnums=(0,)),
-      goodput, log, cache)
+    evaluate = evaluate_lib.evaluator(config, b.place, b.streams, b.corpus, b.parts, task_eval)
+  header = _describe(run, workdir, b.place, b.streams, b.corpus, b.state['params'], b.step,
+                     b.cache, b.init, b.notes + canary)
+  steps = _Steps(b.place.jit(
+      b.parts.train_step(config), (b.parts.shardings, sharding.batch_sharding(b.place.mesh)),
+      (b.parts.shardings, sharding.replicated(b.place.mesh)), donate_argnums=(0,)),
+      goodput, log, b.cache)
   with watchdog.paused():
-    train_steps(state, batch)  # ahead of the first step, so the header can say how long
-  writer.write({**header, 'compile_seconds': round(train_steps.seconds, 2)})
-  profiler = profile_lib.Profiler(t.profile_steps, workdir, start_step)
+    steps(b.state, batch[0])
+  writer.write({**header, 'compile_seconds': round(steps.seconds, 2)})
+  return steps, evaluate, batch
 
-  # --- loop: dispatch step n, then read step n-1's metrics while n runs
-  pending, step = None, start_step
-  stopped = signals.agreed()  # a signal during setup or the compile: no step runs
-  last = start_step if stopped else t.steps
-  try:
-    while step < last:
-      step += 1
+
+def train(run, workdir, task_eval=None, place=None):
+  """Trains (or resumes) the resolved run (zoo/run); returns the last train metrics row.
+  task_eval: the factory of a task's eval metrics (zoo/infer/task_eval.make; the launcher
+  passes it); place: the run's runtime.placement, when the caller made it. SIGINT or
+  SIGTERM: the current step finishes and is saved, then stop.Interrupted."""
+  with stop_lib.Signals() as signals:
+    return _train(run, workdir, task_eval, place or runtime.placement(run), signals)
+
+
+def _train(run, workdir, task_eval, place, signals):
+  t, goodput = run.config.train, goodput_lib.Goodput()
+  # --- build and restore: each part fails with one line before any compile
+  with goodput.charge('setup'):
+    b = _build(run, workdir, place)
+  if b.step >= t.steps:
+    print(f'already trained: checkpoint at step {b.step} >= train.steps={t.steps}')
+    b.saved.close()
+    return None
+  start_step = b.step
+  with contextlib.ExitStack() as closing:
+    with goodput.charge('setup'):
+      writer = metrics_lib.Writer(workdir, enabled=jax.process_index() == 0)
+    for close in (writer.close, b.saved.close, b.local and b.local.close):
+      if close:
+        closing.callback(close)
+    watchdog = watchdog_lib.Watchdog(t.hang, workdir)
+    closing.callback(watchdog.close)
+    log = _Log(run, writer, goodput, watchdog, b.corpus.sources)
+    steps, evaluate, batch = _first_step(run, workdir, b, log, goodput, watchdog, writer,
+                                         task_eval)
+    profiler = profile_lib.Profiler(t.profile_steps, workdir, b.step)
+    closing.callback(profiler.close)
+    stop = actions_lib.Stop(signals)
+    actions = [actions_lib.Evaluate(t.eval_every, t.steps, evaluate, writer, log), stop,
+               actions_lib.Save(b.saved, t.checkpoint_every, t.steps, stop,
+                                t.fault.kill_in_save)]
+    if b.local:
+      actions.append(actions_lib.Save(b.local, t.local_tier.every))
+    # --- for each step: dispatch it, read the previous step's metrics, the actions due
+    last = b.step if stop.signum else t.steps
+    while b.step < last:
+      b.step += 1
       try:
         if batch is None:
           with goodput.charge('data'):
-            batch, tokens = _next_batch(phases, place, data_iter, step)
+            batch = _next_batch(run, b.place, b.data_iter, b.step)
         with watchdog.paused():
-          train_step = train_steps(state, batch)  # a new phase's shape compiles here
-        state = faults.before_step(t.fault, step, state, rollbacks)
-        profiler.start(step)
+          train_step = steps(b.state, batch[0])  # a new phase's shape compiles here
+        b.state = faults.before_step(t.fault, b.step, b.state, b.rollbacks)
+        profiler.start(b.step)
         with goodput.charge('step'):
-          state, metrics = train_step(state, batch)
-          batch = None
-          if pending:
-            log(*pending)
-        profiler.stop(step, metrics)
-        pending = (step, metrics, tokens)
-
-        if step % t.eval_every == 0 or step == t.steps:
-          with goodput.charge('step'):
-            log(*pending)
-          pending, eval_start = None, time.time()
-          with goodput.charge('eval'), watchdog.paused():
-            eval_row = evaluate(state_lib.model_variables(state))
-          writer.write({'step': step, **eval_row})
-          print(f'step {step} {evaluate_lib.describe(eval_row)}', flush=True)
-          log.pause(time.time() - eval_start)
-        stopped = signals.agreed()
-        persist = step % t.checkpoint_every == 0 or step == t.steps or stopped
-        to_local = local and step % t.local_tier.every == 0
-        if pending and (persist or to_local):  # a checkpointed step's row is written first:
-          with goodput.charge('step'):         # a kill cannot lose it
-            log(*pending)
-          pending = None
-        if persist:
-          with goodput.charge('checkpoint'), watchdog.paused():
-            saved.save(step, state, data_iter)
-          if step == t.fault.kill_in_save:
-            faults.kill_while_saving(saved.directory, step)
-        if to_local:
-          with goodput.charge('checkpoint'), watchdog.paused():
-            local.save(step, state, data_iter)
+          b.state, metrics = train_step(b.state, batch[0])
+          log.flush()  # the previous step's row, while this one runs
+        profiler.stop(b.step, metrics)
+        log.hold(b.step, metrics, batch[1])
+        batch = None
+        actions_lib.run_due(actions, b.step, b.state, b.data_iter, log, goodput, watchdog)
       except spikes_lib.Rollback as rollback:
         with goodput.charge('setup'), watchdog.paused():
-          step, state, data_iter, rollbacks = _roll_back(
-              rollback.spike, config, workdir, (saved, local), place, parts, streams, corpus,
-              rollbacks, writer)
-        log.spikes.rewind(step)
-        pending = batch = None
+          _roll_back(rollback.spike, run, workdir, b, writer)
+        log.spikes.rewind(b.step)
+        log.pending = batch = None
         continue
-      if stopped:
+      if stop.signum:
         break
-    if pending:
-      with goodput.charge('step'):
-        log(*pending)
+    with goodput.charge('step'):
+      log.flush()
     end = goodput.final_row()
-    writer.write({'event': 'end', 'step': step, **end})
-  finally:
-    watchdog.close()
-    profiler.close()
-    if local:
-      local.close()
-    saved.close()
-    writer.close()
-  if stopped:
-    if jax.process_count() > 1:  # no process leaves before every part of the save is in
-      multihost_utils.sync_global_devices('zoo: stopped after a save')
-    name = signal.Signals(stopped).name
-    saved_at = (f'saved a checkpoint at step {step}' if step > start_step else
-                f'no step ran; the checkpoint at step {step} is unchanged' if step else
-                'no step ran, nothing saved')
-    raise stop_lib.Interrupted(f'{name}: {saved_at}; run the same command to resume',
-                               stopped, step)
+    writer.write({'event': 'end', 'step': b.step, **end})
+  if stop.signum:
+    _interrupted(stop.signum, b.step, start_step)
   print(f'done in {end["wall_seconds"]:.0f}s; goodput {end["goodput"]:.1%} (train steps), '
         f'compile {end["time_compile"]:.1f}s, eval {end["time_eval"]:.1f}s, checkpoints '
         f'{end["time_checkpoint"]:.1f}s, data {end["time_data"]:.1f}s', flush=True)
   return log.last_row
+
+
+def _interrupted(signum, step, start_step):
+  """After a signal's save: every process waits for the others, then stop.Interrupted."""
+  if jax.process_count() > 1:  # no process leaves before every part of the save is in
+    multihost_utils.sync_global_devices('zoo: stopped after a save')
+  saved_at = (f'saved a checkpoint at step {step}' if step > start_step else
+              f'no step ran; the checkpoint at step {step} is unchanged' if step else
+              'no step ran, nothing saved')
+  raise stop_lib.Interrupted(f'{signal.Signals(signum).name}: {saved_at}; run the same '
+                             'command to resume', signum, step)

@@ -13,11 +13,10 @@ import json
 import jax
 
 from zoo import config as config_lib
-from zoo import phases
+from zoo import run as run_lib
 from zoo import storage
 from zoo.errors import ConfigError
 from zoo.train import checkpoint
-from zoo.train import optim
 
 FILE = 'config.json'
 _SCHEDULE_FIELDS = ('train.steps', 'train.phases', 'train.batch_ramp', 'optim.learning_rate',
@@ -94,15 +93,16 @@ def _difference(saved, wanted):
   return f'the model lacks {", ".join(extra[:3])}' if extra else None
 
 
-def describe(changed, previous, config, step):
-  """Lines for a restart at `step`: the changed fields, and the learning rate the
-  remaining steps follow where the schedule changed."""
+def describe(changed, previous, run, step):
+  """Lines for a restart of `run` (zoo/run) at `step`: the changed fields, and the learning
+  rate the remaining steps follow where the schedule changed."""
+  config = run.config
   if not changed or not step:
     return []
   lines = ['changed since the last start: ' + ', '.join(
       f'{k} {before!r} -> {now!r}' for k, (before, now) in changed.items())]
   if any(k in changed for k in _SCHEDULE_FIELDS):
-    new = optim.schedule(config.optim, config.train.steps, phases.resolve(config))
+    new = run.schedule
     old = _previous_schedule(previous, config)
     if old is None:
       return lines
@@ -123,7 +123,7 @@ def _previous_schedule(previous, config):
     if field in flat:
       old[section][name] = flat[field]
   try:
-    return optim.schedule(old.optim, old.train.steps, phases.resolve(old))
+    return run_lib.resolve(old).schedule
   except ConfigError:
     return None
 

@@ -3,7 +3,7 @@ what it uses. Training builds them all; --mode=eval skips nothing but the train 
 --mode=generate reads the tokenizer and the checkpoint, never the corpus.
 
   compile_cache(config)        the persistent compilation cache, on before anything compiles
-  placement(config)            mesh, logical-axis rules, the attention kernel that will run;
+  placement(run)               mesh, logical-axis rules, the attention kernel that will run;
                                its jit compiles with platform.compiler_options
   input_streams(config, mesh)  which of the global batch's streams this process reads
   corpus(config, workdir)      the prepared corpus: tokenizer, train and eval documents
@@ -11,7 +11,7 @@ what it uses. Training builds them all; --mode=eval skips nothing but the train 
   tokenizer(config, workdir)   the run's existing tokenizer, for generation
   datasets(...)                {stream: grain dataset} of this process's eval streams
   train_batches(...)           this process's train batches, phase by phase
-  model_state(config, mesh)    model, optimizer and the abstract sharded train state
+  model_state(run, mesh)       model, optimizer and the abstract sharded train state
   check_workdir(config, workdir)  never a workdir inside train.init_params
   init_plan(config, state)     what train.init_params gives the model
   initial_collections(...)     the state collections it holds (routing biases)
@@ -33,7 +33,6 @@ from jax.experimental.compilation_cache import compilation_cache
 from zoo import families
 from zoo import kernels
 from zoo import models
-from zoo import phases
 from zoo import platform
 from zoo import sharding
 from zoo import storage
@@ -46,7 +45,6 @@ from zoo.errors import ConfigError
 from zoo.models import dims
 from zoo.train import checkpoint
 from zoo.train import local_tier as local_tier_lib
-from zoo.train import optim
 from zoo.train import run_config
 from zoo.train import state as state_lib
 from zoo.train import step as step_lib
@@ -155,15 +153,16 @@ def pallas_attention(config, context, on=None):
   return kernel in ('splash', 'flash_bias')
 
 
-def placement(config):
+def placement(run):
   """The mesh (fails on a device-count or divisibility mismatch before any compile)."""
+  config = run.config
   mesh = sharding.make_mesh(config.mesh)
 
   def check(shape_config):
     sharding.check_batch(shape_config.train.batch_size, mesh, _num_streams(config))
-    sharding.check_divisible(shape_config, dict(mesh.shape), families.get(config.model))
+    sharding.check_divisible(shape_config, dict(mesh.shape), run.family)
   check(config)
-  phases.check_each(config, check)
+  run.check_phases(check)
   return Placement(mesh, sharding.rules(config),
                    attention_kernel(config, mesh.shape.get('context', 1)))
 
@@ -264,18 +263,16 @@ def datasets(config, streams, tokens, tokenizer, train):
           for s in streams.local}
 
 
-def train_batches(config, streams, corpus, skips=None):
+def train_batches(run, streams, corpus, skips=None):
   """This process's train batches, phase by phase, dropping `skips` ({step: batches after
   it}) (zoo/data/streams.py: TrainBatches)."""
-  resolved = phases.resolve(config)
-  shaped = [phases.config_for(config, p) for p in resolved[:-1]] + [config]
-  track = len({p.seq_len for p in resolved}) > 1  # where each stream starts a new length
-  family = families.get(config.model)
+  shaped = run.phase_configs
+  track = len({p.seq_len for p in run.phases}) > 1  # where each stream starts a new length
   rows = lambda stream, phase, start: _rows(shaped[phase], stream, streams, corpus.train,
                                             corpus.tokenizer, True, start, track)
-  specs = [family.batch_spec(c.data, c.train.batch_size // streams.num_streams)
+  specs = [run.family.batch_spec(c.data, c.train.batch_size // streams.num_streams)
            for c in shaped]
-  return streams_lib.TrainBatches(rows, specs, resolved, streams.local, streams.num_streams,
+  return streams_lib.TrainBatches(rows, specs, run.phases, streams.local, streams.num_streams,
                                   _num_sources(corpus.train), skips)
 
 
@@ -302,12 +299,11 @@ class ModelState:
                                     state_lib.trainable(config, self.abstract['params']))
 
 
-def model_state(config, mesh):
+def model_state(run, mesh):
+  config = run.config
   model = families.build(config.model, config.train.lora)
-  optimizer, init_fn, abstract, shardings = state_lib.make(model, config, mesh)
-  return ModelState(model, optimizer, optim.schedule(config.optim, config.train.steps,
-                                                    phases.resolve(config)),
-                    init_fn, abstract, shardings)
+  optimizer, init_fn, abstract, shardings = state_lib.make(model, config, mesh, run.schedule)
+  return ModelState(model, optimizer, run.schedule, init_fn, abstract, shardings)
 
 
 def checkpointer(config, workdir):

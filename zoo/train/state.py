@@ -11,10 +11,9 @@ from jax.sharding import PartitionSpec as P
 
 from zoo import families
 from zoo import models
-from zoo import phases
 from zoo import sharding
 from zoo.models import lora
-from zoo.train import optim
+from zoo import optim
 
 
 def model_variables(state):
@@ -29,15 +28,16 @@ def trainable(config, params):
   return lora.trainable(params) if config.train.lora.rank else None
 
 
-def make(model, config, mesh):
+def make(model, config, mesh, learning_rate):
   """-> (optimizer, init_fn(rng) -> state, abstract state with shardings, shardings).
-  The optimizer is built here: Adafactor needs to know which parameters are layer stacks."""
+  The optimizer (at the schedule `learning_rate`: the run's) is built here: Adafactor needs
+  to know which parameters are layer stacks."""
   batch = families.example_batch(config.model, 1, config.data.seq_len)
   rng = jax.random.PRNGKey(0)
   boxed = jax.eval_shape(model.init, rng, batch)['params']
   param_specs = nn.get_partition_spec(boxed)
-  optimizer = optim.make(config.optim, config.train.steps, optim.stacked_leaves(param_specs),
-                         phases.resolve(config), trainable(config, nn.unbox(boxed)))
+  optimizer = optim.make(config.optim, learning_rate, optim.stacked_leaves(param_specs),
+                         trainable(config, nn.unbox(boxed)))
 
   def init_fn(rng):
     params_rng, state_rng = jax.random.split(rng)

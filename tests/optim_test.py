@@ -8,7 +8,7 @@ import pytest
 from tests import helpers
 from zoo import families
 from zoo import phases
-from zoo.train import optim
+from zoo import optim
 
 
 def _boxed_params(config):
@@ -41,7 +41,7 @@ def test_weight_decay_moves_kernels_but_not_norm_scales():
   config = helpers.tiny_config()
   config.optim.weight_decay, config.optim.clip_norm = 0.5, 0.0
   params = _params()
-  tx = optim.make(config.optim, 10)
+  tx = optim.make(config.optim, optim.schedule(config.optim, 10))
   state = tx.init(params)
   zeros = jax.tree.map(jnp.zeros_like, params)
   for _ in range(3):
@@ -130,7 +130,7 @@ def test_adafactor_first_updates_match_a_float64_reference_per_layer(momentum):
   o.adafactor.update(min_dim_size_to_factor=8, momentum=momentum)
   params = _params()
   stacked = optim.stacked_leaves(nn.get_partition_spec(_boxed_params(config)))
-  tx = optim.make(o, 10, stacked)
+  tx = optim.make(o, optim.schedule(o, 10), stacked)
   state = tx.init(params)
   flat_stacked = _flat(stacked)
   assert flat_stacked['layers/mlp/wi_0/kernel'] and not flat_stacked['token_embed/embedding']
@@ -168,7 +168,7 @@ def test_weight_decay_power_2_takes_lr_squared_of_each_weight(name):
   o.name, o.schedule, o.warmup_steps, o.clip_norm = name, 'constant', 0, 0.0
   o.learning_rate, o.weight_decay, o.weight_decay_power = 0.1, 1.0, 2
   params = _params()
-  tx = optim.make(o, 10)
+  tx = optim.make(o, optim.schedule(o, 10))
   state = tx.init(params)
   zeros = jax.tree.map(jnp.zeros_like, params)  # the moments' updates are 0: decay alone
   for _ in range(2):

@@ -228,22 +228,21 @@ def stacked_leaves(param_axes):
                       is_leaf=is_spec)
 
 
-def make(optim_config, total_steps, stacked=None, phases=None, trainable=None):
-  """The optimizer: optim.name with the schedule, after global-norm clipping (clip_norm).
-  stacked: stacked_leaves(...) of the parameters; Adafactor needs it (None = no stacks).
-  phases: the run's (zoo/phases.py), for a schedule in tokens. trainable: a tree of bools
-  like the parameters (train.lora: zoo/models/lora.py), None = all; the others keep no
-  optimizer state and never move."""
-  tx = _make(optim_config, total_steps, stacked, phases)
+def make(optim_config, learning_rate, stacked=None, trainable=None):
+  """The optimizer: optim.name at the schedule `learning_rate` (step -> rate: schedule()),
+  after global-norm clipping (clip_norm). stacked: stacked_leaves(...) of the parameters;
+  Adafactor needs it (None = no stacks). trainable: a tree of bools like the parameters
+  (train.lora: zoo/models/lora.py), None = all; the others keep no optimizer state and
+  never move."""
+  tx = _make(optim_config, learning_rate, stacked)
   if trainable is None:
     return tx
   labels = jax.tree.map(lambda t: 'train' if t else 'frozen', trainable)
   return optax.multi_transform({'train': tx, 'frozen': optax.set_to_zero()}, labels)
 
 
-def _make(optim_config, total_steps, stacked, phases):
+def _make(optim_config, learning_rate, stacked):
   o = optim_config
-  learning_rate = schedule(o, total_steps, phases)
   if o.name == 'adamw':
     tx = _adamw(o, learning_rate)
   else:
