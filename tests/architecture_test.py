@@ -57,3 +57,23 @@ def test_packages_import_only_the_layers_below_them():
       if level[target] >= level[package]:
         upward.append(f'{path.relative_to(REPO)} ({package}) imports {target}')
   assert not upward, '\n'.join(upward)
+
+
+def test_no_function_in_zoo_is_longer_than_80_lines():
+  long = []
+  for path in sorted(pathlib.Path(REPO, 'zoo').rglob('*.py')):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        lines = node.end_lineno - node.lineno + 1
+        if lines > 80:
+          long.append(f'{path.relative_to(REPO)}: {node.name} ({lines} lines)')
+  assert not long, '\n'.join(long)
+
+
+def test_the_config_schema_imports_no_model_code():
+  """zoo/config keeps the schema, loading and range checks; what needs a family, a kernel or
+  the model's dimensions is checked by zoo/run."""
+  imported = set()
+  for path in pathlib.Path(REPO, 'zoo', 'config').rglob('*.py'):
+    imported |= _imports(path)
+  assert not imported & {'models', 'families', 'kernels', 'phases', 'run'}

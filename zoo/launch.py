@@ -2,8 +2,9 @@
 
 Overrides follow the config: --config.train.steps=100 --config.model.dropout_rate=0.1.
 Exit codes (docs/reliability.md): 0 done, 1 training failed (e.g. NaN streak), 2 bad input
-(one line naming the field and the fix, before anything is written or compiled), 130 / 143
-stopped by SIGINT / SIGTERM after saving the step it was on.
+(one line naming the field and the fix, before anything is written or compiled), 75 a hung
+step (the watchdog, zoo/train/watchdog.py), 130 / 143 stopped by SIGINT / SIGTERM after
+saving the step it was on.
 """
 
 import os

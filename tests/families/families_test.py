@@ -53,7 +53,7 @@ def test_every_objective_is_trained_by_exactly_one_family():
 # A switch on the family outside zoo/families: model.family compared or used as a key, or a
 # dict keyed by the family names.
 _SWITCH = re.compile(
-    r"""\.family\s*(==|!=|\bin\b|\])"""  # model.family == ..., {...}[model.family]
+    r"""(\.family|\.NAME)\s*(==|!=|\bin\b|\])"""  # model.family == ..., family.NAME != ...
     r"""|(^|[{,])\s*['"](decoder|encoder|encoder_decoder)['"]\s*:""")  # {'decoder': ...}
 
 

@@ -30,7 +30,7 @@ DEFAULT_CONFIG = 'configs/gpt2_small.py'
 DEFAULT_OVERRIDES = ('model.num_layers=4', 'model.d_model=256', 'model.num_heads=4',
                      'model.mlp_dim=1024', 'model.vocab_size=4096', 'model.max_length=128',
                      'model.dtype=float32', 'data.seq_len=128', 'train.batch_size=16',
-                     'model.scan_unroll=4')  # the CPU setting (zoo/config.py)
+                     'model.scan_unroll=4')  # the CPU setting (zoo/config/schema.py)
 
 MATMUL_CALLS = 5  # products timed alone per train step timed (the default shape's step is ~50)
 

@@ -308,7 +308,7 @@ def _train():
   # versions); default: $JAX_COMPILATION_CACHE_DIR if set, else ~/.cache/zoo/jax; '' = off
   t.compile_cache_dir = os.environ.get('JAX_COMPILATION_CACHE_DIR') or '~/.cache/zoo/jax'
   # before anything is written or compiled, estimate the train step's bytes per device and
-  # refuse a run that cannot fit this machine (zoo/train/preflight.py); False = skip
+  # refuse a run that cannot fit this machine (zoo/plan/preflight.py); False = skip
   t.preflight = True
   # a step that does not complete within factor x the recent median step time (at least
   # min_seconds) ends the run with stacks in WORKDIR/hang-process_K.txt and exit code 75,
@@ -345,7 +345,7 @@ def _train():
 
 def optim():
   o = ml_collections.ConfigDict()
-  o.name = 'adamw'  # 'adamw' | 'adafactor' (zoo/train/optim.py)
+  o.name = 'adamw'  # 'adamw' | 'adafactor' (zoo/optim.py)
   o.learning_rate = 1e-3  # peak (Adafactor with parameter scale: relative to the RMS)
   # 'cosine' | 'linear' | 'constant' (after a linear warmup) | 'rsqrt' (T5: the peak to
   # warmup_steps, then 1/sqrt(step)) | 'wsd' (warmup, stable, decay over decay_fraction)

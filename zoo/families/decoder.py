@@ -27,6 +27,10 @@ MODEL_INPUTS = ('inputs',)  # batch keys init needs (the rest default)
 POSITIONS = ('learned', 'sinusoidal', 'rope', 'alibi', 'none')
 BLOCKS = ('sequential', 'parallel')
 SLIDING_WINDOW = True
+TWO_SIDED_WINDOW = False  # its windows are causal
+LATENT_ATTENTION = True  # model.mla (DeepSeek's latent attention) is built for it
+PREDICTION_MODULES = True  # model.mtp (multi-token prediction) is built for it
+SEPARATE_ENCODER_EMBED = False  # no encoder
 # mesh.context: chunks of the sequence each device holds (causal: an early and a late one,
 # balanced); 0 = the sequence cannot be split
 CONTEXT_CHUNKS = 2

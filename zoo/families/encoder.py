@@ -18,6 +18,8 @@ MODEL_INPUTS = ('inputs', 'token_type_ids')
 POSITIONS = ('learned', 'sinusoidal', 'rope', 'none')
 BLOCKS = ('sequential', 'parallel')
 SLIDING_WINDOW = False
+TWO_SIDED_WINDOW = False
+LATENT_ATTENTION = PREDICTION_MODULES = SEPARATE_ENCODER_EMBED = False
 CONTEXT_CHUNKS = 1  # bidirectional: each device's chunk as it falls
 TASKS = ('classification', 'regression')  # data.task.kind values it fine-tunes on
 PROMPT_JOINT = None

@@ -18,6 +18,9 @@ MODEL_INPUTS = ('encoder_inputs', 'decoder_inputs')
 POSITIONS = ('t5_bias', 'sinusoidal', 'rope', 'none')
 BLOCKS = ('sequential',)  # a parallel block has no place for cross-attention
 SLIDING_WINDOW = True  # the encoder's two-sided, the decoder's causal (T5Gemma)
+TWO_SIDED_WINDOW = True
+LATENT_ATTENTION = PREDICTION_MODULES = False
+SEPARATE_ENCODER_EMBED = True  # model.separate_encoder_embed: its own table (T5Gemma)
 CONTEXT_CHUNKS = 0  # cross-attention over a split sequence is not built
 TASKS = ('text_to_text',)  # data.task.kind values it fine-tunes on (T5: every task as text)
 PROMPT_JOINT = '\n=> '  # an answer, not a continuation

@@ -1,5 +1,5 @@
 """Log-likelihood scoring of continuations under a decoder: what multiple-choice accuracy
-reads, in the zoo's task eval (zoo/train/task_eval.py) and in the lm-eval adapter
+reads, in the zoo's task eval (zoo/infer/task_eval.py) and in the lm-eval adapter
 (zoo/infer/harness.py), so both score a choice the same way.
 
 Rows run in batches of `batch_size` padded to a power-of-two length (one compile per

@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# an adapter's key under its dense layer (the layers a target can name: zoo/config.py
-# _dense_layers)
+# an adapter's key under its dense layer (the layers a target can name: zoo/run/checks.py
+# dense_layers)
 NAME = 'lora'
 
 

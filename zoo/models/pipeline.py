@@ -83,6 +83,29 @@ def _rows_constraint(x_b):
   return nn.with_logical_constraint(x_b, _rows_axes(x_b.ndim))
 
 
+def _stage_fn(layer_fn, rows_of, rng, checkpoint, S, R, G):
+  """-> stage_fn(stage's parameters, x [b, L, D], its rows' values, stage, round r, t) ->
+  (x, sums [G, ...]): the stage's G layers of round r on one microbatch."""
+  def one_layer(params_s, x_bLD, rows_b, r, i, key):
+    # the layer's parameters are taken inside the checkpoint: the backward pass takes them
+    # again from the stage's (loop-invariant) parameters instead of keeping each
+    # iteration's round's group
+    return layer_fn(jax.tree.map(lambda p: p[r if R > 1 else 0, i], params_s), x_bLD, rows_b,
+                    key)
+  if checkpoint is not None:
+    one_layer = checkpoint(one_layer)
+
+  def stage_fn(params_s, x_bLD, values_b, stage, r, t):
+    rows_b = rows_of(values_b)
+
+    def layer(x, i):
+      key = None if rng is None else jax.random.fold_in(
+          jax.random.fold_in(rng, t), (r * S + stage) * G + i)
+      return one_layer(params_s, x, rows_b, r, i, key)
+    return jax.lax.scan(layer, x_bLD, jnp.arange(G))  # (x, sums [G, ...])
+  return stage_fn
+
+
 def run(layer_fn, params, x_BLD, rows, stages, microbatches, rng=None, repeats=1,
         checkpoint=None):
   """The stack on the pipeline -> (x [B, L, D] after every layer, sums [layers, ...]).
@@ -110,23 +133,7 @@ def run(layer_fn, params, x_BLD, rows, stages, microbatches, rng=None, repeats=1
       whole[i] = value
     return treedef.unflatten(whole)
 
-  def one_layer(params_s, x_bLD, rows_b, r, i, key):
-    # the layer's parameters are taken inside the checkpoint: the backward pass takes them
-    # again from the stage's (loop-invariant) parameters instead of keeping each
-    # iteration's round's group
-    return layer_fn(jax.tree.map(lambda p: p[r if R > 1 else 0, i], params_s), x_bLD, rows_b,
-                    key)
-  if checkpoint is not None:
-    one_layer = checkpoint(one_layer)
-
-  def stage_fn(params_s, x_bLD, values_b, stage, r, t):
-    rows_b = rows_of(values_b)
-
-    def layer(x, i):
-      key = None if rng is None else jax.random.fold_in(
-          jax.random.fold_in(rng, t), (r * S + stage) * G + i)
-      return one_layer(params_s, x, rows_b, r, i, key)
-    return jax.lax.scan(layer, x_bLD, jnp.arange(G))  # (x, sums [G, ...])
+  stage_fn = _stage_fn(layer_fn, rows_of, rng, checkpoint, S, R, G)
 
   def iteration(carry, t):
     state_SbLD, rows_S, back_MbLD, out_MbLD, sums_SRG = carry

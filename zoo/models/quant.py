@@ -28,9 +28,9 @@ MODES = {'int8': (jnp.int8, jnp.int8), 'fp8': (jnp.float8_e4m3fn, jnp.float8_e5m
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
-  """model.quant as a module attribute: mode '' (none), 'int8' or 'fp8'; tile 0 = per
-  channel."""
-  mode: str = ''
+  """model.quant as a module attribute: mode 'none', 'int8' or 'fp8' (as the config spells
+  them); tile 0 = per channel."""
+  mode: str = 'none'
   tile: int = 0
 
 
@@ -48,8 +48,8 @@ def _config(r):
 
 
 def matmul(x_MK, w_KN, r):
-  """x @ w, quantized by recipe r (plain when r.mode is '')."""
-  if not r.mode:
+  """x @ w, quantized by recipe r (plain when r.mode is 'none')."""
+  if r.mode == 'none':
     return x_MK @ w_KN
   return dot_general_qt.dot_general_qt(x_MK, w_KN, (((1,), (0,)), ((), ())),
                                        _config(r)).astype(x_MK.dtype)
@@ -57,7 +57,7 @@ def matmul(x_MK, w_KN, r):
 
 def expert_matmul(x_EMK, w_EKN, r):
   """Each expert's rows through its own weight: [E, M, K] x [E, K, N] -> [E, M, N]."""
-  if not r.mode:
+  if r.mode == 'none':
     return jnp.einsum('emk,ekn->emn', x_EMK, w_EKN)
   return dot_general_qt.dot_general_qt(x_EMK, w_EKN, (((2,), (1,)), ((0,), (0,))),
                                        _config(r)).astype(x_EMK.dtype)
@@ -67,7 +67,7 @@ def _ragged(r):
   """jax.lax.ragged_dot (quantized by r), batched as a loop over a leading batch (a
   pipeline's vmap over its stages), forward and backward: TPU's ragged dot takes no batch
   dimension (each device's slice of the stage batch is one stage, so the loop runs once)."""
-  if r.mode:
+  if r.mode != 'none':
     fwd, bwd = MODES[r.mode]
     config = ragged_dot_qt.RaggedDotQtConfig(lhs_qtype=fwd, rhs_qtype=fwd,
                                              dlhs_grad_qtype=bwd, drhs_grad_qtype=bwd)

@@ -311,7 +311,21 @@ def quantized_share(result):
 
 def report(result):
   """A human-readable summary of `plan()`'s dict."""
-  gib = lambda b: f'{b / 2**30:,.2f} GiB'
+  lines = [*_model_lines(result), *_split_lines(result), *_kv_cache_lines(result),
+           *_compiled_lines(result)]
+  states = result['optimizer_state_bytes_per_device']
+  lines.append(f"optimizer state ({result['optimizer']}): {_size(states[result['optimizer']])} "
+               'per device; ' + ', '.join(f'{name} would keep {_size(b)}' for name, b in
+                                          states.items() if name != result['optimizer']))
+  lines.extend(_run_lines(result))
+  if result['not_divisible']:
+    lines.append('replicated because a dim does not divide its mesh axes: ' +
+                 '; '.join(result['not_divisible']))
+  return '\n'.join(lines)
+
+
+def _model_lines(result):
+  """Parameters, FLOPs, LoRA, the mesh, the kernel, bytes per device."""
   lines = [
       f"{result['config']['family']}: {result['params_total']:,} parameters "
       f"({result['params_active']:,} active per token" + (
@@ -323,13 +337,19 @@ def report(result):
       (f"; {result['quantized_flops_per_token']:.4g} of them (with remat's) in "
        f"{result['quant']}" if 'quant' in result else ''),
       *([f"LoRA: {result['lora']['params_trainable']:,} parameters train; optimizer state "
-         f"and gradients {gib(result['lora']['bytes_saved_per_device'])} per device less than "
+         f"and gradients {_gib(result['lora']['bytes_saved_per_device'])} per device less than "
          'full fine-tuning'] if 'lora' in result else []),
       f"mesh: {result['mesh']}",
       *([f"attention kernel: {result['attention_kernel']} ({result['attention_kernel_why']})"]
         if 'attention_kernel' in result else []),
-      'per device: ' + ', '.join(f'{k} {gib(v)}' for k, v in result['per_device_bytes'].items()),
+      'per device: ' + ', '.join(f'{k} {_gib(v)}' for k, v in result['per_device_bytes'].items()),
   ]
+  return lines
+
+
+def _split_lines(result):
+  """What the experts, a split sequence and a pipeline move between devices."""
+  lines = []
   if 'moe' in result:
     moe = result['moe']
     lines.append(f"experts: {moe['num_experts']} (top-{moe['top_k']}, {moe['dispatch']}) in "
@@ -360,6 +380,12 @@ def report(result):
                  f"{pipe['microbatches']} microbatches ({schedule}): bubble "
                  f"{pipe['bubble']:.1%}; {_size(pipe['boundary_bytes_per_step_per_device'])} "
                  'per device across stage boundaries per step')
+  return lines
+
+
+def _kv_cache_lines(result):
+  """The KV cache's bytes (a local layer's ring apart)."""
+  lines = []
   if 'kv_cache_local' in result:
     local, at = result['kv_cache_local'], result['kv_cache_bytes_per_sequence']
     lines.append(
@@ -370,6 +396,12 @@ def report(result):
                   for n, (ring, full) in at.items()))
   elif 'kv_cache_bytes_per_token' in result:
     lines.append(f"KV cache: {result['kv_cache_bytes_per_token']:,} bytes/token")
+  return lines
+
+
+def _compiled_lines(result):
+  """The compiled step's FLOPs and bytes, or why it did not fit, and the estimated step time."""
+  lines = []
   if result.get('compiled'):
     analytic = ((result['flops_per_token'] + result['remat_flops_per_token']) *
                 result['run']['tokens_per_step'])
@@ -385,8 +417,8 @@ def report(result):
     if narrow:
       flops += ', ' + ', '.join(f'{n} {kind} x {kind} dots' for kind, n in narrow.items())
     lines.append(f"compiled train step: {flops}, "
-                 f"{gib(result['per_device_bytes']['total'])} per device "
-                 f"(temporaries {gib(result['per_device_bytes']['temporaries'])}), compiled in "
+                 f"{_gib(result['per_device_bytes']['total'])} per device "
+                 f"(temporaries {_gib(result['per_device_bytes']['temporaries'])}), compiled in "
                  f"{result['compile_seconds']:.0f}s")
   if 'compile_error' in result:
     lines.append(f"compiled train step: does not fit: {result['compile_error']}")
@@ -398,15 +430,7 @@ def report(result):
                  f"{result['estimated_step_seconds']:.3f}s (roofline: {how}); fits in "
                  f"{result['topology']['hbm_bytes_per_chip'] / 2**30:.0f} GiB HBM: "
                  f"{'yes' if result['fits'] else 'NO'}")
-  states = result['optimizer_state_bytes_per_device']
-  lines.append(f"optimizer state ({result['optimizer']}): {_size(states[result['optimizer']])} "
-               'per device; ' + ', '.join(f'{name} would keep {_size(b)}' for name, b in
-                                          states.items() if name != result['optimizer']))
-  lines.extend(_run_lines(result))
-  if result['not_divisible']:
-    lines.append('replicated because a dim does not divide its mesh axes: ' +
-                 '; '.join(result['not_divisible']))
-  return '\n'.join(lines)
+  return lines
 
 
 def _run_lines(result):
@@ -442,6 +466,10 @@ def _run_lines(result):
                f"{_size(run['fsdp_collective_bytes_per_step_per_device_unaccumulated'])})")
     lines.append(line)
   return lines
+
+
+def _gib(num_bytes):
+  return f'{num_bytes / 2**30:,.2f} GiB'
 
 
 def _size(num_bytes):

@@ -65,7 +65,7 @@ def _validate_moe_layers(m, family):
 
 
 def _validate_mla(m, family):
-  if m.mla.kv_lora_rank and (family.NAME != 'decoder' or m.position != 'rope' or
+  if m.mla.kv_lora_rank and (not family.LATENT_ATTENTION or m.position != 'rope' or
                              m.attention.window):
     raise ConfigError(f'model.mla.kv_lora_rank={m.mla.kv_lora_rank}: latent attention is built '
                       "for decoders with model.position='rope' and no window; set "
@@ -74,7 +74,7 @@ def _validate_mla(m, family):
 
 def _validate_mtp(m, family):
   depth = m.mtp.depth
-  if depth and (family.NAME != 'decoder' or m.position not in ('rope', 'none') or
+  if depth and (not family.PREDICTION_MODULES or m.position not in ('rope', 'none') or
                 m.num_labels):
     raise ConfigError(f'model.mtp.depth={depth}: multi-token prediction is built for '
                       "language-model decoders with model.position='rope' (or 'none'); "
@@ -152,10 +152,10 @@ def _validate_family(m, family):
     raise ConfigError(f'model.relative_bias_per_layer=True gives each layer a T5 bias table, '
                       f"and model.position={m.position!r} has none; set position='t5_bias' "
                       'or the flag False')
-  if m.separate_encoder_embed and family.NAME != 'encoder_decoder':
+  if m.separate_encoder_embed and not family.SEPARATE_ENCODER_EMBED:
     raise ConfigError(f'model.separate_encoder_embed=True: model.family={family.NAME!r} has '
                       'no encoder beside a decoder; set it False')
-  if (m.attention.window and family.NAME == 'encoder_decoder' and m.position == 't5_bias' and
+  if (m.attention.window and family.TWO_SIDED_WINDOW and m.position == 't5_bias' and
       m.attention.kernel in ('auto', 'flash_bias')):
     raise ConfigError(f"model.attention.window={m.attention.window} with model.position="
                       "'t5_bias': the encoder's window is two-sided and flash_bias takes "
