@@ -17,8 +17,8 @@ import jax.numpy as jnp
 from zoo import kernels
 from zoo.kernels import bias as bias_lib
 from zoo.kernels import mask as mask_lib
-from zoo.kernels import reference
 from zoo.models import attention
+from zoo.models import head as head_lib
 from zoo.models import layers
 from zoo.models import transformer
 
@@ -74,9 +74,7 @@ class EncoderDecoder(nn.Module):
                                         **transformer.dtypes(m))
     self.encoder = _Stack(m, decoder=False)
     self.decoder = _Stack(m, decoder=True)
-    if not m.tie_embeddings:
-      self.logits = layers.DenseGeneral(m.vocab_size, ('embed', 'vocab'), use_bias=m.use_bias,
-                                        init_std=m.kernel_init_std, **transformer.dtypes(m))
+    self.logits = head_lib.Head(m, use_bias=m.use_bias)
 
   def _embed(self, ids_BL, positions_BL, table):
     x_BLD = table(ids_BL)
@@ -113,11 +111,7 @@ class EncoderDecoder(nn.Module):
       x_BLD = x_BLD * m.d_model ** -0.5
     if not head:
       return x_BLD
-    if m.tie_embeddings:
-      logits_BLV = self.token_embed.attend(x_BLD)
-    else:
-      logits_BLV = self.logits(x_BLD)
-    logits_BLV = reference.soft_cap(logits_BLV.astype(jnp.float32), m.final_softcap)
+    logits_BLV = self.logits(x_BLD, self.token_embed.embedding if m.tie_embeddings else None)
     return nn.with_logical_constraint(logits_BLV, ('batch', 'length', 'vocab'))
 
   def __call__(self, batch, train=False, head=True):

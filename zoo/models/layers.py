@@ -63,7 +63,7 @@ class DenseGeneral(nn.Module):
 
 
 class Embed(nn.Module):
-  """Token (or position) table [V, D]; `attend` gives logits against it for tied heads."""
+  """Token (or position) table [V, D]; a tied head reads `embedding` (zoo/models/head.py)."""
   num_embeddings: int
   features: int
   axes: tuple[str, str] = ('vocab', 'embed')
@@ -79,9 +79,6 @@ class Embed(nn.Module):
 
   def __call__(self, ids_BL):
     return jnp.take(self.embedding, ids_BL, axis=0).astype(self.dtype)
-
-  def attend(self, x_BLD):
-    return jnp.einsum('BLD,VD->BLV', x_BLD.astype(self.dtype), self.embedding.astype(self.dtype))
 
 
 class Norm(nn.Module):

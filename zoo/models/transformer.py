@@ -14,10 +14,10 @@ from zoo import kernels
 from zoo import sharding
 from zoo.kernels import bias as bias_lib
 from zoo.kernels import mask as mask_lib
-from zoo.kernels import reference
 from zoo.kernels import ring
 from zoo.models import attention
 from zoo.models import dims
+from zoo.models import head as head_lib
 from zoo.models import layers
 from zoo.models import lora
 from zoo.models import mla
@@ -385,13 +385,12 @@ class Encoder(nn.Module):
       outputs = {'hidden': h_BLD}
     else:
       if m.tie_embeddings:
-        logits_BLV = embed.attend(h_BLD) + self.param(
+        logits_BLV = head_lib.Head(m, name='logits')(h_BLD, embed.embedding, self.param(
             'mlm_bias', nn.with_logical_partitioning(nn.initializers.zeros, ('vocab',)),
-            (m.vocab_size,), jnp.dtype(m.param_dtype))[None, None]
+            (m.vocab_size,), jnp.dtype(m.param_dtype)))
       else:
-        logits_BLV = dense('logits', m.vocab_size, ('embed', 'vocab'))(h_BLD)
-      outputs = {'logits': nn.with_logical_constraint(logits_BLV.astype(jnp.float32),
-                                                      ('batch', 'length', 'vocab'))}
+        logits_BLV = head_lib.Head(m, use_bias=True, name='logits')(h_BLD)
+      outputs = {'logits': nn.with_logical_constraint(logits_BLV, ('batch', 'length', 'vocab'))}
     if m.nsp_head:  # pooler (dense + tanh on the first token) and the next-sentence head
       pooled_BD = pool()
       outputs['nsp_logits'] = dense('nsp', 2, ('embed', None))(pooled_BD).astype(jnp.float32)
@@ -466,11 +465,6 @@ class Decoder(nn.Module):
       x_BLD = x_BLD * m.d_model ** -0.5
     if not head:
       return x_BLD
-    if m.tie_embeddings:
-      logits_BLV = embed.attend(x_BLD)
-    else:
-      logits_BLV = layers.DenseGeneral(m.vocab_size, ('embed', 'vocab'), use_bias=m.use_bias,
-                                       init_std=m.kernel_init_std, name='logits',
-                                       **dtypes(m))(x_BLD)
-    logits_BLV = reference.soft_cap(logits_BLV.astype(jnp.float32), m.final_softcap)
+    logits_BLV = head_lib.Head(m, use_bias=m.use_bias, name='logits')(
+        x_BLD, embed.embedding if m.tie_embeddings else None)
     return nn.with_logical_constraint(logits_BLV, ('batch', 'length', 'vocab'))
