@@ -3,8 +3,10 @@ global table, each in its global meaning or in a scoped meaning the glossary lis
 that module, and every listed scoped meaning is declared where the glossary says."""
 
 import glob
+import io
 import os
 import re
+import tokenize
 
 from tests.helpers import REPO
 
@@ -57,3 +59,21 @@ def test_a_letter_means_its_global_meaning_unless_the_glossary_scopes_it():
 
 def test_every_scoped_meaning_is_declared_in_its_module_as_listed():
   assert {key: DECLARED.get(key) for key in SCOPED} == SCOPED
+
+
+_SHAPED = re.compile(r'^[a-z][a-z0-9]*(?:_[a-z0-9]+)*_([0-9]*[A-Z][A-Z0-9]*)$')
+
+
+def test_every_letter_of_a_shaped_name_is_in_its_modules_glossary():
+  """q_BLHK, drafts_K, ...: each shape letter an identifier carries is declared by its
+  module's `Glossary:` line, so it means there what the line (and this glossary) says."""
+  undeclared = []
+  for path in sorted(glob.glob(os.path.join(REPO, 'zoo', '**', '*.py'), recursive=True)):
+    module = os.path.relpath(path, REPO)
+    declared = {letter for m, letter in DECLARED if m == module}
+    source = open(path, encoding='utf-8').read()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+      shaped = token.type == tokenize.NAME and _SHAPED.match(token.string)
+      if shaped and set(filter(str.isalpha, shaped.group(1))) - declared:
+        undeclared.append(f'{module}:{token.start[0]}: {token.string}')
+  assert undeclared == []

@@ -4,7 +4,7 @@ Everything the zoo needs to know about the family is here; zoo/families/__init__
 this module under model.family='decoder'. The worked example for adding a family
 (docs/families.md).
 
-Glossary: B batch, L length, P prompt length, N new tokens, S cache slots, V vocab.
+Glossary: B batch, L length, P prompt length, N new tokens, S cache slots, V vocab, D d_model.
 """
 
 import jax

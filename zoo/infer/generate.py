@@ -11,7 +11,7 @@ temperature (0 = greedy), then top-k, top-p (nucleus) and min-p filtering; or be
 row stops at EOS; its later tokens are padding. The whole loop is one jitted
 `lax.while_loop`. Stop strings are text: zoo/infer/run.py cuts each completion at the first.
 
-Glossary: B batch, N new tokens, V vocab, W beams, R = B x W beam rows.
+Glossary: B batch, P prompt length, N new tokens, V vocab, W beams, R = B x W beam rows.
 """
 
 import functools

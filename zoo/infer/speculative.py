@@ -19,7 +19,8 @@ Drafts: another decoder on the same vocabulary (ModelDraft), or the target's own
 prediction module (MTPDraft, model.mtp.depth 1: one token a round). Batch 1: the kept prefix
 differs between rows, and each model has one cache index.
 
-Glossary: V vocab, k draft tokens per round, N new tokens.
+Glossary: B batch, L length, P prompt length, S key length, D d_model, V vocab, K draft
+tokens per round, N new tokens.
 """
 
 import flax.linen as nn

@@ -6,6 +6,8 @@ kernels take `dense()`, the [B, H, L, S] array.
 - 't5': T5's bucketed relative position bias (Raffel et al. 2020, sec. 2.1); `params` is the
   learned [buckets, H] table, `bidirectional` for the encoder, causal buckets for the decoder.
 - 'alibi': ALiBi (Press et al. 2022); `params` are the [H] per-head slopes (constants).
+
+Glossary: B batch, L query length, S key length.
 """
 
 import flax.struct

@@ -17,6 +17,8 @@ real rows equal the reference; padding rows (no key visible) may differ and carr
 Layout inside the kernels: q [B, H, L, K], k/v [B, G, S, K]; per-row ids and positions are
 given both as columns [B, L, 128] and as rows [B, 8, L] so each block reads the one it
 broadcasts without a relayout (the dk/dv kernel works on transposed [keys, queries] blocks).
+
+Glossary: B batch, L query length, S key length, H heads, G kv heads, K head dim.
 """
 
 import dataclasses
@@ -237,12 +239,12 @@ def _forward(spec, interpret, q, k, v, params, rows):
 
 # ------------------------------------------------------------------------------ backward
 
-def _fold_lanes(x_1C):
-  """[1, C] -> [1, min(C, 128)]: sums of 128-lane slices."""
-  width = min(x_1C.shape[1], LANES)
-  total = x_1C[:, :width]
-  for c in range(width, x_1C.shape[1], width):
-    total += x_1C[:, c:c + width]
+def _fold_lanes(row):
+  """[1, columns] -> [1, min(columns, 128)]: sums of 128-lane slices."""
+  width = min(row.shape[1], LANES)
+  total = row[:, :width]
+  for c in range(width, row.shape[1], width):
+    total += row[:, c:c + width]
   return total
 
 

@@ -3,6 +3,8 @@
 The causal flag and the sliding window go to cuDNN as mask types (it skips the masked
 blocks); segment ids (packing, padding) go as a boolean mask. cuDNN runs bfloat16/float16
 only; float32 falls back to the XLA reference (zoo.kernels says so).
+
+Glossary: B batch, L query length, S key length, H heads, G kv heads, K head dim.
 """
 
 import jax

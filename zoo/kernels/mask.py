@@ -2,6 +2,8 @@
 kernel understands: segment ids of queries and keys (0 = padding; packed documents never
 see each other), causal or not, and a sliding window. The XLA kernel takes `Mask.dense()`;
 splash and cuDNN build their own block-sparse or fused form from the same fields.
+
+Glossary: B batch, L query length, S key length.
 """
 
 import flax.struct

@@ -5,6 +5,8 @@ Under shard_map the batch is split over the batch mesh axes (data, fsdp, expert)
 heads over `tensor` and, with `sequence`, the queries' and keys' lengths over `context`.
 With fewer kv heads than tensor shards the keys and values stay replicated and each shard
 picks the one kv head its query heads share.
+
+Glossary: B batch, L query length, S key length, H heads, G kv heads, K head dim.
 """
 
 import jax

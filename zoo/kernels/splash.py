@@ -11,6 +11,8 @@ The softmax scale is applied to q before the kernel (splash takes unscaled logit
 On CPU the kernel runs in Pallas interpret mode (slow, exact: for tests). On TPU with
 bfloat16 it needs the default matmul precision: Mosaic rejects bfloat16 operands when
 jax_default_matmul_precision is 'highest' ("Bad lhs type").
+
+Glossary: B batch, L query length, S key length, H heads, G kv heads, K head dim.
 """
 
 import functools

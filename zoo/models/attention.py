@@ -3,7 +3,8 @@ itself runs in zoo/kernels (the reference, splash, flash_bias, cuDNN), which als
 masks and computes the biases (zoo/kernels/bias.py).
 
 Glossary: B batch, L query length, S key length, D d_model, H heads, G kv heads,
-Q = H // G query heads per kv head, K head dim.
+Q = H // G query heads per kv head, K head dim, R ring slots a local layer's cache keeps.
+
 Masks are boolean, True = may attend, broadcastable to [B, H, L, S]; modules pass a
 `Mask` (segment ids, causal, window) so each kernel can build its own form.
 """

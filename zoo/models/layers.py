@@ -1,7 +1,8 @@
 """Building blocks: dense layers with logical axes, embeddings, norms, MLPs, sinusoidal
 positions (rotary ones: zoo/models/rope.py).
 
-Glossary: B batch, L length, D d_model, H heads, K head dim, F mlp width, V vocab.
+Glossary: B batch, L length, D d_model, H heads, F mlp width, V vocab, M rows of a matmul,
+K a matmul's contracted width.
 """
 
 from typing import Sequence

@@ -2,7 +2,8 @@
 compressed latent per token, so a decoding cache holds the latent, not the heads.
 
 Glossary: B batch, L query length, S key length, D d_model, H heads, C kv_lora_rank (the
-latent), Q q_lora_rank, N qk_nope_head_dim, R qk_rope_head_dim, V v_head_dim.
+latent), Q q_lora_rank, N qk_nope_head_dim, R qk_rope_head_dim, V v_head_dim, K head dim,
+E the key down-projection's width (C + R).
 
 - queries: x -> [Q] -> RMSNorm -> [H, N + R] (q_lora_rank 0: x -> [H, N + R] directly);
 - keys and values: x -> [C + R]; the C part RMSNormed is the latent c, the R part the rotary

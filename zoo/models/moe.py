@@ -25,7 +25,7 @@ P_i the mean router probability of i (1 at uniform routing); z = mean (logsumexp
 
 Glossary: B batch, L length, D d_model, F expert mlp, E experts, A top_k, C capacity slots,
 T tokens, M (token, choice) pairs, I rows received from other shards, X expert-parallel
-shards.
+shards, G expert groups.
 """
 
 import functools
@@ -92,8 +92,8 @@ def route(logits_TE, top_k, bias_E=None, normalize=True, router='softmax', group
   if groups:  # (T may be several leading dims)
     *T, E = choice_TE.shape
     best_TG2, _ = jax.lax.top_k(choice_TE.reshape(*T, groups, E // groups), 2)
-    _, kept_TK = jax.lax.top_k(jnp.sum(best_TG2, axis=-1), top_groups)
-    kept_TG = jnp.any(jax.nn.one_hot(kept_TK, groups, dtype=jnp.bool_), axis=-2)
+    _, kept = jax.lax.top_k(jnp.sum(best_TG2, axis=-1), top_groups)  # [T, top_groups]
+    kept_TG = jnp.any(jax.nn.one_hot(kept, groups, dtype=jnp.bool_), axis=-2)
     choice_TE = jnp.where(jnp.repeat(kept_TG, E // groups, axis=-1), choice_TE, 0.0)
   _, experts_TA = jax.lax.top_k(choice_TE, top_k)
   gates_TA = jnp.take_along_axis(scores_TE, experts_TA, axis=-1)

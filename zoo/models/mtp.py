@@ -9,7 +9,7 @@ turns that into logits for token i + k + 1, and it is h(k). Module k reads the s
 shifted by k within each document: a position whose token i + k lies in another document or
 past the row is padding there (no keys, no loss).
 
-Glossary: B batch, L length, D d_model.
+Glossary: B batch, L length, D d_model, S key length.
 """
 
 from typing import Any
@@ -60,11 +60,11 @@ class MTP(nn.Module):
       e_BLD = embed(ids_BL if decoding else shifted(ids_BL, k))
       if m.embed_scale:
         e_BLD = e_BLD * jnp.asarray(m.d_model ** 0.5, e_BLD.dtype)
-      joined_BLE = jnp.concatenate([norm(f'embed_norm_{k}')(e_BLD),
+      joined_BL2D = jnp.concatenate([norm(f'embed_norm_{k}')(e_BLD),
                                     norm(f'hidden_norm_{k}')(h_BLD)], axis=-1)
       h_BLD = layers.DenseGeneral(m.d_model, ('mlp', 'embed'), init_std=m.kernel_init_std,
                                   quant=quant.recipe(m), name=f'projection_{k}',
-                                  **dtypes)(joined_BLE)
+                                  **dtypes)(joined_BL2D)
       if decoding:
         mask = mask_lib.Mask(segment_ids_BL, kv_segment_ids_BS, causal=True,
                              window=m.attention.window, kv_cache=True, lookahead=lookahead)

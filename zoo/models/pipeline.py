@@ -39,7 +39,7 @@ microbatch from it (llama3_70b at 16 layers, stage 4 x fsdp 16 x tensor 4: 23.37
 chip, 13.67 pinned).
 
 Glossary: S stages, R repeats, G layers per group, M microbatches, b rows per microbatch,
-B batch.
+B batch, L length, D d_model.
 """
 
 import flax.linen as nn

@@ -1,6 +1,6 @@
 """Transformer blocks and stacks, composed from the model config.
 
-Glossary: B batch, L length, D d_model, V vocab.
+Glossary: B batch, L length, S key length, D d_model, V vocab.
 """
 
 import functools
