@@ -16,6 +16,7 @@ import jax
 
 from zoo import config as config_lib
 from zoo import platform
+from zoo import run as run_lib
 from zoo import sharding
 from zoo.families import loss as loss_lib
 from zoo.plan import compiled
@@ -48,7 +49,7 @@ def main():
       print(f'{k:>12} {"":>10} {e}', flush=True)
       continue
     start = time.time()
-    memory = compiled.lower(config, mesh).compile().memory_analysis()
+    memory = compiled.lower(run_lib.resolve(config), mesh).compile().memory_analysis()
     seconds = time.time() - start
     total = (memory.argument_size_in_bytes + memory.output_size_in_bytes -
              memory.alias_size_in_bytes + memory.temp_size_in_bytes +

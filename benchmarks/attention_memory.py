@@ -21,6 +21,7 @@ import jax
 
 from zoo import config as config_lib
 from zoo import platform
+from zoo import run as run_lib
 from zoo.plan import compiled
 from zoo.plan import topology
 
@@ -38,7 +39,7 @@ def _measure(config, devices):
   """-> (total bytes, temporaries bytes, compile seconds), or (None, temporaries the
   compiler asked for, None) when the step does not fit."""
   try:
-    out = compiled.compile_step(config, devices, scan_corrected_cost=False)
+    out = compiled.compile_step(run_lib.resolve(config), devices, scan_corrected_cost=False)
   except jax.errors.JaxRuntimeError as e:
     asked = re.search(r'temporaries \(([\d.]+)G\)', str(e))
     if not asked:

@@ -192,8 +192,8 @@ def mfu(name, overrides, batch, steps, decode_batches):
       'model_tflops': z['model_gflops'] / 1e3, 'matmul_tflops': z['matmul_gflops'] / 1e3,
       'compile_seconds': z['compile_seconds'], 'first_loss': z['first_loss'],
       'compiled_bytes': z['memory']['total'],
-      'plan_state_bytes': analytic.plan(config, 1)['per_device_bytes']['total'],
-      'sweep_bytes': preflight.estimate(config, sizes, 'gpu')['total'],
+      'plan_state_bytes': analytic.plan(run_lib.resolve(config), 1)['per_device_bytes']['total'],
+      'sweep_bytes': preflight.estimate(run_lib.resolve(config), sizes, 'gpu')['total'],
       **{f'decode_b{b}': z[f'decode_tokens_per_sec_b{b}'] for b in decode_batches}}
 
 

@@ -17,6 +17,7 @@ import jax
 
 from zoo import config as config_lib
 from zoo import platform
+from zoo import run as run_lib
 from zoo.cli import split_overrides
 from zoo.plan import sweep
 from zoo.plan import topology
@@ -36,7 +37,7 @@ def main():
   overrides = overrides or list(DEFAULT_OVERRIDES)
   tpu_slice = topology.parse(args.topology)
   config = config_lib.load(args.config, overrides)
-  ranked = [r for r in sweep.sweep(config, tpu_slice) if not r['invalid']]
+  ranked = [r for r in sweep.sweep(run_lib.resolve(config), tpu_slice) if not r['invalid']]
   named = [dict(zip(('data', 'fsdp', 'tensor', 'expert'), map(int, m.split(','))))
            for m in args.mesh]
   best = [r for r in ranked if r['fits']][:args.top]
@@ -47,7 +48,7 @@ def main():
   devices = topology.devices(tpu_slice)
   for row in rows:
     with jax.default_matmul_precision('default'):
-      sweep.confirm(config, [row], devices, tpu_slice.chip)
+      sweep.confirm(run_lib.resolve(config), [row], devices, tpu_slice.chip)
     mesh, estimate, total = row['mesh'], row['per_device_bytes'], row['compiled_bytes']
     print(f'{mesh["data"]:>5} {mesh["fsdp"]:>5} {mesh["tensor"]:>6} {mesh["expert"]:>6} '
           f'{estimate / 2**30:>9.2f} {total / 2**30:>9.2f} {estimate / total:>6.2f}', flush=True)

@@ -36,7 +36,7 @@ def test_t5_base_is_refused_on_a_small_machine_naming_needed_available_and_fixes
   with pytest.raises(ConfigError) as error:
     preflight.check(run_lib.resolve(config), jax.devices()[:1])
   message = str(error.value)
-  needed = preflight.estimate(config, dict(_mesh(config).shape), 'cpu')['total']
+  needed = preflight.estimate(run_lib.resolve(config), dict(_mesh(config).shape), 'cpu')['total']
   assert needed > 100 * preflight.GIB  # batch 128 x 512 with XLA attention's scores
   assert f'needs ~{needed / preflight.GIB:.1f} GiB per device' in message
   assert 'has 16.0 GiB available' in message and '\n' not in message
@@ -68,13 +68,13 @@ def test_the_default_job_and_every_smoke_config_pass(small_machine, spec):
 def test_the_estimate_adds_its_parts_and_shrinks_with_the_batch():
   config = _one_device(helpers.config_file('gpt_shakespeare', arg=None))
   sizes = dict(_mesh(config).shape)
-  full = preflight.estimate(config, sizes, 'cpu')
+  full = preflight.estimate(run_lib.resolve(config), sizes, 'cpu')
   parts = ('params', 'optimizer_state', 'gradients', 'update', 'activations', 'gathered')
   assert full['total'] == pytest.approx(sum(full[p] for p in parts))
   assert full['gradients'] == full['params'] > 0  # float32 parameters, float32 gradients
   assert full['optimizer_state'] == 2 * full['params']  # AdamW's two moments
   half = _one_device(helpers.config_file('gpt_shakespeare', arg=None), 'train.batch_size=16')
-  assert preflight.estimate(half, sizes, 'cpu')['activations'] == pytest.approx(
+  assert preflight.estimate(run_lib.resolve(half), sizes, 'cpu')['activations'] == pytest.approx(
       full['activations'] / 2)
 
 

@@ -53,7 +53,7 @@ ACTIVE = {'mixtral_8x7b': 12_879_925_248, 'qwen3_30b_a3b': 3_353_032_704,
 
 def test_deepseek_counts_round_to_the_reports_and_its_cache_holds_the_latent():
   # the reports count activated parameters without the input embedding: 37B and 2.4B
-  v3, lite = (analytic.plan(helpers.load(helpers.config_file(n, arg=None)), 1)
+  v3, lite = (analytic.plan(run_lib.load(helpers.config_file(n, arg=None)), 1)
               for n in ('deepseek_v3', 'deepseek_v2_lite'))
   assert round((v3['params_total'] - v3['params_mtp']) / 1e9) == 671
   # the prediction module: an MoE block (MLA, 256 + 1 experts, router), its [2D, D]
@@ -73,7 +73,7 @@ def test_deepseek_counts_round_to_the_reports_and_its_cache_holds_the_latent():
 @pytest.mark.parametrize('name', sorted(PUBLISHED))
 def test_plan_counts_equal_the_published_architecture(name):
   # as transformers counts them: without a multi-token prediction module (deepseek_v3's)
-  result = analytic.plan(helpers.load(helpers.config_file(name, arg=None),
+  result = analytic.plan(run_lib.load(helpers.config_file(name, arg=None),
                                          ['model.mtp.depth=0']), 1)
   assert result['params_total'] == PUBLISHED[name]
   assert result['params_active'] == ACTIVE.get(name, PUBLISHED[name])
@@ -82,7 +82,7 @@ def test_plan_counts_equal_the_published_architecture(name):
 def test_mixtral_active_parameters_and_expert_traffic_by_hand():
   config = helpers.load(helpers.config_file('mixtral_8x7b', arg=None),
                            ['mesh.data=1', 'mesh.expert=8'])
-  result = analytic.plan(config, 8)
+  result = analytic.plan(run_lib.resolve(config), 8)
   expert = 3 * 4096 * 14336  # one SwiGLU expert: wi_0, wi_1, wo
   # every token uses 2 of the 8 experts of each of 32 layers, and everything else
   assert result['params_active'] == PUBLISHED['mixtral_8x7b'] - 32 * 6 * expert
@@ -94,12 +94,12 @@ def test_mixtral_active_parameters_and_expert_traffic_by_hand():
 
 
 def test_t5_counts_its_decoder_self_attention_cache_and_bert_none():
-  t5 = analytic.plan(helpers.load(helpers.config_file('t5_base', arg=None)), 1)
+  t5 = analytic.plan(run_lib.load(helpers.config_file('t5_base', arg=None)), 1)
   assert t5['kv_cache_bytes_per_token'] == 2 * 12 * 12 * 64 * 2  # 12 decoder layers, bf16
-  bert = analytic.plan(helpers.load(helpers.config_file('bert_base', arg=None)), 1)
+  bert = analytic.plan(run_lib.load(helpers.config_file('bert_base', arg=None)), 1)
   assert 'kv_cache_bytes_per_token' not in bert
   # T5Gemma's decoder: 13 global layers keep every token, 13 local ones a 4096-slot ring
-  t5gemma = analytic.plan(helpers.load(helpers.config_file('t5gemma_2b_2b', arg=None)), 1)
+  t5gemma = analytic.plan(run_lib.load(helpers.config_file('t5gemma_2b_2b', arg=None)), 1)
   per_layer = 2 * 4 * 256 * 2  # keys and values, 4 kv heads of 256, bf16
   assert t5gemma['kv_cache_bytes_per_token'] == 13 * per_layer
   assert t5gemma['kv_cache_local'] == {'layers': 13, 'window': 4096,
@@ -108,7 +108,7 @@ def test_t5_counts_its_decoder_self_attention_cache_and_bert_none():
 
 def test_kv_cache_and_flops_for_llama3_8b_by_hand():
   config = helpers.load(helpers.config_file('llama3_8b', arg=None))
-  result = analytic.plan(config, 1)
+  result = analytic.plan(run_lib.resolve(config), 1)
   assert result['kv_cache_bytes_per_token'] == 2 * 32 * 8 * 128 * 2  # bf16: 128 KiB
   n_matmul = PUBLISHED['llama3_8b'] - 128_256 * 4096  # input embedding table is a gather
   assert result['flops_per_token'] == 6 * n_matmul + 6 * 32 * 4096 * 32 * 128
@@ -125,30 +125,30 @@ def test_a_config_for_the_cudnn_kernel_plans_on_a_cpu():
   # the shapes are the kernel's whatever it is; only the memory model asks which one runs
   config = helpers.load(helpers.config_file('llama3_8b', arg=None),
                            ['model.attention.kernel=gpu', 'model.dtype=bfloat16'])
-  result = analytic.plan(config, 1)
+  result = analytic.plan(run_lib.resolve(config), 1)
   assert result['params_total'] == PUBLISHED['llama3_8b']
   sizes = analytic.mesh_sizes_for(config.mesh, 1)
-  on_gpu = preflight.estimate(config, sizes, 'gpu')
-  on_cpu = preflight.estimate(config, sizes, 'cpu')  # xla there: the [H, L] scores held
+  on_gpu = preflight.estimate(run_lib.resolve(config), sizes, 'gpu')
+  on_cpu = preflight.estimate(run_lib.resolve(config), sizes, 'cpu')  # xla there: the [H, L] scores held
   assert on_gpu['params'] == on_cpu['params'] and on_gpu['activations'] < on_cpu['activations']
 
 
 def test_per_device_bytes_follow_the_sharding_rules():
   config = helpers.tiny_config(vocab_size=64, d_model=32, mlp_dim=64, num_layers=2,
                                num_heads=4, num_kv_heads=4)
-  replicated = analytic.plan(config, 8)  # mesh data=-1 -> data=8: nothing is split
+  replicated = analytic.plan(run_lib.resolve(config), 8)  # mesh data=-1 -> data=8: nothing is split
   params = replicated['params_total']
   assert replicated['per_device_bytes']['params'] == 4 * params
   assert replicated['per_device_bytes']['optimizer_state'] == 8 * params
   assert replicated['per_device_bytes']['total'] == 16 * params
   config.mesh.data, config.mesh.fsdp = 1, 8
-  split = analytic.plan(config, 8)
+  split = analytic.plan(run_lib.resolve(config), 8)
   # every kernel, embedding and norm scale has an 'embed' dim (32, divisible by fsdp=8)
   assert split['per_device_bytes']['params'] == 4 * params // 8
   assert split['mesh'] == {'data': 1, 'fsdp': 8, 'tensor': 1, 'expert': 1,
                            'context': 1, 'stage': 1}
   config.mesh.fsdp, config.mesh.tensor = 1, 3
-  uneven = analytic.plan(config, 3)
+  uneven = analytic.plan(run_lib.resolve(config), 3)
   assert any('over tensor=3' in line for line in uneven['not_divisible'])
 
 
@@ -178,7 +178,7 @@ def test_optimizer_state_bytes_equal_the_optimizers_own_state(name, adafactor, l
   config.optim.name = name
   config.optim.adafactor.update(min_dim_size_to_factor=8, **adafactor)
   config.train.lora.rank = lora
-  result = analytic.plan(config, 1)
+  result = analytic.plan(run_lib.resolve(config), 1)
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
   _, _, abstract, _ = state_lib.make(families.build(config.model, config.train.lora), config,
                                      mesh, run_lib.resolve(config).schedule)
@@ -189,7 +189,7 @@ def test_optimizer_state_bytes_equal_the_optimizers_own_state(name, adafactor, l
   if lora:  # query and value: a [32, 4] and b [4, 4, 8] (query) or [4, 2, 8] per layer
     assert result['lora']['params_trainable'] == 2 * (32 * 4 + 4 * 32 + 32 * 4 + 4 * 16)
     assert result['per_device_bytes']['gradients'] == 4 * result['lora']['params_trainable']
-    full = analytic.plan(helpers.tiny_config(), 1)['per_device_bytes']
+    full = analytic.plan(run_lib.resolve(helpers.tiny_config()), 1)['per_device_bytes']
     assert result['lora']['bytes_saved_per_device'] == full['total'] - result[
         'per_device_bytes']['total'] > 0
 
@@ -205,7 +205,7 @@ def test_the_step_estimate_runs_the_quantized_share_at_the_int8_peak():
     topology.seconds(v5p, 1.0, 1.0, 'fp8')
   config = helpers.tiny_config(remat='full')
   config.model.quant.mode = 'int8'
-  result = analytic.plan(config, 1)
+  result = analytic.plan(run_lib.resolve(config), 1)
   blocks = 2 * (32 * 32 + 2 * 32 * 16 + 32 * 32 + 3 * 32 * 64)  # 2 layers' projections, MLP
   norms = 5 * 32  # N_matmul counts the norm scales (zoo/counting.py's convention)
   assert result['quantized_flops_per_token'] == 8 * (blocks + norms)  # forward, back, remat
@@ -214,7 +214,7 @@ def test_the_step_estimate_runs_the_quantized_share_at_the_int8_peak():
 def test_the_compiled_hlo_count_of_int8_dots():
   config = helpers.tiny_config()
   config.model.quant.mode = 'int8'
-  out = compiled.compile_step(config, jax.devices()[:1], scan_corrected_cost=False)
+  out = compiled.compile_step(run_lib.resolve(config), jax.devices()[:1], scan_corrected_cost=False)
   # 7 projections (q, k, v, out, wi_0, wi_1, wo) in the scanned layer, each forward and
   # twice backward
   assert out['narrow_dots'] == {'s8': 21}
@@ -223,7 +223,7 @@ def test_the_compiled_hlo_count_of_int8_dots():
 def test_t5_11b_plans_adafactor_state_beside_adamw_and_the_whole_run():
   config = helpers.load(helpers.config_file('t5_11b', arg=None), ['mesh.data=1',
                                                                     'mesh.fsdp=8'])
-  result = analytic.plan(config, 8)
+  result = analytic.plan(run_lib.resolve(config), 8)
   states = result['optimizer_state_bytes_per_device']
   assert result['optimizer'] == 'adafactor' and states['adafactor'] < states['adamw'] / 100
   # AdamW: two float32 moments per parameter, split 8 ways
@@ -239,7 +239,7 @@ def test_accumulation_under_fsdp_repeats_the_parameter_collectives():
   config = helpers.tiny_config()
   config.train.batch_size, config.train.microbatches = 8, 4
   config.mesh.data, config.mesh.fsdp = 1, 8
-  result = analytic.plan(config, 8)
+  result = analytic.plan(run_lib.resolve(config), 8)
   run, params = result['run'], result['per_device_bytes']['params']
   assert 'gradient accumulation: 4 microbatches of 2 rows; under fsdp' in analytic.report(result)
   assert run['rows_per_microbatch'] == 2
@@ -252,7 +252,7 @@ def test_the_ring_traffic_of_a_context_mesh_by_hand():
   # 2 x 2 x 8 x 4 = 128 bytes, + its slot and segment id (8): 136 bytes, 3 hops on 4 shards
   config = helpers.tiny_config()
   config.mesh.data, config.mesh.context = 1, 4
-  result = analytic.plan(config, 4)
+  result = analytic.plan(run_lib.resolve(config), 4)
   assert result['context'] == {'context_shards': 4, 'bytes_per_token_per_layer_forward': 408,
                                'bytes_per_token_per_layer_train': 1224}
   assert 'round the ring' in analytic.report(result)
@@ -264,21 +264,21 @@ def test_the_pipeline_plan_by_hand():
   config = helpers.tiny_config()
   config.train.batch_size, config.model.pipeline_microbatches = 8, 4
   config.mesh.data, config.mesh.stage = 2, 2
-  result = analytic.plan(config, 4)
+  result = analytic.plan(run_lib.resolve(config), 4)
   assert result['pipeline'] == {'stages': 2, 'microbatches': 4, 'repeats': 1, 'bubble': 0.2,
                                 'layers_per_stage': 1,
                                 'boundary_bytes_per_step_per_device': 2 * 5 * 2048,
                                 'regroup_bytes_per_step_per_device': 0}
   assert 'bubble 20.0%' in analytic.report(result)
   # the stacked layers split over the stages: the layer parameters' bytes halve
-  assert result['per_device_bytes']['params'] < analytic.plan(
-      helpers.tiny_config(), 1)['per_device_bytes']['params']
+  assert result['per_device_bytes']['params'] < analytic.plan(run_lib.resolve(
+      helpers.tiny_config()), 1)['per_device_bytes']['params']
   # circular, 2 rounds of 4 layers (groups 0..3 lie on stages 0, 0, 1, 1 and run on 0, 1,
   # 0, 1: half move): 9 iterations, bubble 1/9; half the stacked parameters out (not the
   # tables), their gradients back. A layer: q and out 2 x 32 x 32, k and v 2 x 32 x 2 x 8,
   # two norms 2 x 32, swiglu 3 x 32 x 64; 2 of the 4 on each stage, float32
   config.model.num_layers, config.model.pipeline_repeats = 4, 2
-  result = analytic.plan(config, 4)
+  result = analytic.plan(run_lib.resolve(config), 4)
   stacked = 2 * (2 * 32 * 32 + 2 * 32 * 16 + 2 * 32 + 3 * 32 * 64) * 4
   assert result['pipeline']['bubble'] == pytest.approx(1 / 9)
   assert result['pipeline']['boundary_bytes_per_step_per_device'] == 2 * 9 * 2048
@@ -288,7 +288,7 @@ def test_the_pipeline_plan_by_hand():
 
 
 def test_gemma3_27b_kv_cache_counts_local_layers_by_their_window():
-  result = analytic.plan(helpers.load(helpers.config_file('gemma3_27b', arg=None)), 1)
+  result = analytic.plan(run_lib.load(helpers.config_file('gemma3_27b', arg=None)), 1)
   layer_token = 2 * 16 * 128 * 2  # keys and values, 16 kv heads x 128, bf16
   assert result['kv_cache_bytes_per_token'] == 10 * layer_token  # the 10 global layers
   assert result['kv_cache_local'] == {'layers': 52, 'window': 1024,
@@ -337,7 +337,7 @@ def test_a_compile_that_runs_out_of_hbm_is_an_answer_not_a_traceback(monkeypatch
   rows = [{'mesh': dict(data=1, fsdp=256, tensor=1, expert=1, context=1, stage=1),
            'pipeline_microbatches': 0, 'pipeline_repeats': 1, 'invalid': None,
            'step_seconds': 1.0, 'per_device_bytes': 10 * 2**30, 'fits': True}]
-  sweep.confirm(config, rows, None, tpu.chip)
+  sweep.confirm(run_lib.resolve(config), rows, None, tpu.chip)
   assert rows[0]['compiled_fits'] is False and rows[0]['compiled_at_least']
   assert sweep.table(rows, tpu).splitlines()[-1].endswith(' yes       >241.33 NO')
 
@@ -349,7 +349,7 @@ def test_the_plan_says_what_the_group_limit_does_to_the_all_to_all():
   for shards, blocks, reach in ((64, 8, 8), (4, 0, 4)):
     config = helpers.load(helpers.config_file('deepseek_v3', arg=None),
                              ['mesh.data=1', f'mesh.expert={shards}', 'mesh.fsdp=4'])
-    result = analytic.plan(config, 4 * shards)
+    result = analytic.plan(run_lib.resolve(config), 4 * shards)
     assert result['moe']['moe_layers'] == 58  # 61 less the 3 dense
     assert result['moe']['group_limit'] == {
         'groups': 8, 'top_groups': 4, 'shards_per_group': blocks, 'groups_reached_at_most': 4,

@@ -13,6 +13,7 @@ from tests.helpers import REPO
 from zoo import config as config_lib
 from zoo.config import schema
 from zoo import families
+from zoo import run as run_lib
 from zoo import sharding
 from zoo.data import pipeline
 from zoo.data import tokenizer as tokenizer_lib
@@ -41,7 +42,7 @@ def test_batch_spec_is_what_the_pipeline_yields_and_what_plan_mode_compiles(
                                             tokenizer=tokenizer)))
     assert {k: (v.shape, v.dtype) for k, v in batch.items()} == spec
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
-  lowered_batch = compiled.lower(config, mesh).args_info[0][1]
+  lowered_batch = compiled.lower(run_lib.resolve(config), mesh).args_info[0][1]
   assert {k: (a.shape, np.dtype(a.dtype)) for k, a in lowered_batch.items()} == spec
 
 

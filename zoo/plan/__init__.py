@@ -31,7 +31,7 @@ def _compiled(run, result, devices, tpu_slice):
   # takes the analytic FLOPs over 1 - the bubble, the memory is the compiler's
   pipelined = 'pipeline' in result
   try:
-    out = compiled_lib.compile_step(config, devices, scan_corrected_cost=not pipelined)
+    out = compiled_lib.compile_step(run, devices, scan_corrected_cost=not pipelined)
   except compiled_lib.DoesNotFit as e:  # the answer plan mode is asked for
     result.update(mesh=sizes, fits=False, compile_error=str(e))
     return
@@ -81,7 +81,7 @@ def run(resolved, json_path=None, compile_step=False, topology_name=None, sweep=
     raise ConfigError(f'--plan_sweep_compile={sweep_compile} compiles that many of the '
                       "sweep's best meshes: it needs --plan_sweep and a count >= 0")
   runtime.size_label_head(config)  # as training sizes the head
-  result = analytic.plan(config, tpu_slice.chips if tpu_slice else None)
+  result = analytic.plan(resolved, tpu_slice.chips if tpu_slice else None)
   # the kernel the step would use on the planned platform
   result['attention_kernel'], why = runtime.attention_kernel(
       config, result['mesh'].get('context', 1), on='tpu' if tpu_slice else jax.default_backend())
@@ -94,14 +94,14 @@ def run(resolved, json_path=None, compile_step=False, topology_name=None, sweep=
                           'hbm_bytes_per_chip': tpu_slice.chip.hbm_bytes,
                           'peak_flops_per_chip': tpu_slice.chip.peak_flops}
   if sweep:
-    result['sweep'] = sweep_lib.sweep(config, tpu_slice)
+    result['sweep'] = sweep_lib.sweep(resolved, tpu_slice)
     fitting = [r for r in result['sweep'] if not r['invalid'] and r['fits']]
     if fitting:  # the whole run at the fastest mesh that fits, by the analytic estimate
       result['run'].update(estimated_seconds=(fitting[0]['step_seconds'] *
                                               result['run']['step_equivalents']),
                            estimated_mesh=fitting[0]['mesh'])
     if sweep_compile:
-      sweep_lib.confirm(config, fitting[:sweep_compile], topology.devices(tpu_slice),
+      sweep_lib.confirm(resolved, fitting[:sweep_compile], topology.devices(tpu_slice),
                         tpu_slice.chip)
   elif tpu_slice or compile_step:
     devices = topology.devices(tpu_slice) if tpu_slice else jax.devices()

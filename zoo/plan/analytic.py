@@ -28,7 +28,6 @@ import numpy as np
 from zoo import config as config_lib
 from zoo import counting
 from zoo import families
-from zoo import run as run_lib
 from zoo import sharding
 from zoo.models import dims
 from zoo.models import mla
@@ -194,13 +193,13 @@ def stacked_param_bytes(boxed, rules, sizes):
   return int(held)
 
 
-def run_plan(config, sizes, per_device):
+def run_plan(run, sizes, per_device):
   """The whole run: tokens per step and in all; with train.microbatches under fsdp, the
   collectives accumulation repeats (parameters all-gathered forward and backward, gradients
   reduce-scattered, once per microbatch)."""
+  config = run.config
   t = config.train
   tokens_per_step = t.batch_size * config.data.seq_len
-  run = run_lib.resolve(config)
   out = {'tokens_per_step': tokens_per_step, 'steps': t.steps,
          'tokens': run.total_tokens, 'microbatches': t.microbatches,
          'rows_per_microbatch': t.batch_size // t.microbatches,
@@ -222,8 +221,10 @@ def run_plan(config, sizes, per_device):
   return out
 
 
-def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
-  """The plan as a dict (see the module docstring for each field's convention)."""
+def plan(run, num_devices=None, mesh_sizes=None, boxed=None):
+  """The resolved run's (zoo/run) plan as a dict (see the module docstring for each
+  field's convention)."""
+  config = run.config
   m = config.model
   num_devices = jax.device_count() if num_devices is None else num_devices
   sizes = mesh_sizes or mesh_sizes_for(config.mesh, num_devices)
@@ -253,7 +254,7 @@ def plan(config, num_devices=None, mesh_sizes=None, boxed=None):
       'per_device_bytes': per_device,
       'optimizer': config.optim.name,
       'optimizer_state_bytes_per_device': by_optimizer,
-      'run': run_plan(config, sizes, per_device),
+      'run': run_plan(run, sizes, per_device),
       'compiled': False,
       'not_divisible': not_divisible,
   }

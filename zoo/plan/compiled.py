@@ -41,9 +41,11 @@ def _exhausted(error):
   return tuple(float(v) * 2**30 for v in found.groups()) if found else None
 
 
-def lower(config, mesh):
-  """The jitted train step lowered for `mesh` with abstract state and batch (no memory)."""
-  parts = runtime.model_state(run_lib.resolve(config), mesh)
+def lower(run, mesh):
+  """The resolved run's (zoo/run) jitted train step lowered for `mesh` with abstract state
+  and batch (no memory)."""
+  config = run.config
+  parts = runtime.model_state(run, mesh)
   batch_sharding = sharding.batch_sharding(mesh)
   batch = families.abstract_batch(config, batch_sharding)
   step = jax.jit(parts.train_step(config), in_shardings=(parts.shardings, batch_sharding),
@@ -60,11 +62,11 @@ def _cost(compiled):
   return np.array([cost.get('flops', 0.0), cost.get('bytes accessed', 0.0)])
 
 
-def _unrolled_cost(config, mesh):
+def _unrolled_cost(run, mesh):
   """Per-device (flops, bytes) of the full depth, from 1- and 2-layer unrolled compiles
   (with model.moe.first_dense = k dense layers: k + 1 and k + 2, the dense ones counted
   once)."""
-  fields = families.get(config.model).LAYER_FIELDS
+  config, fields = run.config, run.family.LAYER_FIELDS
   dense = config.model.moe.first_dense if config.model.moe.num_experts else 0
 
   def cost(layers):
@@ -74,7 +76,7 @@ def _unrolled_cost(config, mesh):
       for field, n in zip(fields, layers):
         variant.model[field] = n
     with ring.unrolled():  # every hop's block counted
-      return _cost(lower(variant, mesh).compile())
+      return _cost(lower(run_lib.resolve(variant), mesh).compile())
 
   base = cost([dense + 1] * len(fields))
   total = base.copy()
@@ -116,9 +118,11 @@ def narrow_dots(hlo_text):
   return counts
 
 
-def compile_step(config, devices, scan_corrected_cost=True):
-  """-> dict: per-device memory from the compiler, FLOPs and HBM bytes per step, timings.
-  scan_corrected_cost=False skips the two extra compiles (the cost then counts one layer)."""
+def compile_step(run, devices, scan_corrected_cost=True):
+  """The resolved run's train step compiled -> dict: per-device memory from the compiler,
+  FLOPs and HBM bytes per step, timings. scan_corrected_cost=False skips the two extra
+  compiles (the cost then counts one layer)."""
+  config = run.config
   mesh = sharding.make_mesh(config.mesh, devices)
   device = mesh.devices.flat[0]
   mesh_text = ' x '.join(f'{a} {n}' for a, n in mesh.shape.items() if n > 1) or 'one device'
@@ -128,7 +132,7 @@ def compile_step(config, devices, scan_corrected_cost=True):
         'times)', flush=True)
   start = time.time()
   try:
-    compiled = lower(config, mesh).compile()
+    compiled = lower(run, mesh).compile()
   except jax.errors.JaxRuntimeError as e:
     exhausted = _exhausted(e)
     if exhausted is None:
@@ -141,9 +145,9 @@ def compile_step(config, devices, scan_corrected_cost=True):
   corrected = config.model.scan_layers and scan_corrected_cost
   if corrected:
     start = time.time()
-    print(f'compiling {len(families.get(config.model).LAYER_FIELDS) + 1} more steps with 1 '
+    print(f'compiling {len(run.family.LAYER_FIELDS) + 1} more steps with 1 '
           'and 2 layers unrolled, to count the FLOPs of every layer', flush=True)
-  flops, bytes_accessed = _unrolled_cost(config, mesh) if corrected else _cost(compiled)
+  flops, bytes_accessed = _unrolled_cost(run, mesh) if corrected else _cost(compiled)
   if corrected:
     print(f'compiled in {time.time() - start:.0f} s', flush=True)
   return {

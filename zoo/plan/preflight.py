@@ -15,6 +15,7 @@ import os
 import jax
 
 from zoo import counting
+from zoo import run as run_lib
 from zoo.errors import ConfigError
 from zoo.plan import analytic
 from zoo.plan import sweep
@@ -37,8 +38,8 @@ def check(run, devices=None):
   sizes = analytic.mesh_sizes_for(config.mesh, len(devices))
   largest = max(reversed(range(len(run.phases))),  # the final on a tie
                 key=lambda k: run.phases[k].tokens_per_step)
-  config = run.phase_configs[largest]
-  needed = estimate(config, sizes, local[0].platform)
+  shaped = run if largest == len(run.phases) - 1 else run_lib.resolve(run.phase_configs[largest])
+  needed = estimate(shaped, sizes, local[0].platform)
   if needed['total'] <= available:
     return
   parts = ', '.join(f'{name.replace("_", " ")} {needed[name] / GIB:.2f}'
@@ -54,11 +55,12 @@ def check(run, devices=None):
       '(train.preflight=False skips this estimate)')
 
 
-def estimate(config, sizes, platform):
-  """The train step's per-device bytes on the mesh `sizes` on `platform`, by part."""
-  boxed = counting.abstract_params(config)
-  base = analytic.plan(config, mesh_sizes=sizes, boxed=boxed)
-  return sweep.device_bytes(config, sizes, base, boxed, on=platform)
+def estimate(run, sizes, platform):
+  """The resolved run's train step's per-device bytes on the mesh `sizes` on `platform`,
+  by part."""
+  boxed = counting.abstract_params(run.config)
+  base = analytic.plan(run, mesh_sizes=sizes, boxed=boxed)
+  return sweep.device_bytes(run.config, sizes, base, boxed, on=platform)
 
 
 def available_bytes(device, local_devices):

@@ -263,18 +263,19 @@ def _vocab_params(boxed):
                                                              specs) if 'vocab' in tuple(spec))
 
 
-def sweep(config, tpu_slice):
-  """-> rows sorted by estimated step time (invalid meshes last, with the reason)."""
+def sweep(run, tpu_slice):
+  """The resolved run's (zoo/run) meshes on `tpu_slice` -> rows sorted by estimated step
+  time (invalid meshes last, with the reason)."""
+  config = run.config
   axes = ('data', 'fsdp', 'tensor')
   if config.model.moe.num_experts:
     axes += ('expert',)
-  run = run_lib.resolve(config)
   if not run_checks.context_unsupported(config.model, run.family):
     axes += ('context',)
   if config.model.scan_layers:
     axes += ('stage',)
   boxed = counting.abstract_params(config)
-  base = analytic.plan(config, mesh_sizes={a: 1 for a in sharding.MESH_AXES}, boxed=boxed)
+  base = analytic.plan(run, mesh_sizes={a: 1 for a in sharding.MESH_AXES}, boxed=boxed)
   rows, variants = [], {}
   phase_batches = sorted({p.batch_size for p in run.phases[:-1]})
   for sizes in factorizations(tpu_slice.chips, axes):
@@ -320,16 +321,18 @@ def _with_schedule(config, microbatches, repeats):
   return variant
 
 
-def confirm(config, rows, devices, chip):
-  """Compiles the train step for each row's mesh on `devices` (the slice's) and adds the
-  compiler's per-device bytes (`compiled_bytes`) and whether they fit (`compiled_fits`)."""
+def confirm(run, rows, devices, chip):
+  """Compiles the resolved run's train step for each row's mesh on `devices` (the slice's)
+  and adds the compiler's per-device bytes (`compiled_bytes`) and whether they fit
+  (`compiled_fits`)."""
+  config = run.config
   for row in rows:
     meshed = _with_schedule(config, row['pipeline_microbatches'], row['pipeline_repeats'])
     meshed = meshed.copy_and_resolve_references()
     with meshed.unlocked():
       meshed.mesh.update(row['mesh'])
     try:
-      total = compiled.compile_step(meshed, devices, scan_corrected_cost=False)[
+      total = compiled.compile_step(run_lib.resolve(meshed), devices, scan_corrected_cost=False)[
           'per_device_bytes']['total']
     except compiled.DoesNotFit as e:  # the temporaries alone: at least this much
       row.update(compiled_bytes=int(e.needed), compiled_fits=False, compiled_at_least=True)
