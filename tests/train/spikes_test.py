@@ -66,10 +66,8 @@ def test_a_rollback_forgets_the_window_values_after_the_step_it_returns_to():
 
 
 def test_skips_add_up_per_step_and_name_the_batches_as_drawn():
-  config = config_lib.base()
-  config.train.data_skips = '10:3, 40:2'
   records = [{'spike_step': 30, 'restored_step': 20, 'skipped_batches': [24, 27]}]
-  current = spikes.skips(config, records)
+  current = spikes.skips(config_lib.data_skips('10:3, 40:2'), records)
   assert current == {10: 3, 40: 2, 20: 4}
   # after step 20 the batches drawn so far are 20 + 3 (the skip after 10) + 4 (the rollback)
   assert spikes.skipped_range(20, 5, current) == (28, 32)

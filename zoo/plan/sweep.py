@@ -188,7 +188,7 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu'):
   layers = families.total_layers(m) / stages
   remat = m.remat != 'none'
   held = analytic.state_bytes(boxed, sharding.rules(config), sizes, config.optim,
-                              state_lib.trainable(config, nn.unbox(boxed)))[1]
+                              state_lib.trainable(config.train.lora.rank, nn.unbox(boxed)))[1]
   regrouped = 0.0  # circular: the parameters moved to their stages and their gradients
   if stages > 1:
     regrouped = analytic.pipeline_plan(config, sizes, analytic.stacked_param_bytes(

@@ -32,6 +32,7 @@ class Run:
   phase_configs: tuple  # the config each phase trains with (the last: `config`)
   schedule: Callable  # step -> learning rate (optim.schedule over the phases)
   span_lengths: tuple | None  # span corruption: (raw, inputs, targets) tokens; else None
+  data_skips: tuple  # train.data_skips parsed: ((after step, batches to skip), ...)
 
   def phase_at(self, step):
     """The phase step `step` (from 1) runs in."""
@@ -62,7 +63,8 @@ def resolve(config):
   d = config.data
   run = Run(config=config, family=family, phases=phases, phase_configs=phase_configs,
             schedule=optim.schedule(config.optim, config.train.steps, phases),
-            span_lengths=spans.lengths(d) if d.objective == 'span_corruption' else None)
+            span_lengths=spans.lengths(d) if d.objective == 'span_corruption' else None,
+            data_skips=tuple(config_lib.data_skips(config.train.data_skips)))
   run.check_phases(lambda phase_config: _check_phase(config, phase_config))
   return run
 

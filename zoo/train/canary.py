@@ -31,11 +31,11 @@ class Mismatch(RuntimeError):
   """The mesh's step differs from one device's and no workaround makes it equal."""
 
 
-def wanted(config, mesh):
-  """Whether this run checks: a CPU mesh of one process with two or more axes split, all of
-  them CHECKED_AXES."""
+def wanted(canary, mesh):
+  """Whether this run (train.canary=`canary`) checks: a CPU mesh of one process with two or
+  more axes split, all of them CHECKED_AXES."""
   split = {axis for axis, size in mesh.shape.items() if size > 1}
-  return (config.train.canary != 'off' and mesh.devices.flat[0].platform == 'cpu'
+  return (canary != 'off' and mesh.devices.flat[0].platform == 'cpu'
           and jax.process_count() == 1 and len(split) >= 2 and split <= set(CHECKED_AXES))
 
 

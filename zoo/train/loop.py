@@ -57,7 +57,7 @@ def _describe(run, workdir, place, streams, corpus, params, start_step, cache, i
   }
   lora = config.train.lora
   if lora.rank:
-    trains = jax.tree.leaves(state_lib.trainable(config, params))
+    trains = jax.tree.leaves(state_lib.trainable(lora.rank, params))
     header['params_trainable'] = sum(x.size for x, t in zip(jax.tree.leaves(params), trains)
                                      if t)
   if config.model.quant.mode != 'none':
@@ -209,7 +209,7 @@ def _build(run, workdir, place):
   init = runtime.init_plan(config, parts)
   saved, local = runtime.checkpointer(config, workdir), runtime.local_tier(config)
   rollbacks = spikes_lib.read(workdir)
-  data_iter = runtime.train_batches(run, streams, corpus, spikes_lib.skips(config, rollbacks))
+  data_iter = runtime.train_batches(run, streams, corpus, spikes_lib.skips(run.data_skips, rollbacks))
   step, state = _start(config, place, parts, saved, local, data_iter)
   run_config.write(config, workdir)
   return _Built(place, cache, streams, corpus, parts, init, saved, local,
@@ -243,14 +243,14 @@ def _roll_back(spike, run, workdir, b, writer):
   for tier in filter(None, (b.saved, b.local)):
     tier.set_aside_after(max(spike.step - s.rollback_steps, 0),
                          f'rolled-back-{spike.step}-{int(time.time())}')
-  skips = spikes_lib.skips(config, b.rollbacks)
+  skips = spikes_lib.skips(run.data_skips, b.rollbacks)
   b.data_iter = runtime.train_batches(run, b.streams, b.corpus, skips)
   b.step, b.state = _start(config, b.place, b.parts, b.saved, b.local, b.data_iter)
   first, last = spikes_lib.skipped_range(b.step, s.skip_batches, skips)
   b.rollbacks = spikes_lib.record(workdir, b.rollbacks, {
       'spike_step': spike.step, 'restored_step': b.step, 'skipped_batches': [first, last],
       **spike.row()})
-  b.data_iter.skips = spikes_lib.skips(config, b.rollbacks)
+  b.data_iter.skips = spikes_lib.skips(run.data_skips, b.rollbacks)
   writer.write({'step': spike.step, 'event': 'rollback', 'restored_step': b.step,
                 'skipped_batches': [first, last], **spike.row()})
   recent = sum(r['spike_step'] > spike.step - s.rollback_window for r in b.rollbacks)
@@ -261,7 +261,7 @@ def _roll_back(spike, run, workdir, b, writer):
 
 def _canary(config, place, state, batch):
   """zoo/train/canary.py where the mesh wants it -> (placement to train with, lines)."""
-  if not canary_lib.wanted(config, place.mesh):
+  if not canary_lib.wanted(config.train.canary, place.mesh):
     return place, []
   try:
     place, line = canary_lib.check(config, place, state, batch)

@@ -296,7 +296,8 @@ class ModelState:
                                     self.learning_rate_fn, config.train.microbatches,
                                     families.counts_fn(config),
                                     tuple(config.train.fault.nonfinite),
-                                    state_lib.trainable(config, self.abstract['params']))
+                                    state_lib.trainable(config.train.lora.rank,
+                                                        self.abstract['params']))
 
 
 def model_state(run, mesh):

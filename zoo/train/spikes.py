@@ -129,10 +129,11 @@ def record(workdir, records, entry):
   return records
 
 
-def skips(config, records):
-  """{after step: batches to skip there}: train.data_skips and the recorded rollbacks."""
+def skips(data_skips, records):
+  """{after step: batches to skip there}: train.data_skips (parsed: the run's) and the
+  recorded rollbacks."""
   total = collections.Counter()
-  for step, count in config_lib.data_skips(config.train.data_skips):
+  for step, count in data_skips:
     total[step] += count
   for r in records:
     total[r['restored_step']] += r['skipped_batches'][1] - r['skipped_batches'][0] + 1

@@ -22,10 +22,10 @@ def model_variables(state):
   return {k: state[k] for k in ('params', *models.STATE_COLLECTIONS) if k in state}
 
 
-def trainable(config, params):
-  """Which parameters train: a tree of bools (train.lora: the adapters and a label head),
-  or None for all."""
-  return lora.trainable(params) if config.train.lora.rank else None
+def trainable(lora_rank, params):
+  """Which parameters train under train.lora.rank=`lora_rank`: a tree of bools (the
+  adapters and a label head), or None for all (rank 0)."""
+  return lora.trainable(params) if lora_rank else None
 
 
 def make(model, config, mesh, learning_rate):
@@ -37,7 +37,7 @@ def make(model, config, mesh, learning_rate):
   boxed = jax.eval_shape(model.init, rng, batch)['params']
   param_specs = nn.get_partition_spec(boxed)
   optimizer = optim.make(config.optim, learning_rate, optim.stacked_leaves(param_specs),
-                         trainable(config, nn.unbox(boxed)))
+                         trainable(config.train.lora.rank, nn.unbox(boxed)))
 
   def init_fn(rng):
     params_rng, state_rng = jax.random.split(rng)
