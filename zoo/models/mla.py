@@ -29,7 +29,6 @@ from zoo import kernels
 from zoo.kernels import reference
 from zoo.models import layers
 from zoo.models import lora as lora_lib
-from zoo.models import quant as quant_lib
 from zoo.models import rope
 
 
@@ -60,7 +59,7 @@ class LatentAttention(nn.Module):
         a.v_head_dim
     dense = lambda name, f, axes, num_in=1, scale=1.0: layers.DenseGeneral(
         f, axes, num_in=num_in, dtype=self.dtype, param_dtype=self.param_dtype,
-        init_std=m.kernel_init_std, init_scale=scale, quant=quant_lib.recipe(m),
+        init_std=m.kernel_init_std, init_scale=scale, quant=m.quant,
         lora=self.lora, name=name)
     norm = lambda name, axis: layers.Norm(m.norm, m.norm_eps, axis=axis, name=name,
                                           dtype=self.dtype, param_dtype=self.param_dtype)

@@ -274,7 +274,7 @@ class MoE(nn.Module):
            'capacity_factor': moe.capacity_factor, 'activation': m.activation,
            'router': moe.router, 'num_groups': moe.num_groups, 'top_groups': moe.top_groups,
            'routed_scale': moe.routed_scale, 'balance_scope': moe.balance_scope,
-           'quant': quant.recipe(m)}
+           'quant': m.quant}
 
     rate, bias, bias_E = moe.bias_update_rate, None, None
     if rate:

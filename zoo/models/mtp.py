@@ -19,7 +19,6 @@ import jax.numpy as jnp
 
 from zoo.kernels import mask as mask_lib
 from zoo.models import layers
-from zoo.models import quant
 
 
 def shifted(a_BL, k, fill=0):
@@ -63,7 +62,7 @@ class MTP(nn.Module):
       joined_BL2D = jnp.concatenate([norm(f'embed_norm_{k}')(e_BLD),
                                     norm(f'hidden_norm_{k}')(h_BLD)], axis=-1)
       h_BLD = layers.DenseGeneral(m.d_model, ('mlp', 'embed'), init_std=m.kernel_init_std,
-                                  quant=quant.recipe(m), name=f'projection_{k}',
+                                  quant=m.quant, name=f'projection_{k}',
                                   **dtypes)(joined_BL2D)
       if decoding:
         mask = mask_lib.Mask(segment_ids_BL, kv_segment_ids_BS, causal=True,

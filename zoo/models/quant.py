@@ -28,16 +28,11 @@ MODES = {'int8': (jnp.int8, jnp.int8), 'fp8': (jnp.float8_e4m3fn, jnp.float8_e5m
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
-  """model.quant as a module attribute: mode 'none', 'int8' or 'fp8' (as the config spells
-  them); tile 0 = per channel."""
+  """A matmul's precision, as model.quant spells it (the modules pass the frozen model
+  config's `quant` itself; this is the default of a layer built alone): mode 'none',
+  'int8' or 'fp8'; tile 0 = per channel."""
   mode: str = 'none'
   tile: int = 0
-
-
-def recipe(m):
-  """The model config's recipe (model.quant)."""
-  q = m.get('quant')
-  return Recipe() if q is None or q.mode == 'none' else Recipe(q.mode, q.tile)
 
 
 def _config(r):

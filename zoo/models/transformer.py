@@ -24,7 +24,6 @@ from zoo.models import mla
 from zoo.models import moe as moe_lib
 from zoo.models import mtp as mtp_lib
 from zoo.models import pipeline
-from zoo.models import quant
 
 REMAT_POLICIES = {
     'full': None,  # save nothing, recompute the whole block
@@ -78,7 +77,7 @@ class Block(nn.Module):
         softcap=m.attention.softcap, qk_norm=(m.norm, m.norm_eps) if m.qk_norm else (),
         init_std=m.kernel_init_std,
         out_init_scale=_out_init_scale(m), kernel=m.attention.kernel,
-        block_sizes=(m.attention.block_q, m.attention.block_kv), quant=quant.recipe(m),
+        block_sizes=(m.attention.block_q, m.attention.block_kv), quant=m.quant,
         lora=adapters, name=name, **dtypes(m))
     if m.mla.kv_lora_rank:  # DeepSeek's multi-head latent attention
       attend = mla.LatentAttention(m, out_init_scale=_out_init_scale(m),
@@ -91,7 +90,7 @@ class Block(nn.Module):
     else:
       mlp = layers.MLP(m.mlp_dim, m.activation, use_bias=m.use_bias,
                        init_std=m.kernel_init_std, out_init_scale=_out_init_scale(m),
-                       quant=quant.recipe(m), lora=adapters, name='mlp', **dtypes(m))
+                       quant=m.quant, lora=adapters, name='mlp', **dtypes(m))
     drop = lambda y: nn.Dropout(m.dropout_rate)(y, deterministic=not self.train)
     self_attend = lambda h: attend(h, mask=mask, q_positions_BL=positions_BL,
                                    kv_positions_BS=positions_BL, bias=bias)
