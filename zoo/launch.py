@@ -49,7 +49,7 @@ def default_workdir(config_spec):
 def _initialize_distributed():
   """Joins the other processes; a missing or dead one ends this one in bounded time."""
   import jax  # pylint: disable=g-import-not-at-top
-  from zoo.config import ConfigError  # pylint: disable=g-import-not-at-top
+  from zoo.errors import ConfigError  # pylint: disable=g-import-not-at-top
   timeouts = {'initialization_timeout': FLAGS.distributed_timeout,
               'heartbeat_timeout_seconds': min(FLAGS.distributed_timeout, 60)}
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')  # CPU pods; else unused
@@ -66,6 +66,7 @@ def _initialize_distributed():
 def run(overrides):
   """Loads the config, runs the mode; bad input -> one line on stderr and exit 2."""
   from zoo import run as run_lib  # pylint: disable=g-import-not-at-top
+  from zoo.errors import ConfigError  # pylint: disable=g-import-not-at-top
   from zoo import plan  # pylint: disable=g-import-not-at-top
   from zoo.plan import preflight  # pylint: disable=g-import-not-at-top
   from zoo import storage  # pylint: disable=g-import-not-at-top
@@ -79,27 +80,27 @@ def run(overrides):
   if not any(a.startswith(('-v', '--verbosity')) for a in sys.argv):
     logging.set_verbosity(logging.WARNING)  # orbax and grain log every save at INFO
   try:
-    run = run_lib.load(FLAGS.config, overrides)
+    resolved = run_lib.load(FLAGS.config, overrides)  # the config, read once
     if FLAGS.mode == 'plan':
       storage.check(FLAGS.plan_json or '', '--plan_json')
-      plan.run(run, FLAGS.plan_json, FLAGS.plan_compile, FLAGS.plan_topology,
+      plan.run(resolved, FLAGS.plan_json, FLAGS.plan_compile, FLAGS.plan_topology,
                FLAGS.plan_sweep, FLAGS.plan_sweep_compile)
       return
     workdir = FLAGS.workdir or default_workdir(FLAGS.config)
     storage.check(workdir, '--workdir')
     storage.check_writable(workdir, '--workdir')
     if FLAGS.mode == 'generate':
-      infer_run.check(run.config, FLAGS.prompt)
+      infer_run.check(resolved.config, FLAGS.prompt)
     _initialize_distributed()
     if FLAGS.mode == 'train':
-      place = runtime.placement(run)  # a mesh that cannot be built says so first
-      preflight.check(run)  # before anything is written or compiled
-      loop.train(run, workdir, task_eval.make, place)
+      place = runtime.placement(resolved)  # a mesh that cannot be built says so first
+      preflight.check(resolved)  # before anything is written or compiled
+      loop.train(resolved, workdir, task_eval.make, place)
     elif FLAGS.mode == 'eval':
-      evaluate.run(run, workdir, task_eval.make)
+      evaluate.run(resolved, workdir, task_eval.make)
     else:
-      infer_run.run(run, workdir, FLAGS.prompt)
-  except run_lib.ConfigError as e:
+      infer_run.run(resolved, workdir, FLAGS.prompt)
+  except ConfigError as e:
     print(f'error: {e}', file=sys.stderr, flush=True)
     sys.exit(2)
   except (loop.TrainingError, checkpoint.WriteError) as e:
