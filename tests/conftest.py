@@ -30,6 +30,9 @@ os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
 
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
+import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from tests import tiers  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from zoo import platform  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -52,6 +55,10 @@ def pytest_collection_modifyitems(items):
   rank = lambda item: (FIRST.index(item.nodeid.split('::')[0])
                        if item.nodeid.split('::')[0] in FIRST else len(FIRST))
   items.sort(key=rank)  # stable: each file's tests keep their order
+  slow = tiers.read()  # tests/slow.txt: the fast tier is -m "not slow"
+  for item in items:
+    if item.nodeid in slow:
+      item.add_marker(pytest.mark.slow)
 
 
 def pytest_sessionfinish(session, exitstatus):
