@@ -181,7 +181,8 @@ def mfu(name, overrides, batch, steps, decode_batches):
       *overrides, f'train.batch_size={batch}', 'model.remat=none', 'model.dtype=bfloat16',
       'model.attention.kernel=gpu'])
   sizes = analytic.mesh_sizes_for(config.mesh, 1)
-  results = bench.measure(run_lib.resolve(config), runs=1, steps=steps, decode_batches=list(decode_batches),
+  results = bench.measure(run_lib.resolve(config), runs=1, steps=steps,
+                          decode_batches=list(decode_batches),
                           prompt_len=32, new_tokens=128, use_torch=False)
   z = results['zoo']
   return {

@@ -27,7 +27,8 @@ SMOKE = helpers.config_file('gpt_shakespeare')
 
 def test_measure_trains_and_decodes_the_config():
   config = helpers.load(SMOKE, ['model.scan_unroll=2'])
-  results = bench.measure(run_lib.resolve(config), runs=2, steps=2, decode_batches=[1, 3], prompt_len=4,
+  results = bench.measure(run_lib.resolve(config), runs=2, steps=2, decode_batches=[1, 3],
+                          prompt_len=4,
                           new_tokens=5, use_torch=False)
   z = results['zoo']
   assert results['torch'] is None and results['ratios'] == {}

@@ -50,7 +50,8 @@ def test_a_phase_larger_than_the_final_shape_is_the_one_estimated(small_machine)
   spec = helpers.config_file('gpt_shakespeare', arg=None)
   preflight.check(run_lib.resolve(_one_device(spec)), jax.devices()[:1])
   with pytest.raises(ConfigError, match='the train step needs'):
-    preflight.check(run_lib.resolve(_one_device(spec, 'train.phases=10:2048:128')), jax.devices()[:1])
+    preflight.check(run_lib.resolve(_one_device(spec, 'train.phases=10:2048:128')),
+                    jax.devices()[:1])
 
 
 def test_train_preflight_false_skips_the_estimate(small_machine):

@@ -129,7 +129,8 @@ def test_a_config_for_the_cudnn_kernel_plans_on_a_cpu():
   assert result['params_total'] == PUBLISHED['llama3_8b']
   sizes = analytic.mesh_sizes_for(config.mesh, 1)
   on_gpu = preflight.estimate(run_lib.resolve(config), sizes, 'gpu')
-  on_cpu = preflight.estimate(run_lib.resolve(config), sizes, 'cpu')  # xla there: the [H, L] scores held
+  # xla on a CPU: the [H, L] scores held
+  on_cpu = preflight.estimate(run_lib.resolve(config), sizes, 'cpu')
   assert on_gpu['params'] == on_cpu['params'] and on_gpu['activations'] < on_cpu['activations']
 
 

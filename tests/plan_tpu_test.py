@@ -110,7 +110,8 @@ def test_a_tpu_plan_compiles_the_train_step_and_reports_the_compiler_numbers(tmp
 def test_plan_compile_uses_the_simulated_devices_and_its_bytes_shrink_with_fsdp():
   data8 = plan.run(run_lib.resolve(_smoke('mesh.data=8')), compile_step=True)
   assert data8['compiled'] and data8['mesh']['data'] == 8
-  fsdp8 = compiled.compile_step(run_lib.resolve(_smoke('mesh.data=1', 'mesh.fsdp=8')), jax.devices(),
+  fsdp8 = compiled.compile_step(run_lib.resolve(_smoke('mesh.data=1', 'mesh.fsdp=8')),
+                                jax.devices(),
                                 scan_corrected_cost=False)
   assert fsdp8['mesh_devices'] == 8
   assert fsdp8['per_device_bytes']['arguments'] < data8['per_device_bytes']['arguments'] / 4
@@ -157,7 +158,8 @@ def test_the_sweep_ranks_every_factorization_and_says_why_it_skips_some():
           by_mesh[(4, 1, 1, 1, 2, 1)]['step_seconds'])
   # more microbatches, a smaller bubble: faster (batch 32, so 2 to 16 microbatches split)
   config = _smoke('model.num_heads=2', 'model.num_kv_heads=2', 'train.batch_size=32')
-  staged = [r for r in plan.run(run_lib.resolve(config), topology_name='v5p-16', sweep=True)['sweep']
+  staged = [r for r in plan.run(run_lib.resolve(config), topology_name='v5p-16',
+                                sweep=True)['sweep']
             if tuple(r['mesh'].values()) == (2, 1, 2, 1, 1, 2)]
   assert [r['pipeline_microbatches'] for r in staged if not r['invalid']] == [16, 8, 4, 2]
 
@@ -169,7 +171,8 @@ def test_the_sweep_leaves_out_the_meshes_a_run_would_refuse():
                   'data.seq_len=256', 'model.max_length=256',
                   'model.attention.kernel=splash')
   skipped = {tuple(r['mesh'].values()): r['invalid']
-             for r in sweep.sweep(run_lib.resolve(config), topology.parse('v5p-16')) if r['invalid']}
+             for r in sweep.sweep(run_lib.resolve(config),
+                                  topology.parse('v5p-16')) if r['invalid']}
   assert skipped[(8, 1, 1, 1, 1, 1)] == ("a phase's batch of 4 does not split over data x "
                                          'fsdp x expert = 8')
   assert 'splash' in skipped[(2, 1, 1, 1, 4, 1)]
@@ -203,7 +206,8 @@ def test_across_slices_the_dcn_axis_traffic_goes_at_the_dcn_bandwidth():
   handed = analytic.pipeline_plan(config, staged, 0)['boundary_bytes_per_step_per_device']
   assert two - one == pytest.approx(handed / chip.dcn_bandwidth - handed / chip.ici_bandwidth)
   # the sweep skips the meshes whose dcn_axis the slices cannot split
-  rows = sweep.sweep(run_lib.resolve(_smoke('mesh.slices=2', 'train.batch_size=16')), topology.parse('2xv5p-16'))
+  rows = sweep.sweep(run_lib.resolve(_smoke('mesh.slices=2', 'train.batch_size=16')),
+                     topology.parse('2xv5p-16'))
   skipped = {tuple(r['mesh'].values()): r['invalid'] for r in rows if r['invalid']}
   assert skipped[(1, 16, 1, 1, 1, 1)] == 'mesh.dcn_axis=data: data=1 does not split over 2 slices'
 
@@ -294,7 +298,8 @@ def test_the_sweep_memory_of_experts_counts_their_buffers_on_the_devices_rows():
 def test_the_sweep_compiles_its_best_meshes_and_shows_the_compilers_bytes(capsys):
   config = _smoke('model.num_heads=2', 'model.num_kv_heads=2', 'train.batch_size=4')
   with jax.default_matmul_precision('default'):
-    rows = plan.run(run_lib.resolve(config), topology_name='v5p-16', sweep=True, sweep_compile=2)['sweep']
+    rows = plan.run(run_lib.resolve(config), topology_name='v5p-16', sweep=True,
+                    sweep_compile=2)['sweep']
   fitting = [r for r in rows if not r['invalid'] and r['fits']]
   assert [('compiled_bytes' in r) for r in fitting] == [True, True] + [False] * (
       len(fitting) - 2)
@@ -302,7 +307,8 @@ def test_the_sweep_compiles_its_best_meshes_and_shows_the_compilers_bytes(capsys
   with meshed.unlocked():
     meshed.mesh.update(fitting[0]['mesh'])
   with jax.default_matmul_precision('default'):
-    want = compiled.compile_step(run_lib.resolve(meshed), topology.devices(topology.parse('v5p-16')),
+    want = compiled.compile_step(run_lib.resolve(meshed),
+                                 topology.devices(topology.parse('v5p-16')),
                                  scan_corrected_cost=False)['per_device_bytes']['total']
   assert fitting[0]['compiled_bytes'] == want and fitting[0]['compiled_fits']
   table = capsys.readouterr().out.split('sweep on v5p-16')[1]
@@ -330,9 +336,11 @@ def test_splash_compiles_for_a_tpu_slice_and_its_memory_grows_linearly_in_length
         f'data.seq_len={length}', 'mesh.data=1', 'mesh.fsdp=4', 'model.attention.kernel=splash'])
 
   with jax.default_matmul_precision('default'):  # conftest's 'highest' is f32-only on TPU
-    hlo = compiled.lower(run_lib.resolve(config(512)), sharding.make_mesh(config(512).mesh, devices)).as_text()
+    mesh = sharding.make_mesh(config(512).mesh, devices)
+    hlo = compiled.lower(run_lib.resolve(config(512)), mesh).as_text()
     assert 'tpu_custom_call' in hlo  # the Mosaic kernel, not an XLA fallback
-    short, long = (compiled.compile_step(run_lib.resolve(config(n)), devices, scan_corrected_cost=False)[
+    short, long = (compiled.compile_step(run_lib.resolve(config(n)), devices,
+                                         scan_corrected_cost=False)[
         'per_device_bytes']['total'] for n in (512, 2048))
   assert long / short <= 6.0, (short, long)  # 4x the length; xla's [B,H,L,L] grows ~16x
 
@@ -345,7 +353,8 @@ def test_t5_trains_through_flash_bias_on_a_tpu_slice():
                          'data.target_seq_len=128', 'mesh.data=1', 'mesh.fsdp=4')
   assert runtime.attention_kernel(config, 1, on='tpu')[0] == 'flash_bias'
   with jax.default_matmul_precision('default'):
-    hlo = compiled.lower(run_lib.resolve(config), sharding.make_mesh(config.mesh, devices)).compile().as_text()
+    mesh = sharding.make_mesh(config.mesh, devices)
+    hlo = compiled.lower(run_lib.resolve(config), mesh).compile().as_text()
   calls = re.findall(r'%([a-z_]+)[.0-9]* = .*custom_call_target="tpu_custom_call"', hlo)
   assert sorted(calls) == sorted(['flash_bias_fwd', 'flash_bias_dq', 'flash_bias_dkv'] * 2 + [
       'splash_mha_fwd_segmented_residuals', 'splash_mha_dq_segmented_no_residuals',
@@ -381,7 +390,8 @@ def test_the_new_blocks_run_pallas_kernels_on_a_tpu_slice(name, overrides, want)
       *overrides, 'model.dtype=bfloat16', 'mesh.data=1', 'mesh.fsdp=4'])
   assert runtime.attention_kernel(config, 1, on='tpu')[0] in ('splash', 'flash_bias')
   with jax.default_matmul_precision('default'):
-    hlo = compiled.lower(run_lib.resolve(config), sharding.make_mesh(config.mesh, devices)).compile().as_text()
+    mesh = sharding.make_mesh(config.mesh, devices)
+    hlo = compiled.lower(run_lib.resolve(config), mesh).compile().as_text()
   calls = re.findall(r'%([a-z_]+)[.0-9]* = .*custom_call_target="tpu_custom_call"', hlo)
   assert collections.Counter(calls) == want
 
@@ -402,7 +412,8 @@ def test_ring_attention_runs_splash_blocks_on_a_tpu_slice(context, stage):
   assert runtime.pallas_attention(config, context, on='tpu')  # the plan adds their FLOPs
   assert not runtime.pallas_attention(config, context, on='cpu')
   with jax.default_matmul_precision('default'):
-    hlo = compiled.lower(run_lib.resolve(config), sharding.make_mesh(config.mesh, devices)).compile().as_text()
+    mesh = sharding.make_mesh(config.mesh, devices)
+    hlo = compiled.lower(run_lib.resolve(config), mesh).compile().as_text()
   calls = re.findall(r'%([a-z_]+)[.0-9]* = .*custom_call_target="tpu_custom_call"', hlo)
   assert set(calls) == {'splash_mqa_fwd_segmented_residuals',
                         'splash_mqa_dq_segmented_no_residuals',
@@ -416,7 +427,8 @@ def test_dropless_expert_parallelism_compiles_to_ragged_all_to_alls_for_a_tpu_sl
       'mesh.data=1', 'mesh.expert=4', 'model.moe.capacity_factor=0.0',
       'model.dtype=bfloat16'])
   with jax.default_matmul_precision('default'):
-    hlo = compiled.lower(run_lib.resolve(config), sharding.make_mesh(config.mesh, devices)).compile().as_text()
+    mesh = sharding.make_mesh(config.mesh, devices)
+    hlo = compiled.lower(run_lib.resolve(config), mesh).compile().as_text()
   # dispatch and return, forward and backward (the layer scan has one body)
   assert hlo.count('ragged-all-to-all(') == 4
 
@@ -429,7 +441,8 @@ def test_experts_on_pipeline_stages_compile_for_a_tpu_slice():
       'mesh.data=1', 'mesh.expert=2', 'mesh.stage=2', 'model.moe.capacity_factor=0.0',
       'model.dtype=bfloat16'])
   with jax.default_matmul_precision('default'):
-    hlo = compiled.lower(run_lib.resolve(config), sharding.make_mesh(config.mesh, devices)).compile().as_text()
+    mesh = sharding.make_mesh(config.mesh, devices)
+    hlo = compiled.lower(run_lib.resolve(config), mesh).compile().as_text()
   assert hlo.count('ragged-all-to-all(') == 4 and 'collective-permute' in hlo
 
 

@@ -162,7 +162,8 @@ def test_four_stages_over_fsdp_give_the_data_parallel_losses(tmp_path):
 def test_a_pipeline_checkpoint_resumes_without_stages_with_the_same_losses(tmp_path):
   constant = ['optim.schedule=constant', 'train.steps=7']
   loop.train(run_lib.resolve(_config('decoder', (8, 1, 1), constant)), str(tmp_path / 'reference'))
-  loop.train(run_lib.resolve(_config('decoder', STAGE2, [*constant, 'train.steps=5'])), str(tmp_path))
+  loop.train(run_lib.resolve(_config('decoder', STAGE2, [*constant, 'train.steps=5'])),
+             str(tmp_path))
   loop.train(run_lib.resolve(_config('decoder', (8, 1, 1), constant)), str(tmp_path))
   header = [r for r in metrics_lib.read(str(tmp_path)) if r.get('event') == 'start'][-1]
   assert header['step'] == 5 and header['mesh']['stage'] == 1
@@ -174,8 +175,10 @@ def test_a_checkpoint_restores_onto_another_mesh_and_training_continues(tmp_path
   constant = ['optim.schedule=constant']  # the learning rate must not depend on train.steps
   loop.train(run_lib.resolve(_config('decoder', (8, 1, 1), constant)), str(tmp_path))
   reference = tmp_path / 'reference'
-  loop.train(run_lib.resolve(_config('decoder', (8, 1, 1), [*constant, 'train.steps=8'])), str(reference))
-  loop.train(run_lib.resolve(_config('decoder', (1, 4, 2), [*constant, 'train.steps=8'])), str(tmp_path))
+  loop.train(run_lib.resolve(_config('decoder', (8, 1, 1), [*constant, 'train.steps=8'])),
+             str(reference))
+  loop.train(run_lib.resolve(_config('decoder', (1, 4, 2), [*constant, 'train.steps=8'])),
+             str(tmp_path))
   header = [r for r in metrics_lib.read(str(tmp_path)) if r.get('event') == 'start'][-1]
   assert header['step'] == 5 and header['mesh']['fsdp'] == 4
   assert _losses(tmp_path)[-3:] == pytest.approx(_losses(reference)[-3:], rel=2e-5, abs=2e-5)
@@ -217,7 +220,8 @@ def test_gemma_smoke_configs_give_the_single_device_losses_on_a_mesh(name, tmp_p
   """Sandwich norms, QK-norm (Gemma 3's, as Qwen 3's), local/global layers (a pattern and
   its tail); Gemma 2's soft-capping is elementwise, its smoke trains in configs_test."""
   _one_device_run(tmp_path / 'one', name)
-  loop.train(run_lib.resolve(helpers.smoke(name, *STEPS, 'mesh.data=2', 'mesh.fsdp=2', 'mesh.tensor=2')),
+  loop.train(run_lib.resolve(helpers.smoke(name, *STEPS, 'mesh.data=2', 'mesh.fsdp=2',
+                                           'mesh.tensor=2')),
              str(tmp_path / 'mesh'))
   want = _losses(tmp_path / 'one')
   assert _losses(tmp_path / 'mesh') == pytest.approx(want, rel=2e-5, abs=2e-5)

@@ -100,7 +100,8 @@ def test_a_corpus_prepared_into_a_bucket_equals_a_local_one(tmp_path, bucket):
 
 def test_a_run_in_a_bucket_trains_resumes_and_exports(bucket):
   steps = ('optim.warmup_steps=1', 'train.checkpoint_every=2', 'train.eval_every=2')
-  loop.train(run_lib.resolve(helpers.smoke('gpt_shakespeare', 'train.steps=2', *steps)), 'gs://b/run')
+  loop.train(run_lib.resolve(helpers.smoke('gpt_shakespeare', 'train.steps=2', *steps)),
+             'gs://b/run')
   config = helpers.smoke('gpt_shakespeare', 'train.steps=4', *steps)
   loop.train(run_lib.resolve(config), 'gs://b/run')  # resumes from the bucket's checkpoint 2
   rows = metrics_lib.read('gs://b/run')

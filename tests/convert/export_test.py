@@ -165,7 +165,8 @@ def test_a_decoder_classifier_with_lora_exports_as_its_hugging_face_class(tmp_pa
   workdir, out = str(tmp_path / 'run'), str(tmp_path / 'hf')
   loop.train(run_lib.resolve(make()), workdir)
   config = make()
-  assert export.export(run_lib.resolve(config), workdir, out) == 3  # num_labels 0: sized from the task
+  # num_labels 0: sized from the task
+  assert export.export(run_lib.resolve(config), workdir, out) == 3
   hf_config = json.loads(open(f'{out}/config.json', encoding='utf-8').read())
   zoo = runtime.tokenizer(config, workdir)
   assert hf_config['architectures'] == ['LlamaForSequenceClassification']
@@ -186,7 +187,8 @@ def test_a_decoder_classifier_with_lora_exports_as_its_hugging_face_class(tmp_pa
   _, params = hf.load(out)
   place = runtime.placement(run_lib.resolve(config))
   _, variables = runtime.restore_variables(config, workdir,
-                                           runtime.model_state(run_lib.resolve(config), place.mesh), 'test')
+                                           runtime.model_state(run_lib.resolve(config),
+                                                               place.mesh), 'test')
   batch = helpers.family_batch(config, 4)
   exported = families.build(config.model).apply({'params': params}, batch)['label_logits']
   adapted = families.build(config.model, config.train.lora).apply(variables, batch)

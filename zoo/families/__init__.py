@@ -10,7 +10,7 @@ A family module (decoder.py is the worked example; docs/families.md) defines:
   (data.task.kind values it fine-tunes on), INPUT_SPECIALS and LABEL_SPECIALS (the
   tokenizer's specials around a text it reads, and around a classifier's text: an export's
   tokenizer adds them), LABEL_TOKEN (which token a label head reads: 'first', 'last');
-  build(model_config) -> Linen module;
+  build(frozen model config, adapters: train.lora's lora.Spec) -> Linen module;
   batch_spec(data_config, batch_size) -> {key: (shape, dtype)};
   counts(batch) -> the batch's loss normalisers (rows, tokens, ...);
   loss(model, config, variables, batch, rng=None, whole=None) -> loss.Loss (whole: the
@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from zoo.errors import ConfigError
+from zoo.models import lora
 from zoo.families import decoder
 from zoo.families import encoder
 from zoo.families import encoder_decoder
@@ -45,13 +46,10 @@ def get(model_config):
 
 
 def build(model_config, lora_config=None):
-  """model config (+ train.lora: its adapters) -> the family's flax.linen.Module (its
-  docstring says what it returns). The modules read the adapters as model config 'lora'."""
+  """model config (+ train.lora: its adapters, a lora.Spec the modules carry beside the
+  config) -> the family's flax.linen.Module (its docstring says what it returns)."""
   m = ml_collections.ConfigDict(model_config).copy_and_resolve_references()
-  if lora_config is not None and lora_config.rank:
-    with m.unlocked():
-      m.lora = ml_collections.ConfigDict(lora_config).copy_and_resolve_references()
-  return get(m).build(ml_collections.FrozenConfigDict(m))
+  return get(m).build(ml_collections.FrozenConfigDict(m), lora.spec(lora_config))
 
 
 def total_layers(m):

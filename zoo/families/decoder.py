@@ -44,9 +44,10 @@ LABEL_SPECIALS = ('bos', 'eos')  # a classifier's row: [BOS] text [EOS] (the hea
 LABEL_TOKEN = 'last'  # the label head reads each row's last real token
 
 
-def build(model_config):
-  """Frozen model config -> the Linen module (batch -> float32 logits [B, L, V])."""
-  return transformer.Decoder(model_config)
+def build(model_config, adapters):
+  """Frozen model config, train.lora's lora.Spec -> the Linen module (batch -> float32
+  logits [B, L, V])."""
+  return transformer.Decoder(model_config, adapters)
 
 
 def batch_spec(data_config, batch_size):

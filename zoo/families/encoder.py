@@ -31,10 +31,10 @@ LABEL_TOKEN = 'first'  # the label head reads the pooled [CLS]
 tokenize_prompts = start_generation = None
 
 
-def build(model_config):
+def build(model_config, adapters):
   """-> the Linen module: batch -> {'logits': MLM logits [B, L, V], 'nsp_logits': [B, 2]
   with model.nsp_head}."""
-  return transformer.Encoder(model_config)
+  return transformer.Encoder(model_config, adapters)
 
 
 def batch_spec(data_config, batch_size):

@@ -29,9 +29,9 @@ INPUT_SPECIALS = ('eos',)  # around a text it reads: text [EOS]
 LABEL_SPECIALS = LABEL_TOKEN = None  # no label head: T5 writes its answers
 
 
-def build(model_config):
+def build(model_config, adapters):
   """-> the Linen module with encode() and decode(); __call__ = decode(encode())."""
-  return encoder_decoder.EncoderDecoder(model_config)
+  return encoder_decoder.EncoderDecoder(model_config, adapters)
 
 
 def batch_spec(data_config, batch_size):

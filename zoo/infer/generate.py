@@ -140,7 +140,8 @@ def decoding_model(model):
     return model, lambda variables: variables
   unscanned = ml_collections.ConfigDict(m.as_configdict())
   unscanned.scan_layers = False
-  return families.build(unscanned), lambda variables: {
+  decoding = family.build(ml_collections.FrozenConfigDict(unscanned), model.adapters)
+  return decoding, lambda variables: {
       k: transformer.unstack_layers(v) for k, v in variables.items()}
 
 

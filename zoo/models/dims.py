@@ -36,8 +36,7 @@ def rope_scaling(m):
   return ()
 
 
-def dropout(m):
-  """True where training draws dropout masks: model.dropout_rate, or train.lora's adapters'
-  dropout (the model config carries train.lora as 'lora' when it has adapters)."""
-  lora = m.get('lora')
-  return bool(m.dropout_rate or (lora is not None and lora.rank and lora.dropout))
+def dropout(m, adapters):
+  """True where training draws dropout masks: model.dropout_rate, or the adapters'
+  (train.lora's lora.Spec) dropout."""
+  return bool(m.dropout_rate or (adapters.rank and adapters.dropout))

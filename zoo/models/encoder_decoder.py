@@ -20,6 +20,7 @@ from zoo.kernels import mask as mask_lib
 from zoo.models import attention
 from zoo.models import head as head_lib
 from zoo.models import layers
+from zoo.models import lora
 from zoo.models import transformer
 
 
@@ -29,6 +30,7 @@ class _Stack(nn.Module):
   each Block completes with its own."""
   config: Any
   decoder: bool
+  adapters: lora.Spec = lora.Spec()  # train.lora's (zoo.families.build)
 
   @nn.compact
   def __call__(self, x_BLD, segment_ids_BL, positions_BL, train, encoded_BSD=None,
@@ -53,7 +55,7 @@ class _Stack(nn.Module):
       cross_mask = mask_lib.Mask(segment_ids_BL, encoder_segment_ids_BS)
     x_BLD = nn.Dropout(m.dropout_rate)(x_BLD, deterministic=not train)
     num_layers = m.num_decoder_layers if self.decoder else m.num_encoder_layers
-    x_BLD, _ = transformer.stack(m, train, num_layers, 'layers', self)(
+    x_BLD, _ = transformer.stack(m, train, num_layers, 'layers', self, self.adapters)(
         x_BLD, mask, positions_BL, bias, encoded_BSD, cross_mask)
     if m.norm_position == 'pre':
       x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',
@@ -64,6 +66,7 @@ class _Stack(nn.Module):
 class EncoderDecoder(nn.Module):
   """batch {encoder_inputs, decoder_inputs, *_segment_ids?, *_positions?} -> logits [B,L,V]."""
   config: Any
+  adapters: lora.Spec = lora.Spec()  # train.lora's (zoo.families.build)
 
   def setup(self):
     m = self.config
@@ -72,8 +75,8 @@ class EncoderDecoder(nn.Module):
     if m.separate_encoder_embed:
       self.encoder_embed = layers.Embed(m.vocab_size, m.d_model, init_std=m.embed_init_std,
                                         **transformer.dtypes(m))
-    self.encoder = _Stack(m, decoder=False)
-    self.decoder = _Stack(m, decoder=True)
+    self.encoder = _Stack(m, decoder=False, adapters=self.adapters)
+    self.decoder = _Stack(m, decoder=True, adapters=self.adapters)
     self.logits = head_lib.Head(m, use_bias=m.use_bias)
 
   def _embed(self, ids_BL, positions_BL, table):

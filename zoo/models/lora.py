@@ -20,8 +20,7 @@ NAME = 'lora'
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
-  """train.lora as a module attribute; rank 0 = no adapters. dropout is 0 outside
-  training."""
+  """train.lora as a module attribute; rank 0 = no adapters."""
   rank: int = 0
   alpha: float = 16.0
   dropout: float = 0.0
@@ -34,14 +33,17 @@ class Spec:
   def scale(self):
     return self.alpha / self.rank
 
+  def for_training(self, train):
+    """The spec a layer applies: no dropout outside training."""
+    return self if train else dataclasses.replace(self, dropout=0.0)
 
-def spec(lora_config, train):
-  """train.lora (None: none) -> the Spec the model's layers read."""
+
+def spec(lora_config):
+  """train.lora (None: none) -> the Spec a model is built with (zoo.families.build)."""
   if lora_config is None or not lora_config.rank:
     return Spec()
   targets = tuple(t.strip() for t in lora_config.targets.split(',') if t.strip())
-  return Spec(lora_config.rank, lora_config.alpha, lora_config.dropout if train else 0.0,
-              targets)
+  return Spec(lora_config.rank, lora_config.alpha, lora_config.dropout, targets)
 
 
 class Adapter(nn.Module):

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 
 from zoo.kernels import mask as mask_lib
 from zoo.models import layers
+from zoo.models import lora
 
 
 def shifted(a_BL, k, fill=0):
@@ -44,6 +45,7 @@ class MTP(nn.Module):
   config: Any  # frozen model config
   block: Any  # zoo.models.transformer.Block
   train: bool = False
+  adapters: lora.Spec = lora.Spec()  # train.lora's, for the modules' blocks
 
   @nn.compact
   def __call__(self, h_BLD, embed, ids_BL, segment_ids_BL, positions_BL,
@@ -72,7 +74,8 @@ class MTP(nn.Module):
         segments_BL = segments_at(segment_ids_BL, k)
         mask = mask_lib.Mask(segments_BL, segments_BL, causal=True, window=m.attention.window)
         positions_k = shifted(positions_BL, k)
-      h_BLD, _ = self.block(m, self.train, moe=bool(m.moe.num_experts), name=f'block_{k}')(
+      h_BLD, _ = self.block(m, self.train, moe=bool(m.moe.num_experts), adapters=self.adapters,
+                              name=f'block_{k}')(
           h_BLD, mask, positions_k)
       h_BLD = norm(f'final_norm_{k}')(h_BLD)
       out.append(h_BLD * tied)

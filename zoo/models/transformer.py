@@ -51,6 +51,7 @@ class Block(nn.Module):
   train: bool = False
   moe: bool = False  # a mixture of experts in place of the MLP
   kind: str = ''
+  adapters: lora.Spec = lora.Spec()  # train.lora's (zoo.families.build)
 
   @nn.compact
   def __call__(self, x_BLD, mask, positions_BL, bias=None, encoded_BSD=None,
@@ -65,7 +66,7 @@ class Block(nn.Module):
           name='relative_bias')(bias.q_positions, bias.kv_positions), jnp.dtype(m.dtype),
                                   decoding)
     local = self.kind == 'local'
-    adapters = lora.spec(m.get('lora'), self.train)
+    adapters = self.adapters.for_training(self.train)
     if self.kind and isinstance(mask, mask_lib.Mask):
       mask = mask.replace(window=m.attention.window if local else 0)
     attention_module = lambda name, rope, cache_kv_input=False: attention.MultiHeadAttention(
@@ -123,13 +124,14 @@ class PatternGroup(nn.Module):
   unit scanned in patterned stacks."""
   config: Any
   train: bool = False
+  adapters: lora.Spec = lora.Spec()  # train.lora's (zoo.families.build)
 
   @nn.compact
   def __call__(self, x_BLD, *args):
     m = self.config
     for i, letter in enumerate(m.attention.pattern):
       x_BLD, _ = Block(m, self.train, moe=bool(m.moe.num_experts), kind=KINDS[letter],
-                       name=f'block_{i}')(x_BLD, *args)
+                       adapters=self.adapters, name=f'block_{i}')(x_BLD, *args)
     return x_BLD, None
 
 
@@ -146,17 +148,18 @@ class MoEGroup(nn.Module):
   """`moe.every` layers whose last has a mixture of experts (the unit scanned in MoE stacks)."""
   config: Any
   train: bool = False
+  adapters: lora.Spec = lora.Spec()  # train.lora's (zoo.families.build)
 
   @nn.compact
   def __call__(self, x_BLD, *args):
     every = self.config.moe.every
     for i in range(every):
-      x_BLD, _ = Block(self.config, self.train, moe=i == every - 1, name=f'block_{i}')(
-          x_BLD, *args)
+      x_BLD, _ = Block(self.config, self.train, moe=i == every - 1, adapters=self.adapters,
+                       name=f'block_{i}')(x_BLD, *args)
     return x_BLD, None
 
 
-def stack(m, train, num_layers, name, owner):
+def stack(m, train, num_layers, name, owner, adapters=lora.Spec()):
   """`num_layers` Blocks, scanned (one compiled body) or unrolled, with the remat policy.
   With experts, the scanned unit is a MoEGroup of moe.every layers. On a mesh with a
   `stage` axis (mesh.stage > 1) a scanned stack runs as a pipeline (zoo/models/pipeline.py)
@@ -172,7 +175,7 @@ def stack(m, train, num_layers, name, owner):
   unit, length = Block, num_layers
   dense = None
   if m.moe.num_experts and m.moe.first_dense:  # DeepSeek: the first layers' MLPs dense
-    dense = _body(m, train, Block, m.moe.first_dense, f'{name}_dense', owner)
+    dense = _body(m, train, Block, m.moe.first_dense, f'{name}_dense', owner, adapters)
     num_layers -= m.moe.first_dense
   if m.moe.num_experts:
     unit, length = MoEGroup, num_layers // m.moe.every
@@ -184,7 +187,7 @@ def stack(m, train, num_layers, name, owner):
     tail = [block(m, train, moe=bool(m.moe.num_experts), kind=layer_kind(m, i),
                   name=f'{name}_tail_{i - length * period}')
             for i in range(length * period, num_layers)]
-  body = _body(m, train, unit, length, name, owner)
+  body = _body(m, train, unit, length, name, owner, adapters)
 
   def run(x_BLD, *args):
     if dense is not None:
@@ -196,7 +199,7 @@ def stack(m, train, num_layers, name, owner):
   return run
 
 
-def _body(m, train, unit, length, name, owner):
+def _body(m, train, unit, length, name, owner, adapters):
   """`length` units, scanned or unrolled (stack's body)."""
   plain = unit  # the pipeline remats each layer itself (it picks the layer's parameters)
   if m.remat != 'none':
@@ -206,19 +209,19 @@ def _body(m, train, unit, length, name, owner):
                       split_rngs={'params': True, 'dropout': True},
                       in_axes=(nn.broadcast,) * 5, length=length, unroll=m.scan_unroll,
                       metadata_params={nn.PARTITION_NAME: 'layers'})
-    module = scanned(m, train, name=name)
+    module = scanned(m, train, adapters=adapters, name=name)
 
     def run_scanned(x_BLD, *args):
       args = (*args, *(None,) * (5 - len(args)))
       stages = sharding.axis_size('stage')
       if stages == 1 or owner.is_initializing() or args[0].kv_cache:
         return module(x_BLD, *args)
-      rng = owner.make_rng('dropout') if train and dims.dropout(m) else None
+      rng = owner.make_rng('dropout') if train and dims.dropout(m, adapters) else None
       variables = {k: nn.meta.unbox(owner.variables[k][name])
                    for k in ('params', 'moe_bias') if k in owner.variables}
       checkpoint = None if m.remat == 'none' else functools.partial(
           jax.checkpoint, policy=REMAT_POLICIES[m.remat], prevent_cse=False)
-      x_BLD, sums = _pipelined(plain(m, train), variables, x_BLD, args, stages,
+      x_BLD, sums = _pipelined(plain(m, train, adapters=adapters), variables, x_BLD, args, stages,
                                m.pipeline_microbatches or stages, m.pipeline_repeats, rng,
                                checkpoint)
       if sums:
@@ -226,7 +229,7 @@ def _body(m, train, unit, length, name, owner):
       return x_BLD, None
     return run_scanned
 
-  blocks = [unit(m, train, name=f'{name}_{i}') for i in range(length)]
+  blocks = [unit(m, train, adapters=adapters, name=f'{name}_{i}') for i in range(length)]
 
   def run(x_BLD, *args):
     for block in blocks:
@@ -350,6 +353,7 @@ class Encoder(nn.Module):
   model.num_labels: {'label_logits': [B, num_labels]} from the pooled first token only.
   """
   config: Any
+  adapters: lora.Spec = lora.Spec()  # train.lora's (zoo.families.build)
 
   @nn.compact
   def __call__(self, batch, train=False, head=True):
@@ -364,7 +368,8 @@ class Encoder(nn.Module):
     x_BLD = Embeddings(m, name='embeddings')(embed(ids_BL), positions_BL, token_type_ids_BL,
                                              train)
     mask = mask_lib.Mask(segment_ids_BL, segment_ids_BL)
-    x_BLD, _ = stack(m, train, m.num_layers, 'layers', self)(x_BLD, mask, positions_BL)
+    x_BLD, _ = stack(m, train, m.num_layers, 'layers', self, self.adapters)(x_BLD, mask,
+                                                                             positions_BL)
     if m.norm_position == 'pre':
       x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',
                           **dtypes(m))(x_BLD)
@@ -410,6 +415,7 @@ class Decoder(nn.Module):
   the causal mask, its position for RoPE) and the hidden states put back in order after
   the last layer, so outputs and the loss are those of the unsplit sequence."""
   config: Any  # frozen model config
+  adapters: lora.Spec = lora.Spec()  # train.lora's (zoo.families.build)
 
   @nn.compact
   def __call__(self, batch, train=False, head=True):
@@ -440,7 +446,8 @@ class Decoder(nn.Module):
     if m.position == 'alibi':
       bias = kernels.prepare_bias(m.attention.kernel, attention.alibi_bias(
           positions_BL, kv_positions_BS, m.num_heads), jnp.dtype(m.dtype), kv_cache)
-    x_BLD, _ = stack(m, train, m.num_layers, 'layers', self)(x_BLD, mask, positions_BL, bias)
+    x_BLD, _ = stack(m, train, m.num_layers, 'layers', self, self.adapters)(
+        x_BLD, mask, positions_BL, bias)
     if balanced:
       x_BLD = nn.with_logical_constraint(ring.unbalance(x_BLD, n),
                                          ('batch', 'length', 'activation_embed'))
@@ -451,7 +458,7 @@ class Decoder(nn.Module):
     if m.mtp.depth and kv_cache:  # what speculative decoding's prediction module reads
       self.sow('mtp', 'hidden', x_BLD)
     if m.mtp.depth and not kv_cache:  # the loss reads the modules' hidden states
-      hidden = mtp_lib.MTP(m, Block, train, name='mtp')(
+      hidden = mtp_lib.MTP(m, Block, train, self.adapters, name='mtp')(
           x_BLD, embed, batch['inputs'], *default_positions(batch))
       for k, h_BLD in enumerate(hidden, 1):
         self.sow('mtp', f'depth_{k}', h_BLD)
