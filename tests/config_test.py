@@ -29,6 +29,10 @@ def test_tokenizer_vocab_follows_model_vocab():
     ('trian.steps=3', "unknown config key 'trian'"),
     ('train.steps=abc', 'train.steps=abc: wrong type'),
     ('noequals', 'write it as --config.noequals=VALUE'),
+    ('train.stepz=3', r"'train.stepz'; did you mean --config.train.steps\?$"),
+    ('trian.steps=3', r"'trian' in --config.trian.steps; did you mean --config.train\?$"),
+    ('model.moe.top_kk=3', r"did you mean --config.model.moe.top_k\?$"),
+    ('train.xyzzy=3', r"'train.xyzzy'; check the spelling against the config file$"),
 ])
 def test_bad_overrides_name_the_key(override, message):
   with pytest.raises(config_lib.ConfigError, match=message):

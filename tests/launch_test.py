@@ -88,7 +88,9 @@ def test_bad_input_is_one_line_naming_the_field(tmp_path, overrides, devices, me
 @pytest.mark.parametrize('argument,message', [
     ('train.steps=5', "unexpected argument 'train.steps=5': an override is written "
                       '--config.train.steps=5'),
-    ('gpt', "unexpected argument 'gpt': flags are written --name=value")])
+    ('gpt', "unexpected argument 'gpt': flags are written --name=value"),
+    ('--train.steps=5', 'unknown flag --train.steps: a config field is written '
+                        '--config.train.steps=5')])
 def test_an_argument_absl_would_drop_is_one_line(tmp_path, argument, message):
   result = subprocess.run([*_command(tmp_path / 'run'), argument], env=_env(),
                           capture_output=True, text=True, timeout=300, check=False)

@@ -62,8 +62,11 @@ def test_a_batch_ramp_grows_by_its_increment_in_equal_slices():
                                'model.max_length=64'),
     (['train.batch_ramp=2:3:9'], 'INCREMENT=3 divide their difference'),
     (['train.phases=3:2:8', 'train.batch_ramp=2:2:9'], 'both set'),
+    (['data.task.kind=classification', 'data.task.path=task', 'train.phases=3:2:8'],
+     r'phase 1 \(2 x 8, steps 1..3\): a fine-tuning task trains at data.seq_len=16 throughout '
+     r".*set --config.train.phases=''$"),
 ], ids=['decreasing', 'past_the_end', 'fields', 'zero', 'unit', 'streams', 'max_length',
-        'increment', 'both'])
+        'increment', 'both', 'task_length'])
 def test_phases_that_cannot_run_are_one_line_naming_the_field(overrides, message):
   with pytest.raises(ConfigError, match=message):
     _config(*overrides, 'model.position=learned')

@@ -1,12 +1,19 @@
-"""zoo/train/runtime.py: how the zoo's steps are compiled on each platform."""
+"""zoo/train/runtime.py: how the zoo's steps are compiled on each platform; the modes that
+read a checkpoint refuse a workdir without one before anything is written."""
 
 import re
+
+import pytest
 
 from tests import helpers
 from zoo import families
 from zoo import platform
 from zoo import run as run_lib
 from zoo import sharding
+from zoo.convert import export
+from zoo.errors import ConfigError
+from zoo.infer import run as infer_run
+from zoo.train import evaluate
 from zoo.train import runtime
 
 
@@ -34,3 +41,16 @@ def test_the_region_analysis_option_is_given_to_cpus_alone():
   assert platform.compiler_options('cpu') == {
       'xla_cpu_copy_insertion_use_region_analysis': True}
   assert platform.compiler_options('tpu') is None and platform.compiler_options('gpu') is None
+
+
+@pytest.mark.parametrize('mode', ['eval', 'generate', 'export'])
+def test_a_mode_that_reads_a_checkpoint_refuses_a_workdir_without_one_writing_nothing(
+    tmp_path, mode):
+  run = run_lib.resolve(helpers.smoke('gpt_shakespeare'))
+  workdir, out = tmp_path / 'mistyped', tmp_path / 'out'
+  read = {'eval': lambda: evaluate.run(run, str(workdir)),
+          'generate': lambda: infer_run.run(run, str(workdir), ['ROMEO:']),
+          'export': lambda: export.export(run, str(workdir), str(out))}
+  with pytest.raises(ConfigError, match=f'^--mode={mode}: no checkpoint in .*mistyped'):
+    read[mode]()
+  assert sorted(p.name for p in tmp_path.iterdir()) == []

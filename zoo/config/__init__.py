@@ -9,6 +9,7 @@ field's range and locks it. `zoo.run.resolve` then checks what the fields mean t
 """
 
 import ast
+import difflib
 import importlib.util
 import os
 
@@ -63,10 +64,13 @@ def apply_override(config, override):
   node = config
   for i, name in enumerate(parents):
     if not isinstance(node, ml_collections.ConfigDict) or name not in node:
-      raise ConfigError(f'unknown config key {".".join(parents[:i + 1])!r} in --config.{key}')
+      raise ConfigError(f'unknown config key {".".join(parents[:i + 1])!r} in --config.{key}'
+                        + _did_you_mean(node, parents[:i], name))
     node = node[name]
   if not isinstance(node, ml_collections.ConfigDict) or leaf not in node:
-    raise ConfigError(f'unknown config key {key!r}; check the spelling against the config file')
+    raise ConfigError(f'unknown config key {key!r}'
+                      + (_did_you_mean(node, parents, leaf) or
+                         '; check the spelling against the config file'))
   if isinstance(node[leaf], float) and isinstance(value, int):
     value = float(value)
   try:
@@ -77,4 +81,9 @@ def apply_override(config, override):
                       f'{"an" if kind[0] in "aeiou" else "a"} {kind}') from None
 
 
-# ------------------------------------------------------------------------- validation
+def _did_you_mean(node, parents, name):
+  """'; did you mean --config.train.steps?' for the closest key beside `name`, or ''."""
+  if not isinstance(node, ml_collections.ConfigDict):
+    return ''
+  close = difflib.get_close_matches(name, list(node.keys()), n=1, cutoff=0.6)
+  return f'; did you mean --config.{".".join([*parents, close[0]])}?' if close else ''

@@ -35,6 +35,7 @@ def export(run, workdir, out):
   if storage.listdir(out):
     raise config_lib.ConfigError(f'--out={out} is not empty; export into a new directory '
                                  '(nothing is overwritten)')
+  runtime.check_restorable(config, workdir, 'export')
   runtime.size_label_head(config)
   tokenizer_path = corpus_lib.tokenizer_path(config.data, workdir)
   tokenizer = runtime.tokenizer(config, workdir)  # readable and fits the model, or one line

@@ -47,6 +47,7 @@ class ZooLM(LM):
     if 'causal_lm' not in run.family.OBJECTIVES:
       raise ConfigError(f'model.family={config.model.family!r}: the lm-eval adapter scores '
                         'causal language models; use a decoder run')
+    runtime.check_restorable(config, workdir, 'lm-eval')
     runtime.compile_cache(config)
     place = runtime.placement(run)
     tokenizer = runtime.tokenizer(config, workdir)

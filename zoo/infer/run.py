@@ -56,6 +56,7 @@ def run(resolved, workdir, prompts):
   them."""
   config, family = resolved.config, resolved.family
   check(config, prompts)
+  runtime.check_restorable(config, workdir, 'generate')
   runtime.compile_cache(config)
   place = runtime.placement(resolved)
   tokenizer = runtime.tokenizer(config, workdir)

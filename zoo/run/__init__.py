@@ -78,5 +78,6 @@ def _check_phase(config, phase_config):
   """A phase checked as a run of its own shape."""
   if config.data.task.kind and phase_config.data.seq_len != config.data.seq_len:
     raise ConfigError(f'a fine-tuning task trains at data.seq_len={config.data.seq_len} '
-                      'throughout; its phases may change the batch only')
+                      'throughout and its phases may change the batch only; a pretraining '
+                      "recipe's length phases do not carry over: set --config.train.phases=''")
   checks.check(config_lib.check(phase_config))

@@ -181,6 +181,15 @@ def save_params(path, params, collections=None):
   checkpointer.wait_until_finished()
 
 
+def saved_steps(workdir):
+  """The steps WORKDIR/checkpoints holds, newest first, read without opening (or creating)
+  anything."""
+  runs = storage.join(workdir, 'checkpoints')
+  if not storage.isdir(runs):
+    return []
+  return sorted((int(n) for n in storage.listdir(runs) if n.isdigit()), reverse=True)
+
+
 def _params_source(path):
   """train.init_params -> (orbax directory, the key of the params in its tree or None): a
   params checkpoint (zoo.convert.hf), or a run's workdir (its newest checkpoint)."""
@@ -191,7 +200,7 @@ def _params_source(path):
   runs = storage.join(path, 'checkpoints')
   if not storage.isdir(runs):  # params alone, or {'params', collections} (save_params)
     return path, 'params' if 'params' in _metadata(path) else None
-  steps = sorted((int(n) for n in storage.listdir(runs) if n.isdigit()), reverse=True)
+  steps = saved_steps(path)
   if not steps:
     raise FileNotFoundError(f'train.init_params={path!r} is a run without checkpoints; train '
                             'it first')

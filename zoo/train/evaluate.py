@@ -61,6 +61,7 @@ def run(resolved, workdir, task_eval=None):
   `task_eval`), printed and logged; `resolved`: the run (zoo/run)."""
   config = resolved.config
   runtime.check_workdir(config, workdir)
+  runtime.check_restorable(config, workdir, 'eval')
   runtime.compile_cache(config)
   place = runtime.placement(resolved)
   streams = runtime.input_streams(config, place.mesh)

@@ -16,6 +16,7 @@ what it uses. Training builds them all; --mode=eval skips nothing but the train 
   init_plan(config, state)     what train.init_params gives the model
   initial_collections(...)     the state collections it holds (routing biases)
   size_label_head(config)      a classification task's label count, without its tokens
+  check_restorable(...)        a checkpoint (or train.init_params) there, before anything else
   restore_variables(...)       the newest checkpoint's model variables
 Everything here checks its input before anything compiles (ConfigError, one line).
 """
@@ -392,6 +393,19 @@ def size_label_head(config):
       config.model.num_labels = task_lib.label_count(config.data)
 
 
+def check_restorable(config, workdir, mode):
+  """--mode=`mode` (eval, generate, export, the harness) reads the newest checkpoint, or
+  train.init_params: a workdir with neither is one ConfigError before anything is read,
+  prepared or written."""
+  if not (config.train.init_params or checkpoint.saved_steps(workdir)):
+    raise _no_checkpoint(workdir, mode)
+
+
+def _no_checkpoint(workdir, mode):
+  return ConfigError(f'--mode={mode}: no checkpoint in {workdir}/checkpoints; train first or '
+                     'pass the workdir of a trained run')
+
+
 def restore_variables(config, workdir, state, mode):
   """For --mode=`mode`: the newest checkpoint's model variables, else train.init_params'
   (an imported model before any training; state collections start at zero)
@@ -405,8 +419,7 @@ def restore_variables(config, workdir, state, mode):
   if restored:
     return restored[0], state_lib.model_variables(restored[1])
   if not config.train.init_params:
-    raise ConfigError(f'--mode={mode}: no checkpoint in {workdir}/checkpoints; train '
-                      'first or pass the workdir of a trained run')
+    raise _no_checkpoint(workdir, mode)
   init_plan(config, state)
   variables = {'params': initial_params(config, state)}
   for key in state_lib.model_variables(state.abstract).keys() - {'params'}:
