@@ -14,6 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests import helpers
+from zoo import config as config_lib
+from zoo.data import corpus as corpus_lib
 from zoo.data import prepare
 from zoo.data import readers
 from zoo.data import shards
@@ -200,6 +202,20 @@ def test_bad_shards_and_another_tokenizer_are_one_line_errors(tmp_path, tokenize
   (out / prepare.MANIFEST).unlink()
   with pytest.raises(ConfigError, match='holds no manifest.json .* run python -m zoo.prepare'):
     shards.open_prepared(str(out))
+
+
+def test_a_corpus_whose_tokenizer_was_trained_for_another_size_is_refused(tmp_path):
+  inputs = _corpus(tmp_path / 'corpus', documents=400)
+  prepare.prepare([inputs], str(tmp_path / 'out'), {'type': 'bpe', 'vocab_size': 520},
+                  shard_bytes=5_000)
+  d = config_lib.base().data
+  d.path, d.tokenizer.vocab_size = str(tmp_path / 'out'), 4096
+  with pytest.raises(ConfigError, match=r"^data.path=.*out' was prepared with a 520-piece "
+                     r'tokenizer it trained, and this config trains 4,096 .*'
+                     r'--config.data.tokenizer.vocab_size=520 to train with it$'):
+    corpus_lib.open_corpus(d, str(tmp_path / 'run'))
+  d.tokenizer.vocab_size = 520
+  assert corpus_lib.open_corpus(d, str(tmp_path / 'run')).tokenizer.vocab_size == 520
 
 
 def _launch(workdir, *overrides):

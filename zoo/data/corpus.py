@@ -116,7 +116,9 @@ def _open(path, d, workdir):
   """-> shards.Prepared for one path: a prepared directory, or a plain corpus prepared on
   first use."""
   if prepare.is_prepared(path):
-    return shards.open_prepared(path, d.tokenizer.path)
+    prepared = shards.open_prepared(path, d.tokenizer.path)
+    _check_trained_size(path, prepared.manifest, d)
+    return prepared
   files = _inputs(path)
 
   def first_documents():
@@ -137,6 +139,19 @@ def _open(path, d, workdir):
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices(f'zoo_prepared_{os.path.basename(directory)}')
   return shards.open_prepared(directory, tokenizer_path)
+
+
+def _check_trained_size(path, manifest, d):
+  """A corpus whose preparation trained its tokenizer for another size than this config
+  trains (a smoke config's 512 pieces under the full config's 4,096, say) is refused."""
+  trained = manifest['recipe']['tokenizer'].get('train')
+  if trained and not d.tokenizer.path and trained['vocab_size'] != d.tokenizer.vocab_size:
+    raise ConfigError(
+        f'data.path={path!r} was prepared with a {trained["vocab_size"]:,}-piece tokenizer '
+        f'it trained, and this config trains {d.tokenizer.vocab_size:,} '
+        '(data.tokenizer.vocab_size); prepare the corpus again for this config (python -m '
+        'zoo.prepare --config=... --output=ANOTHER_DIR) or set '
+        f'--config.data.tokenizer.vocab_size={trained["vocab_size"]} to train with it')
 
 
 def tokenizer_path(data_config, workdir):
