@@ -1,9 +1,12 @@
 """python -m zoo.harness: lm-evaluation-harness tasks on a zoo checkpoint (zoo/infer/harness.py:
 the model adapter and `evaluate`).
 
-    python -m zoo.harness --config=configs/gpt_shakespeare.py --workdir=runs/gpt_shakespeare \\
-        --tasks=NAME[,NAME] [--include_path=DIR] [--num_fewshot=0] [--limit=N] \\
-        [--batch_size=8] [--output=results.json] [--config.FIELD=VALUE ...]
+    python -m zoo.harness --workdir=runs/gpt_shakespeare --tasks=NAME[,NAME] \\
+        [--include_path=DIR] [--num_fewshot=0] [--limit=N] [--batch_size=8] \\
+        [--output=results.json] [--config=configs/NAME.py] [--config.FIELD=VALUE ...]
+
+The run's own WORKDIR/config.json is read (what it trained with, overrides included) unless
+--config names another.
 
 Needs `pip install 'zoo[lm-eval]'`. --include_path is a directory of task YAML files (a task
 on local data files downloads nothing; lm-eval's own tasks download their data sets). Prints
@@ -22,15 +25,15 @@ from absl import flags
 from absl import logging
 
 from zoo import config as config_lib
-from zoo import run as run_lib
 from zoo import storage
 from zoo.cli import start
+from zoo.train import run_config
 
 MISSING = "lm-evaluation-harness is not installed; pip install 'zoo[lm-eval]'"
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string('config', None, 'configs/NAME.py[:arg], or the run\'s config file',
-                    required=True)
+flags.DEFINE_string('config', None, "configs/NAME.py[:arg]; default: the run's own "
+                    'WORKDIR/config.json (what it trained with, overrides included)')
 flags.DEFINE_string('workdir', None, 'the run: its checkpoints and tokenizer', required=True)
 flags.DEFINE_string('tasks', None, 'lm-eval task names, comma-separated', required=True)
 flags.DEFINE_string('include_path', None, 'a directory of task YAML files')
@@ -57,7 +60,7 @@ def run(overrides):
   if not FLAGS.verbose:
     _quiet()
   try:
-    resolved = run_lib.load(FLAGS.config, overrides)
+    resolved = run_config.resolve(FLAGS.workdir, FLAGS.config, overrides)
     if importlib.util.find_spec('lm_eval') is None:
       raise config_lib.ConfigError(MISSING)
     from zoo.infer import harness  # pylint: disable=g-import-not-at-top

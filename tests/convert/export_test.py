@@ -5,6 +5,8 @@ test dependency; docs/hf.md records a check with AutoTokenizer / AutoModelFor*).
 import itertools
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -196,3 +198,19 @@ def test_a_decoder_classifier_with_lora_exports_as_its_hugging_face_class(tmp_pa
   stripped = lora.merge(variables['params'], 0.0)  # the adapters dropped
   base = families.build(config.model).apply({'params': stripped}, batch)
   assert np.abs(base['label_logits'] - exported).max() > 1e-3  # the adapters moved
+
+
+def test_the_command_reads_the_runs_own_config_so_no_override_is_repeated(tmp_path):
+  trained = ['train.steps=2', 'optim.warmup_steps=1', 'train.lora.rank=4',
+             'train.lora.targets=query,value', 'model.num_layers=1']
+  loop.train(run_lib.load(helpers.config_file('gpt_shakespeare'), trained), str(tmp_path / 'w'))
+  command = [sys.executable, '-m', 'zoo.convert.export', f'--workdir={tmp_path / "w"}']
+  ours = subprocess.run([*command, f'--out={tmp_path / "out"}'], env=helpers.cpu_env(),
+                        capture_output=True, text=True, timeout=300, check=False)
+  assert ours.returncode == 0 and (tmp_path / 'out' / 'model.safetensors').exists(), ours.stderr
+  # the config file alone, without the run's overrides: another model, refused in one line
+  theirs = subprocess.run([*command, f'--out={tmp_path / "out2"}',
+                           f'--config={helpers.config_file("gpt_shakespeare")}'],
+                          env=helpers.cpu_env(), capture_output=True, text=True, timeout=300,
+                          check=False)
+  assert theirs.returncode == 2 and 'model.num_layers=2 (was 1)' in theirs.stderr, theirs.stderr

@@ -171,7 +171,7 @@ def test_the_command_prints_its_table_and_at_most_five_other_lines(tmp_path):
   from zoo.train import loop  # pylint: disable=g-import-not-at-top
   smoke = helpers.config_file('gpt_shakespeare')
   loop.train(run_lib.load(smoke, ['train.steps=2', 'optim.warmup_steps=1']), str(tmp_path))
-  command = [sys.executable, '-m', 'zoo.harness', f'--workdir={tmp_path}', f'--config={smoke}',
+  command = [sys.executable, '-m', 'zoo.harness', f'--workdir={tmp_path}',  # its config.json
              '--tasks=zoo_choice', f'--include_path={TASKS}', '--limit=2']
   result = subprocess.run(command, env=helpers.cpu_env(), cwd=REPO, capture_output=True,
                           text=True, timeout=300, check=False)

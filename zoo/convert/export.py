@@ -1,15 +1,17 @@
 """Export a trained workdir as a Hugging Face directory:
 
-    python -m zoo.convert.export --config=configs/NAME.py --workdir=W --out=DIR [--config.x=v]
+    python -m zoo.convert.export --workdir=W --out=DIR [--config=configs/NAME.py] [--config.x=v]
 
-writes DIR/config.json + model.safetensors (the newest checkpoint's parameters, through
-zoo.convert.hf.save) and the run's tokenizer as tokenizer.json + tokenizer_config.json
-(zoo/convert/hf_tokenizer.py), so transformers' AutoTokenizer and AutoModelForCausalLM /
-AutoModelForMaskedLM / AutoModelForSeq2SeqLM load it; a train.lora run's adapters are merged
-into the kernels (W + a b alpha / rank), so it loads as a plain model. config.json and generation_config.json
-carry the tokenizer's special-token ids (generation stops at the zoo's EOS), and
-tokenizer_config.json the run's data.seq_len (model_max_length), which an import reads back. DIR must be new or empty (nothing is
-overwritten); bad input is one line, exit code 2.
+reads the run's own W/config.json (what it trained with, overrides included) unless
+--config names another, and writes DIR/config.json + model.safetensors (the newest
+checkpoint's parameters, through zoo.convert.hf.save) and the run's tokenizer as
+tokenizer.json + tokenizer_config.json (zoo/convert/hf_tokenizer.py), so transformers'
+AutoTokenizer and AutoModelForCausalLM / AutoModelForMaskedLM / AutoModelForSeq2SeqLM load
+it; a train.lora run's adapters are merged into the kernels (W + a b alpha / rank), so it
+loads as a plain model. config.json and generation_config.json carry the tokenizer's
+special-token ids (generation stops at the zoo's EOS), and tokenizer_config.json the run's
+data.seq_len (model_max_length), which an import reads back. DIR must be new or empty
+(nothing is overwritten); bad input is one line, exit code 2.
 """
 
 import sys
@@ -17,7 +19,6 @@ import sys
 import jax
 
 from zoo import config as config_lib
-from zoo import run as run_lib
 from zoo import platform
 from zoo import storage
 from zoo.cli import split_overrides
@@ -25,6 +26,7 @@ from zoo.convert import hf
 from zoo.convert import hf_tokenizer
 from zoo.data import corpus as corpus_lib
 from zoo.models import lora
+from zoo.train import run_config
 from zoo.train import runtime
 
 
@@ -69,12 +71,14 @@ def main():
   import argparse  # pylint: disable=g-import-not-at-top
   overrides, argv = split_overrides(sys.argv[1:])
   parser = argparse.ArgumentParser(description='Export a workdir as a Hugging Face directory.')
-  parser.add_argument('--config', required=True, help='configs/NAME.py[:arg] the run used')
+  parser.add_argument('--config', help="configs/NAME.py[:arg]; default: the run's own "
+                      'WORKDIR/config.json (what it trained with, overrides included)')
   parser.add_argument('--workdir', required=True, help='the run (its newest checkpoint)')
   parser.add_argument('--out', required=True, help='a new directory')
   args = parser.parse_args(argv)
   try:
-    step = export(run_lib.load(args.config, overrides), args.workdir, args.out)
+    run = run_config.resolve(args.workdir, args.config, overrides)
+    step = export(run, args.workdir, args.out)
   except (config_lib.ConfigError, hf.ConvertError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)

@@ -48,6 +48,22 @@ def load(workdir):
   return config
 
 
+def resolve(workdir, spec=None, overrides=()):
+  """The run a command that reads `workdir` (export, the harness) works on: `spec`'s config
+  (configs/NAME.py[:arg]) with `overrides` when given, else the run's own config.json with
+  them, so nothing the run was trained with has to be repeated."""
+  if spec:
+    return run_lib.load(spec, overrides)
+  config = load(workdir)
+  if config is None:
+    raise ConfigError(f'--workdir={workdir} holds no {FILE} (not a run the zoo trained); pass '
+                      '--config=configs/NAME.py[:arg] with the overrides the run used')
+  for override in overrides:
+    config_lib.apply_override(config, override)
+  config.lock()
+  return run_lib.resolve(config_lib.check(config))
+
+
 def write(config, workdir):
   if jax.process_index() == 0:
     text = json.dumps(as_dict(config), indent=2, sort_keys=True) + '\n'
