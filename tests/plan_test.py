@@ -356,3 +356,21 @@ def test_the_plan_says_what_the_group_limit_does_to_the_all_to_all():
         'groups': 8, 'top_groups': 4, 'shards_per_group': blocks, 'groups_reached_at_most': 4,
         'groups_reached_at_most_without_limit': 8, 'shards_reached_at_most': reach}
   assert 'land in at most 4 of 8 groups' in analytic.report(result)
+
+
+def test_the_sweep_table_shows_the_fastest_meshes_that_fit_and_counts_the_rest():
+  from zoo.plan import sweep  # pylint: disable=g-import-not-at-top
+  from zoo.plan import topology  # pylint: disable=g-import-not-at-top
+  row = lambda data, seconds, fits=True, invalid=None: {
+      'mesh': dict(data=data, fsdp=1, tensor=1, expert=1, context=1, stage=1),
+      'pipeline_microbatches': 0, 'pipeline_repeats': 1, 'invalid': invalid,
+      'step_seconds': seconds, 'per_device_bytes': 2**30, 'fits': fits}
+  rows = [row(1, 1.0), row(2, 2.0), row(4, 3.0), row(8, 4.0, fits=False),
+          row(16, 0, invalid='a reason'), row(32, 0, invalid='another')]
+  tpu = topology.parse('v5p-8')
+  lines = sweep.table(rows, tpu, top=2).splitlines()
+  assert [line.split()[0] for line in lines[2:4]] == ['1', '2'] and len(lines) == 5
+  assert lines[-1] == ('... 1 more fit (--plan_sweep_top=N), 1 do not fit, 2 cannot shard the '
+                       'shape (--plan_sweep_all shows every mesh and why)')
+  every = sweep.table(rows, tpu, everything=True).splitlines()
+  assert len(every) == 2 + 6 and every[-1].endswith('skipped: another')

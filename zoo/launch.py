@@ -31,6 +31,10 @@ flags.DEFINE_bool('plan_sweep', False, '--mode=plan with --plan_topology: rank e
                   'data x fsdp x tensor (x expert) mesh by estimated step time and memory')
 flags.DEFINE_integer('plan_sweep_compile', 0, '--plan_sweep: compile this many of the '
                      'fastest meshes that fit and show the compiler\'s bytes beside them')
+flags.DEFINE_integer('plan_sweep_top', 20, '--plan_sweep: show this many of the fastest '
+                     'meshes that fit (the rest are counted; --plan_json holds every mesh)')
+flags.DEFINE_bool('plan_sweep_all', False, '--plan_sweep: show every mesh, those that do not '
+                  'fit and those that cannot shard the shape (with the reason) too')
 flags.DEFINE_string('coordinator_address', None,
                     'host:port of process 0, for multi-process runs off TPU VMs / SLURM')
 flags.DEFINE_integer('num_processes', None, 'processes in a multi-process run')
@@ -84,7 +88,8 @@ def run(overrides):
     if FLAGS.mode == 'plan':
       storage.check(FLAGS.plan_json or '', '--plan_json')
       plan.run(resolved, FLAGS.plan_json, FLAGS.plan_compile, FLAGS.plan_topology,
-               FLAGS.plan_sweep, FLAGS.plan_sweep_compile)
+               FLAGS.plan_sweep, FLAGS.plan_sweep_compile, FLAGS.plan_sweep_top,
+               FLAGS.plan_sweep_all)
       return
     workdir = FLAGS.workdir or default_workdir(FLAGS.config)
     storage.check(workdir, '--workdir')

@@ -66,10 +66,11 @@ def _compiled(run, result, devices, tpu_slice):
 
 
 def run(resolved, json_path=None, compile_step=False, topology_name=None, sweep=False,
-        sweep_compile=0):
-  """Plans the resolved run (zoo/run), prints the report (and sweep table), optionally
-  writes the JSON; -> the dict. sweep_compile: compile the sweep's fastest meshes that fit,
-  this many."""
+        sweep_compile=0, sweep_top=20, sweep_all=False):
+  """Plans the resolved run (zoo/run), prints the report (and sweep table: its `sweep_top`
+  fastest meshes that fit, or with `sweep_all` every mesh), optionally writes the JSON (every
+  mesh); -> the dict. sweep_compile: compile the sweep's fastest meshes that fit, this
+  many."""
   config = resolved.config
   tpu_slice = topology.parse(topology_name) if topology_name else None
   if tpu_slice:  # a precision the chip cannot run is refused before anything compiles
@@ -108,7 +109,7 @@ def run(resolved, json_path=None, compile_step=False, topology_name=None, sweep=
     _compiled(resolved, result, devices, tpu_slice)
   print(analytic.report(result), flush=True)
   if sweep:
-    print(sweep_lib.table(result['sweep'], tpu_slice), flush=True)
+    print(sweep_lib.table(result['sweep'], tpu_slice, sweep_top, sweep_all), flush=True)
   if json_path:
     storage.write_bytes(json_path, json.dumps(result, indent=2).encode())
   return result

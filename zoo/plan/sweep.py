@@ -341,8 +341,12 @@ def confirm(run, rows, devices, chip):
   return rows
 
 
-def table(rows, tpu_slice):
-  """The sweep as text, one mesh per line (with the compiler's bytes where compiled)."""
+def table(rows, tpu_slice, top=20, everything=False):
+  """The sweep as text, one mesh per line (with the compiler's bytes where compiled): the
+  `top` fastest that fit and a line counting the rest, or with `everything` every mesh,
+  those that cannot shard the shape with the reason."""
+  fitting = [r for r in rows if not r['invalid'] and r['fits']]
+  shown = rows if everything else fitting[:top]
   hbm = tpu_slice.chip.hbm_bytes / 2**30
   confirmed = any('compiled_bytes' in r for r in rows)
   lines = [f'sweep on {tpu_slice.name} ({tpu_slice.chips} chips, {hbm:.0f} GiB HBM each); '
@@ -351,7 +355,7 @@ def table(rows, tpu_slice):
            ' '.join(f'{a:>7}' for a in sharding.MESH_AXES) + f' {"micro":>6} {"rounds":>6} '
            f'{"step s":>9} {"GiB/device":>11}  fits'
            + (f' {"compiled GiB":>12}' if confirmed else '')]
-  for r in rows:
+  for r in shown:
     mesh = ' '.join(f'{r["mesh"][a]:>7}' for a in sharding.MESH_AXES)
     piped = r['pipeline_microbatches']
     mesh += f' {piped or "-":>6} {r["pipeline_repeats"] if piped else "-":>6}'
@@ -365,4 +369,9 @@ def table(rows, tpu_slice):
       line += (f' {at_least + format(r["compiled_bytes"] / 2**30, ".2f"):>12}' +
                ('' if r['compiled_fits'] else ' NO'))
     lines.append(line.rstrip())
+  skipped = sum(bool(r['invalid']) for r in rows)
+  more, too_big = len(fitting) - len(shown), len(rows) - len(fitting) - skipped
+  if not everything and (more or too_big or skipped):
+    lines.append(f'... {more} more fit (--plan_sweep_top=N), {too_big} do not fit, {skipped} '
+                 'cannot shard the shape (--plan_sweep_all shows every mesh and why)')
   return '\n'.join(lines)
