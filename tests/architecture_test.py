@@ -8,7 +8,7 @@ from tests.helpers import REPO
 
 # Bottom to top; the same table as docs/architecture.md.
 LAYERS = (
-    ('errors', 'platform'),
+    ('errors', 'platform', 'progress'),
     ('cli', 'sharding', 'storage'),
     ('config', 'kernels'),
     ('collectives',),

@@ -18,6 +18,7 @@ import numpy as np
 
 from zoo import families
 from zoo import kernels
+from zoo import progress
 from zoo import run as run_lib
 from zoo import sharding
 from zoo.kernels import ring
@@ -132,7 +133,8 @@ def compile_step(run, devices, scan_corrected_cost=True):
         'times)', flush=True)
   start = time.time()
   try:
-    compiled = lower(run, mesh).compile()
+    with progress.heartbeat('compiling the train step'):
+      compiled = lower(run, mesh).compile()
   except jax.errors.JaxRuntimeError as e:
     exhausted = _exhausted(e)
     if exhausted is None:
@@ -147,7 +149,8 @@ def compile_step(run, devices, scan_corrected_cost=True):
     start = time.time()
     print(f'compiling {len(run.family.LAYER_FIELDS) + 1} more steps with 1 '
           'and 2 layers unrolled, to count the FLOPs of every layer', flush=True)
-  flops, bytes_accessed = _unrolled_cost(run, mesh) if corrected else _cost(compiled)
+  with progress.heartbeat('compiling the unrolled steps'):
+    flops, bytes_accessed = _unrolled_cost(run, mesh) if corrected else _cost(compiled)
   if corrected:
     print(f'compiled in {time.time() - start:.0f} s', flush=True)
   return {

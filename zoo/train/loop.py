@@ -16,6 +16,7 @@ from jax.experimental import multihost_utils
 
 from zoo import counting
 from zoo import phases as phases_lib
+from zoo import progress
 from zoo import sharding
 from zoo.data import pipeline
 from zoo.train import actions as actions_lib
@@ -294,7 +295,8 @@ class _Steps:
         print(f'compiling the train step for {rows} x {length} (compile cache: '
               f'{self.cache or "off"})', flush=True)
         start = time.perf_counter()
-        self.compiled[shape] = self.jitted.compile(state, batch)
+        with progress.heartbeat('compiling the train step'):
+          self.compiled[shape] = self.jitted.compile(state, batch)
         seconds = time.perf_counter() - start
         print(f'compiled in {seconds:.1f} s', flush=True)
       self.log.pause(seconds)
