@@ -410,7 +410,8 @@ def test_generate_bad_input_is_one_line_naming_the_field(reference, args, messag
 
 
 def test_generate_in_an_untrained_workdir_says_train_first(tmp_path):
-  _assert_one_line_error(_generate(tmp_path, '--prompt=hi'), r'no tokenizer in .*; train first')
+  _assert_one_line_error(_generate(tmp_path, '--prompt=hi'),
+                         r'--mode=generate: no checkpoint in .*; train first')
 
 
 def _assert_one_line_error(result, message):
