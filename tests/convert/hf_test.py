@@ -253,6 +253,20 @@ def test_an_imported_checkpoint_fine_tunes_and_evaluates_with_zoo_launch(tmp_pat
   del config
 
 
+def test_an_imported_classifiers_next_command_runs_once_dir_names_its_task(tmp_path):
+  workdir = tmp_path / 'run'
+  result = run('zoo.convert.hf', f'--hf_dir={FIXTURES}/bert_cls', f'--workdir={workdir}')
+  assert result.returncode == 0, result.stderr[-2000:]
+  command = result.stdout.split('next: ')[1].split(', where DIR holds')[0]
+  assert '"label": 0..2}' in result.stdout  # the fixture's 3 labels
+  assert command in (workdir / 'config.py').read_text()  # the file says the same
+  task = helpers.speakers_task(str(tmp_path / 'task'), 'classification', 8, 4)
+  args = command.replace('DIR', task).split()[2:]  # past 'python -m'
+  result = run(*args, '--config.train.steps=2', '--config.optim.warmup_steps=1')
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert 'eval_accuracy' in result.stdout
+
+
 def test_an_imported_model_trains_and_generates_with_its_own_tokenizer(tmp_path):
   hf_dir, workdir = tmp_path / 'gpt2', tmp_path / 'run'
   shutil.copytree(os.path.join(FIXTURES, 'gpt2'), hf_dir)

@@ -758,7 +758,7 @@ def write_workdir(hf_dir, workdir):
   header = f'Imported from {os.path.abspath(hf_dir)} by zoo.convert.hf.'
   storage.write_bytes(storage.join(workdir, 'config.py'), f'''"""{header}
 
-    python -m zoo.launch --config={os.path.join(workdir, 'config.py')} --workdir={workdir}
+    {next_command(config, workdir)}
 
 trains from the imported weights (train.init_params) until the workdir has checkpoints.
 {about_tokenizer}
@@ -794,8 +794,20 @@ def main(argv=None):
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
   print(f'imported {config.model.family} ({_model_type(config)}) into {args.workdir}: '
-        f'config.py and imported/; next: python -m zoo.launch '
-        f'--config={os.path.join(args.workdir, "config.py")} --workdir={args.workdir}')
+        f'config.py and imported/; next: {next_command(config, args.workdir)}')
+
+
+def next_command(config, workdir):
+  """The command that trains an import: a classifier's needs its task's data, which the
+  checkpoint does not hold, so its command names the override and what DIR holds."""
+  command = (f'python -m zoo.launch --config={os.path.join(workdir, "config.py")} '
+             f'--workdir={workdir}')
+  if not config.data.task.kind:
+    return command
+  label = ('a number' if config.data.task.kind == 'regression' else
+           f'0..{config.model.num_labels - 1}')
+  return (f'{command} --config.data.task.path=DIR, where DIR holds train.jsonl and '
+          f'eval.jsonl ({{"text": ..., "label": {label}}} a line; docs/contracts.md "A task")')
 
 
 if __name__ == '__main__':
