@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -119,8 +120,15 @@ def test_train_logs_metrics_events_and_checkpoints_then_eval_reads_them(referenc
   assert [r['step'] for r in rows if 'eval_loss' in r] == [120]
   assert rows[0]['event'] == 'start' and rows[0]['compile_seconds'] > 0
   assert all(r['time_step'] > 0 for r in train_rows[1:])  # each window's train-step seconds
-  # how long the window's steps took, one step late (step 1's row has none yet)
-  assert all(0 < r['step_seconds_median'] <= r['step_seconds_max'] for r in train_rows[2:])
+  # how long each step took (a row per step here), from the one before's end: none for step 1
+  assert train_rows[0]['step_seconds_median'] == 0
+  assert all(r['step_seconds_median'] == r['step_seconds_max'] > 0 for r in train_rows[1:])
+  # tokens/s: a step's tokens over the median of the last 20 step times; none before one
+  tokens, times = rows[0]['batch_global'] * rows[0]['seq_len'], []
+  for r in train_rows:
+    times += [r['step_seconds_median']] if r['step'] > 1 else []
+    want = pytest.approx(tokens / statistics.median(times[-20:]), rel=0.05) if times else None
+    assert r['tokens_per_sec'] == want
   end = rows[-1]  # where the run's wall time went
   assert end['event'] == 'end' and end['step'] == 120
   times = {k: v for k, v in end.items() if k.startswith('time_')}

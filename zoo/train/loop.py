@@ -104,7 +104,8 @@ def _describe(run, workdir, place, streams, corpus, params, start_step, cache, i
 class _Log:
   """Reads each step's metrics (one step late), stops on NaN/Inf streaks, finds loss spikes
   (a `spike` row, or spikes.Rollback under train.spike.action=rollback), and every
-  train.log_every steps writes a row: the step's metrics plus throughput and MFU, and for a
+  train.log_every steps writes a row: the step's metrics plus throughput and MFU (from the
+  median of the recent step times, so an eval or a save does not move them), and for a
   mixture the real tokens each source gave the steps since the last row, this one's included
   (tokens_NAME, all processes)."""
 
@@ -116,12 +117,12 @@ class _Log:
     self.source_tokens = np.zeros(len(sources), np.int64)
     self.flops_per_token = counting.flops_per_token(config)
     self.alarms = metrics_lib.Alarms(config)
-    self.last_row, self.window_steps, self.window_start = None, 0, time.time()
-    self.window_tokens, self.pending = 0, None
+    self.last_row, self.pending, self.start = None, None, None
 
   def hold(self, step, metrics, source_tokens=None):
     """The step's metrics, read once its successor is dispatched (flush)."""
     self.pending = (step, metrics, source_tokens)
+    self.start = self.start or time.time()  # the first step's time runs from its dispatch
 
   def flush(self):
     if self.pending:
@@ -129,8 +130,8 @@ class _Log:
       self(*pending)
 
   def pause(self, seconds):
-    """Time spent outside training (eval) is not counted in tokens/s."""
-    self.window_start += seconds
+    """Time spent outside training (an eval) is not counted in the first step's time."""
+    self.start = self.start and self.start + seconds
 
   def __call__(self, step, metrics, source_tokens=None):
     t = self.t
@@ -138,8 +139,6 @@ class _Log:
     self.watchdog.beat(step)
     if source_tokens is not None:  # the real tokens of this step's batch, per source
       self.source_tokens += source_tokens
-    self.window_steps += 1
-    self.window_tokens += self.run.phase_at(step).tokens_per_step
     if metrics['nonfinite_streak'] >= t.max_nonfinite_steps:
       raise TrainingError(
           f'{int(metrics["nonfinite_streak"])} updates in a row had a NaN/Inf loss or gradient '
@@ -153,10 +152,12 @@ class _Log:
       print(f'spike: {spike.describe()}; training on (train.spike.action=log)', flush=True)
     if step % t.log_every and step not in (1, t.steps):  # step 1 shows the initial loss
       return
-    elapsed = time.time() - self.window_start
-    tokens_per_sec = self.window_tokens / elapsed
+    # this phase's tokens over the median recent step time (none before a step is timed)
+    median = self.watchdog.median_seconds()
+    tokens_per_sec = median and self.run.phase_at(step).tokens_per_step / median
     row = {'step': step, 'tokens_per_sec': tokens_per_sec,
-           'mfu': metrics_lib.mfu(tokens_per_sec * self.flops_per_token, jax.devices())}
+           'mfu': median and metrics_lib.mfu(tokens_per_sec * self.flops_per_token,
+                                             jax.devices())}
     row.update({k: np.round(v, 4).tolist() if np.ndim(v) else v for k, v in metrics.items()})
     if self.sources:
       counts = self.source_tokens
@@ -168,13 +169,12 @@ class _Log:
     row.update(self.watchdog.window_row())
     self.alarms.check(step, metrics)
     self.writer.write(row)
-    eta = (self.run.total_tokens -
-           phases_lib.tokens_before(self.run.phases, step)) / tokens_per_sec
+    left = self.run.total_tokens - phases_lib.tokens_before(self.run.phases, step)
+    pace = (f' tokens/s {tokens_per_sec:,.0f} eta {left / tokens_per_sec:,.0f}s' if median else
+            f' first step {time.time() - self.start:.1f}s' if self.last_row is None else '')
     print(f'step {step}/{t.steps} loss {row["loss"]:.4f} lr {row["learning_rate"]:.2e} '
-          f'grad_norm {row["grad_norm"]:.3f} tokens/s {tokens_per_sec:,.0f} '
-          f'eta {eta:,.0f}s', flush=True)
-    self.last_row, self.window_start = row, time.time()
-    self.window_steps = self.window_tokens = 0
+          f'grad_norm {row["grad_norm"]:.3f}{pace}', flush=True)
+    self.last_row = row
 
 
 @dataclasses.dataclass
@@ -290,7 +290,9 @@ class _Steps:
   def __call__(self, state, batch):
     shape = tuple(sorted((k, v.shape) for k, v in batch.items()))
     if shape not in self.compiled:
-      with self.goodput.charge('compile'):
+      with self.goodput.charge('step'):
+        self.log.flush()  # the step in flight is timed before the compile, not across it
+      with self.goodput.charge('compile'), self.log.watchdog.paused():
         rows, length = next(iter(batch.values())).shape[:2]
         print(f'compiling the train step for {rows} x {length} (compile cache: '
               f'{self.cache or "off"})', flush=True)
@@ -299,12 +301,11 @@ class _Steps:
           self.compiled[shape] = self.jitted.compile(state, batch)
         seconds = time.perf_counter() - start
         print(f'compiled in {seconds:.1f} s', flush=True)
-      self.log.pause(seconds)
       self.seconds += seconds
     return self.compiled[shape]
 
 
-def _first_step(run, workdir, b, log, goodput, watchdog, writer, task_eval):
+def _first_step(run, workdir, b, log, goodput, writer, task_eval):
   """The first batch, the canary, the evaluator, the run header, and the train step
   compiled ahead of the first step (so the header can say how long) -> (steps, evaluate,
   first batch)."""
@@ -321,8 +322,7 @@ def _first_step(run, workdir, b, log, goodput, watchdog, writer, task_eval):
       b.parts.train_step(config), (b.parts.shardings, sharding.batch_sharding(b.place.mesh)),
       (b.parts.shardings, sharding.replicated(b.place.mesh)), donate_argnums=(0,)),
       goodput, log, b.cache)
-  with watchdog.paused():
-    steps(b.state, batch[0])
+  steps(b.state, batch[0])
   writer.write({**header, 'compile_seconds': round(steps.seconds, 2)})
   return steps, evaluate, batch
 
@@ -355,7 +355,7 @@ def _train(run, workdir, task_eval, place, signals):
     watchdog = watchdog_lib.Watchdog(t.hang, workdir)
     closing.callback(watchdog.close)
     log = _Log(run, writer, goodput, watchdog, b.corpus.sources)
-    steps, evaluate, batch = _first_step(run, workdir, b, log, goodput, watchdog, writer,
+    steps, evaluate, batch = _first_step(run, workdir, b, log, goodput, writer,
                                          task_eval)
     profiler = profile_lib.Profiler(t.profile_steps, workdir, b.step)
     closing.callback(profiler.close)
@@ -373,8 +373,7 @@ def _train(run, workdir, task_eval, place, signals):
         if batch is None:
           with goodput.charge('data'):
             batch = _next_batch(run, b.place, b.data_iter, b.step)
-        with watchdog.paused():
-          train_step = steps(b.state, batch[0])  # a new phase's shape compiles here
+        train_step = steps(b.state, batch[0])  # a new phase's shape compiles here
         b.state = faults.before_step(t.fault, b.step, b.state, b.rollbacks)
         profiler.start(b.step)
         with goodput.charge('step'):

@@ -58,6 +58,10 @@ class Watchdog:
       self.window.append(now - self.last)
     self.last, self.step = now, step
 
+  def median_seconds(self):
+    """The median of the recent step times, or None before a step has been timed."""
+    return statistics.median(self.times) if self.times else None
+
   def window_row(self):
     """The step times since the last call: median and max (seconds) and, on a pod, the
     process of the slowest median and that median (every process calls it together)."""
