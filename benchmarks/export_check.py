@@ -6,7 +6,10 @@ against the zoo's (needs the `hf-check` extra: transformers and a CPU torch).
 
 Prints, per prompt, whether the ids agree; whether byte pieces decode alike; the largest
 logit difference (float32); and, for a decoder or T5, greedy generation by both: the new
-tokens, and where each stopped (the exported EOS id against the zoo's). A classifier
+tokens, and where each stopped (the exported EOS id against the zoo's); then beam search by
+both (4 beams, generate.beam_rules='transformers' against transformers' generate) for each
+length penalty and min_new_tokens in BEAMS: the completions' lengths and whether they are
+the same text. A classifier
 (model.num_labels): its task's eval split through AutoTokenizer and
 AutoModelForSequenceClassification against the zoo: ids, label logits, predictions.
 """
@@ -30,6 +33,7 @@ from zoo.train import runtime
 PROMPTS = ['\nROMEO: leads with a newline', '  two spaces', 'literal <s> and </s> in a text',
            'ROMEO:\nBut, soft! what light through yonder window breaks?']
 NEW_TOKENS = 96
+BEAMS = [(alpha, least) for alpha in (0.0, 1.0) for least in (0, 8)]  # (length, min_new_tokens)
 _AUTO = {'decoder': transformers.AutoModelForCausalLM, 'encoder': transformers.AutoModelForMaskedLM,
          'encoder_decoder': transformers.AutoModelForSeq2SeqLM}
 
@@ -129,6 +133,29 @@ def _generation(config, workdir, tokenizer, auto, model):
   print(f'generate: the same text {ours == theirs}; transformers stopped '
         f'{f"at EOS (id {tokenizer.eos_id}) after {stop} tokens" if stop is not None else f"at max_new_tokens={NEW_TOKENS}"}; '
         f'generation_config eos_token_id {model.generation_config.eos_token_id}')
+  for alpha, least in BEAMS:
+    _beams(config, workdir, tokenizer, auto, model, prompt, alpha, least)
+
+
+def _beams(config, workdir, tokenizer, auto, model, prompt, alpha, least):
+  """One prompt by beam search, the zoo under transformers' rules and transformers'
+  generate, with length penalty `alpha` and min_new_tokens `least`."""
+  new_tokens = 40
+  with config.unlocked():
+    config.generate.update(max_new_tokens=new_tokens, num_beams=4, length_alpha=alpha,
+                           beam_rules='transformers', min_new_tokens=least)
+  ours = infer_run.run(run_lib.resolve(config), workdir, [prompt])[0]
+  ids = auto(prompt, return_tensors='pt')
+  with torch.no_grad():
+    out = model.generate(**ids, max_new_tokens=new_tokens, num_beams=4, do_sample=False,
+                         length_penalty=alpha, min_new_tokens=least,
+                         early_stopping=False)[0].numpy()
+  new = out[1:] if config.model.family == 'encoder_decoder' else out[ids['input_ids'].shape[1]:]
+  theirs = infer_run.completions(config, tokenizer, [new])[0]
+  count = lambda text: len(tokenizer.encode([text])[0])
+  print(f'beams 4, length_penalty {alpha}, min_new_tokens {least}: the same text '
+        f'{ours == theirs}; zoo {count(ours)} tokens, transformers {count(theirs)}; '
+        f'{theirs[:60]!r}')
 
 
 if __name__ == '__main__':

@@ -111,7 +111,8 @@ def _llama_fixture_beams(rules):
   for case in ref['cases']:
     eos = case['eos_id']
     fn = jax.jit(generate.make(model, ref['max_new_tokens'], {'temperature': 0.0}, eos, 0,
-                               ref['num_beams'], case['length_penalty'], beam_rules=rules))
+                               case['num_beams'], case['length_penalty'], beam_rules=rules,
+                               min_new_tokens=case['min_new_tokens']))
     rows = np.asarray(fn({'params': params}, prompts, np.ones_like(prompts),
                          jax.random.PRNGKey(0)))
     out.append((case, [list(r[:list(r).index(eos) + 1]) if eos in r else list(r)
@@ -120,5 +121,7 @@ def _llama_fixture_beams(rules):
 
 
 def test_beam_rules_transformers_give_transformers_beams_token_for_token():
+  """min_new_tokens too, for beams and greedy: EOS only past it, as in transformers."""
   for case, tokens in _llama_fixture_beams('transformers'):
     assert tokens == case['tokens'], case
+    assert all(case['eos_id'] not in row[:case['min_new_tokens']] for row in tokens)

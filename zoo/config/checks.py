@@ -184,6 +184,9 @@ def _validate_moe(m, mesh):
 
 def _validate_generate(g, m):
   _positive('generate.max_new_tokens', g.max_new_tokens)
+  if not 0 <= g.min_new_tokens <= g.max_new_tokens:
+    raise ConfigError(f'generate.min_new_tokens={g.min_new_tokens} must be in [0, '
+                      f'generate.max_new_tokens={g.max_new_tokens}] (0 = off)')
   if g.temperature < 0 or g.top_k < 0:
     raise ConfigError(f'generate.temperature={g.temperature} and generate.top_k={g.top_k} '
                       'must be >= 0 (0 = greedy, 0 = no top-k)')
@@ -215,6 +218,7 @@ def _validate_generate(g, m):
   if g.draft_workdir or g.draft_mtp:
     _positive('generate.draft_tokens', g.draft_tokens)
     neutral = {'generate.num_beams': (g.num_beams, 1),
+               'generate.min_new_tokens': (g.min_new_tokens, 0),
                'generate.repetition_penalty': (g.repetition_penalty, 1.0),
                'generate.frequency_penalty': (g.frequency_penalty, 0.0)}
     for name, (value, off) in neutral.items():

@@ -378,6 +378,7 @@ def optim():
 def _generate():
   g = ml_collections.ConfigDict()  # --mode=generate (zoo/infer)
   g.max_new_tokens = 128
+  g.min_new_tokens = 0  # EOS cannot come before this many new tokens (transformers'); 0 = off
   g.temperature = 0.0  # 0 = greedy
   g.top_k = 0  # sample among the k likeliest tokens; 0 = all
   g.top_p = 1.0  # nucleus: the smallest set of tokens holding this much probability

@@ -26,8 +26,17 @@ def length_penalty(length, alpha, rules='zoo'):
   return ((5.0 + length) / 6.0) ** alpha
 
 
+def forbid_eos(scores_BV, eos_id, i, min_new_tokens):
+  """scores_BV (logits or log probs) with EOS at -inf while new token i comes before
+  min_new_tokens (0 = never)."""
+  if not min_new_tokens:
+    return scores_BV
+  eos_V = jnp.arange(scores_BV.shape[-1]) == eos_id
+  return jnp.where(eos_V & (i < min_new_tokens), -jnp.inf, scores_BV)
+
+
 def search(step_fn, logits_RV, cache, reorder, num_beams, max_new_tokens, eos_id, pad_id,
-           alpha=0.0, penalties=None, rules='zoo'):
+           alpha=0.0, penalties=None, rules='zoo', min_new_tokens=0):
   """step_fn(tokens [B*W], i, cache) -> (logits [B*W, V], cache) feeds token i of every beam;
   logits_RV [B*W, V] are the first token's (the beams of a row start identical);
   reorder(cache, rows [B*W]) -> the cache of those rows. penalties: None, or (counts [B*W, V]
@@ -37,7 +46,10 @@ def search(step_fn, logits_RV, cache, reorder, num_beams, max_new_tokens, eos_id
   instead: the penalty length^alpha; only the W best of the 2W extensions may finish; at
   the last step those W finish whether they end at EOS or not; a row takes no more finished
   beams once its best alive one, penalized at its current length, cannot beat its worst
-  finished one. -> (tokens [B, N], scores [B])."""
+  finished one. min_new_tokens: no extension ends at EOS before that many new tokens (its
+  log probability -inf after the softmax, as transformers' min_new_tokens: the other
+  tokens' are not renormalised, so a score stays the log probability of the beam's
+  tokens). -> (tokens [B, N], scores [B])."""
   W, N = num_beams, max_new_tokens
   B, V = logits_RV.shape[0] // W, logits_RV.shape[1]
   transformers = rules == 'transformers'
@@ -57,7 +69,8 @@ def search(step_fn, logits_RV, cache, reorder, num_beams, max_new_tokens, eos_id
      open_B) = carry
     if penalize:
       logits_RV = penalize(logits_RV, counts_RV)
-    log_probs_BWV = jax.nn.log_softmax(logits_RV.astype(jnp.float32)).reshape(B, W, V)
+    log_probs_RV = jax.nn.log_softmax(logits_RV.astype(jnp.float32))
+    log_probs_BWV = forbid_eos(log_probs_RV, eos_id, i, min_new_tokens).reshape(B, W, V)
     scores_BJ, flat_BJ = jax.lax.top_k((alive_BW[..., None] + log_probs_BWV).reshape(B, -1),
                                        2 * W)
     beam_BJ, token_BJ = flat_BJ // V, (flat_BJ % V).astype(jnp.int32)

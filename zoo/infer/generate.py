@@ -7,8 +7,9 @@ Each step's logits first get the penalties for tokens seen so far (`penalize`: C
 repetition penalty, a frequency penalty; the prompt counts as seen where the family says
 the prompt is the text being continued, `PENALTIES_COUNT_PROMPT`); then sampling:
 temperature (0 = greedy), then top-k, top-p (nucleus) and min-p filtering; or beam search
-(zoo/infer/beam.py) over the same cache, its rows (and counts) reordered with the beams. A
-row stops at EOS; its later tokens are padding. The whole loop is one jitted
+(zoo/infer/beam.py) over the same cache, its rows (and counts) reordered with the beams.
+Before `min_new_tokens` new tokens EOS cannot come (transformers' min_new_tokens). A row
+stops at EOS; its later tokens are padding. The whole loop is one jitted
 `lax.while_loop`. Stop strings are text: zoo/infer/run.py cuts each completion at the first.
 
 Glossary: B batch, P prompt length, N new tokens, V vocab, W beams, R = B x W beam rows.
@@ -79,7 +80,7 @@ def prompt_counts(ids_BP, segments_BP, vocab_size):
 
 
 def _decode_loop(step_fn, logits_BV, cache, counts_BV, rng, max_new_tokens, sampling,
-                 penalties, eos_id, pad_id):
+                 penalties, eos_id, pad_id, min_new_tokens):
   """Penalize, sample, record, feed back, until every row has hit EOS or N tokens are out.
   penalties: penalize's keyword arguments, or None for none (counts_BV then None)."""
   B = logits_BV.shape[0]
@@ -92,6 +93,7 @@ def _decode_loop(step_fn, logits_BV, cache, counts_BV, rng, max_new_tokens, samp
     i, logits_BV, cache, counts_BV, out_BN, done_B = carry
     if penalties:
       logits_BV = penalize(logits_BV, counts_BV, **penalties)
+    logits_BV = beam.forbid_eos(logits_BV, eos_id, i, min_new_tokens)
     token_B = sample(logits_BV, jax.random.fold_in(rng, i), **sampling)
     token_B = jnp.where(done_B, pad_id, token_B)
     out_BN = out_BN.at[:, i].set(token_B)
@@ -146,13 +148,13 @@ def decoding_model(model):
 
 
 def make(model, max_new_tokens, sampling, eos_id, pad_id, num_beams=1, length_alpha=0.0,
-         penalties=None, beam_rules='zoo'):
+         penalties=None, beam_rules='zoo', min_new_tokens=0):
   """-> fn(variables, ids, segment ids, rng) -> new tokens [B, N], to jit (one trace: the
   decode loop is a lax.while_loop); the model's family says how decoding starts.
   sampling: sample's keyword arguments; penalties: penalize's ({'repetition': 1.2,
   'frequency': 0.0}), None or at their neutral values for none. num_beams > 1: beam search
   (sampling unused, penalties applied to every beam; beam_rules: zoo/infer/beam.py's
-  rules)."""
+  rules). min_new_tokens: EOS cannot be among the first that many new tokens."""
   family = families.get(model.config)
   model, layout = decoding_model(model)
   start = functools.partial(family.start_generation, model, max_new_tokens=max_new_tokens)
@@ -173,7 +175,7 @@ def make(model, max_new_tokens, sampling, eos_id, pad_id, num_beams=1, length_al
       logits_BV, cache, step = start(variables, ids, segments)
       seen_BV = counts(ids, segments) if penalties else None
       return _decode_loop(step, logits_BV, cache, seen_BV, rng, max_new_tokens,
-                          dict(sampling), penalties, eos_id, pad_id)
+                          dict(sampling), penalties, eos_id, pad_id, min_new_tokens)
     repeat = lambda a: jnp.repeat(jnp.asarray(a), num_beams, axis=0)  # rows b*W .. b*W+W-1
     logits_RV, cache, step = start(variables, repeat(ids), repeat(segments))
     adjust = None
@@ -181,5 +183,5 @@ def make(model, max_new_tokens, sampling, eos_id, pad_id, num_beams=1, length_al
       adjust = (counts(repeat(ids), repeat(segments)),
                 functools.partial(penalize, **penalties), count)
     return beam.search(step, logits_RV, cache, reorder_cache, num_beams, max_new_tokens,
-                       eos_id, pad_id, length_alpha, adjust, beam_rules)[0]
+                       eos_id, pad_id, length_alpha, adjust, beam_rules, min_new_tokens)[0]
   return fn

@@ -75,6 +75,10 @@ def run(resolved, workdir, prompts):
     outputs.append(text)
     if jax.process_index() == 0:
       how = f' before stop string {stopped!r}' if stopped else ' then EOS' if ended else ''
+      if ended and not length and config.generate.num_beams > 1:
+        how += (': ending at once is likelier than every continuation the beams found; '
+                'generate.min_new_tokens or generate.length_alpha favour longer ones '
+                '(docs/generate.md)')
       print(f'--- step {step}: {length} tokens{how}\n'
             f'{prompt}{family.PROMPT_JOINT}{text}', flush=True)
   if stats and jax.process_index() == 0:
@@ -92,7 +96,7 @@ def generator(config, place, state, tokenizer):
                       'min_p': g.min_p},
                      tokenizer.eos_id, tokenizer.pad_id, g.num_beams, g.length_alpha,
                      {'repetition': g.repetition_penalty, 'frequency': g.frequency_penalty},
-                     g.beam_rules)
+                     g.beam_rules, g.min_new_tokens)
   replicated = sharding.replicated(place.mesh)
   jitted = place.jit(fn, (state_lib.model_variables(state.shardings),
                           replicated, replicated, replicated), replicated,
