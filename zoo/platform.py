@@ -1,5 +1,5 @@
 """Everything the zoo does differently because of a platform, in one place. `import zoo`
-changes nothing in jax; the command-line entry points (zoo/cli.py) call `apply()`, and so
+runs `skip_absent_tpu()`; the command-line entry points (zoo/cli.py) call `apply()`, and so
 does the test suite (tests/conftest.py), before anything compiles.
 
   apply()                    installs the two jax changes below (idempotent)
