@@ -5,6 +5,7 @@ flags, and no argument silently dropped."""
 import sys
 
 from absl import app
+from absl import logging
 
 from zoo import platform
 
@@ -48,6 +49,9 @@ def start(run):
              else 'flags are written --name=value')
       print(f'error: unexpected argument {first!r}: {fix}', file=sys.stderr, flush=True)
       sys.exit(2)
+    if not any(a.startswith(('-v', '--verbosity')) for a in argv):
+      # orbax and grain log every save at INFO, jax each backend it could not start
+      logging.set_verbosity(logging.WARNING)
     run(overrides)
 
   app.run(main, argv=argv)

@@ -11,7 +11,6 @@ import os
 import sys
 
 from absl import flags
-from absl import logging
 
 from zoo.cli import start
 
@@ -81,8 +80,6 @@ def run(overrides):
   from zoo.train import loop  # pylint: disable=g-import-not-at-top
   from zoo.train import runtime  # pylint: disable=g-import-not-at-top
   from zoo.train import stop  # pylint: disable=g-import-not-at-top
-  if not any(a.startswith(('-v', '--verbosity')) for a in sys.argv):
-    logging.set_verbosity(logging.WARNING)  # orbax and grain log every save at INFO
   try:
     resolved = run_lib.load(FLAGS.config, overrides)  # the config, read once
     if FLAGS.mode == 'plan':

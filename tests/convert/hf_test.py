@@ -89,6 +89,18 @@ def test_a_classifier_saves_as_its_hugging_face_class_with_its_labels(name, tmp_
       safetensors_np.load_file(os.path.join(FIXTURES, name, 'model.safetensors')))
 
 
+def test_a_gpt2_under_gpt2s_vocabulary_saves_without_gpt2s_token_ids(tmp_path):
+  """transformers defaults GPT-2's BOS and EOS to 50256 and warns past the vocabulary."""
+  config, params = hf.load(os.path.join(FIXTURES, 'gpt2'))
+  hf.save(config, params, str(tmp_path))
+  written = json.loads((tmp_path / 'config.json').read_text())
+  assert written['vocab_size'] < hf.GPT2_END_OF_TEXT
+  assert written['bos_token_id'] is None and written['eos_token_id'] is None
+  with config.unlocked():
+    config.model.vocab_size = hf.GPT2_END_OF_TEXT + 1  # GPT-2's own: the defaults hold
+  assert 'bos_token_id' not in hf._hf_config(config)  # pylint: disable=protected-access
+
+
 def test_the_mixtral_router_picks_the_pytorch_experts():
   config, params = hf.load(os.path.join(FIXTURES, 'mixtral'))
   ref = np.load(os.path.join(FIXTURES, 'mixtral', 'reference.npz'))

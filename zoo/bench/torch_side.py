@@ -54,6 +54,7 @@ def check(config):
 def _load(config, params):
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
+  transformers.utils.logging.disable_progress_bar()  # 'Loading weights' from a temporary file
   with tempfile.TemporaryDirectory() as directory:
     hf.save(config, params, directory)
     model = transformers.AutoModelForCausalLM.from_pretrained(

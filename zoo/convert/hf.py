@@ -548,18 +548,25 @@ def _flatten(tree, prefix=''):
 
 # ------------------------------------------------------------------------- writing
 
+GPT2_END_OF_TEXT = 50256
+
+
 def _hf_config(config):
   """zoo config -> config.json for transformers."""
   m = config.model
   family = _model_type(config)
   if family == 'gpt2':
+    # transformers' GPT2Config defaults BOS and EOS to GPT-2's <|endoftext|>, and warns where
+    # that id lies past the vocabulary: a smaller one names none (an export sets the
+    # tokenizer's, set_token_ids)
+    ids = {} if m.vocab_size > GPT2_END_OF_TEXT else {'bos_token_id': None, 'eos_token_id': None}
     return {'model_type': 'gpt2', 'vocab_size': m.vocab_size, 'n_embd': m.d_model,
             'n_layer': m.num_layers, 'n_head': m.num_heads, 'n_inner': m.mlp_dim,
             'n_positions': m.max_length, 'layer_norm_epsilon': m.norm_eps,
             'activation_function': 'gelu_new', 'tie_word_embeddings': True,
             # transformers defaults them to 0.1; the zoo model trains with model.dropout_rate
             'resid_pdrop': m.dropout_rate, 'embd_pdrop': m.dropout_rate,
-            'attn_pdrop': m.dropout_rate}
+            'attn_pdrop': m.dropout_rate, **ids}
   if family == 'bert':
     return {'model_type': 'bert', 'vocab_size': m.vocab_size, 'hidden_size': m.d_model,
             'num_hidden_layers': m.num_layers, 'num_attention_heads': m.num_heads,
