@@ -7,7 +7,7 @@ from zoo import progress
 
 def test_a_heartbeat_beats_while_the_block_runs_and_stops_with_it():
   lines = []
-  record = lambda line, flush: lines.append(line)
+  record = lines.append
   with progress.heartbeat('compiling the train step', every=0.05, out=record):
     time.sleep(0.28)
   beats = len(lines)

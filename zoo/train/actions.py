@@ -11,6 +11,7 @@ hang's. New periodic work
 import contextlib
 import time
 
+from zoo import progress
 from zoo.train import evaluate as evaluate_lib
 from zoo.train import faults
 from zoo.train import state as state_lib
@@ -31,7 +32,7 @@ class Evaluate:
     start = time.time()
     row = self.evaluate(state_lib.model_variables(state))
     self.writer.write({'step': step, **row})
-    print(f'step {step} {evaluate_lib.describe(row)}', flush=True)
+    progress.say(f'step {step} {evaluate_lib.describe(row)}')
     self.log.pause(time.time() - start)  # not in the first step's time
 
 

@@ -6,6 +6,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from zoo.train import runtime
+from zoo import progress
 from zoo import sharding
 from zoo.data import streams as streams_lib
 from zoo.train import metrics as metrics_lib
@@ -73,5 +74,5 @@ def run(resolved, workdir, task_eval=None):
     writer = metrics_lib.Writer(workdir)
     writer.write({'step': step, **row, 'mode': 'eval'})
     writer.close()
-  print(f'step {step} {describe(row)}', flush=True)
+  progress.say(f'step {step} {describe(row)}')
   return row

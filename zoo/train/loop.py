@@ -97,7 +97,7 @@ def _describe(run, workdir, place, streams, corpus, params, start_step, cache, i
       + (f', weights from {h["init_params"]}' if init else ''),
       *notes,
   ]
-  print('\n'.join(lines), flush=True)
+  progress.say('\n'.join(lines))
   return header
 
 
@@ -149,7 +149,7 @@ class _Log:
       raise spikes_lib.Rollback(spike)
     if spike:
       self.writer.write({'step': step, 'event': 'spike', **spike.row()})
-      print(f'spike: {spike.describe()}; training on (train.spike.action=log)', flush=True)
+      progress.say(f'spike: {spike.describe()}; training on (train.spike.action=log)')
     if step % t.log_every and step not in (1, t.steps):  # step 1 shows the initial loss
       return
     # this phase's tokens over the median recent step time (none before a step is timed)
@@ -172,8 +172,8 @@ class _Log:
     left = self.run.total_tokens - phases_lib.tokens_before(self.run.phases, step)
     pace = (f' tokens/s {tokens_per_sec:,.0f} eta {left / tokens_per_sec:,.0f}s' if median else
             f' first step {time.time() - self.start:.1f}s' if self.last_row is None else '')
-    print(f'step {step}/{t.steps} loss {row["loss"]:.4f} lr {row["learning_rate"]:.2e} '
-          f'grad_norm {row["grad_norm"]:.3f}{pace}', flush=True)
+    progress.say(f'step {step}/{t.steps} loss {row["loss"]:.4f} lr '
+                 f'{row["learning_rate"]:.2e} grad_norm {row["grad_norm"]:.3f}{pace}')
     self.last_row = row
 
 
@@ -255,9 +255,9 @@ def _roll_back(spike, run, workdir, b, writer):
   writer.write({'step': spike.step, 'event': 'rollback', 'restored_step': b.step,
                 'skipped_batches': [first, last], **spike.row()})
   recent = sum(r['spike_step'] > spike.step - s.rollback_window for r in b.rollbacks)
-  print(f'spike: {spike.describe()}; rolled back to step {b.step}, skipping batches '
-        f'{first}..{last} (rollback {recent} of at most {s.max_rollbacks} in '
-        f'{s.rollback_window} steps)', flush=True)
+  progress.say(f'spike: {spike.describe()}; rolled back to step {b.step}, skipping batches '
+               f'{first}..{last} (rollback {recent} of at most {s.max_rollbacks} in '
+               f'{s.rollback_window} steps)')
 
 
 def _canary(config, place, state, batch):
@@ -294,13 +294,13 @@ class _Steps:
         self.log.flush()  # the step in flight is timed before the compile, not across it
       with self.goodput.charge('compile'), self.log.watchdog.paused():
         rows, length = next(iter(batch.values())).shape[:2]
-        print(f'compiling the train step for {rows} x {length} (compile cache: '
-              f'{self.cache or "off"})', flush=True)
+        progress.say(f'compiling the train step for {rows} x {length} (compile cache: '
+                     f'{self.cache or "off"})')
         start = time.perf_counter()
         with progress.heartbeat('compiling the train step'):
           self.compiled[shape] = self.jitted.compile(state, batch)
         seconds = time.perf_counter() - start
-        print(f'compiled in {seconds:.1f} s', flush=True)
+        progress.say(f'compiled in {seconds:.1f} s')
       self.seconds += seconds
     return self.compiled[shape]
 
@@ -342,7 +342,7 @@ def _train(run, workdir, task_eval, place, signals):
   with goodput.charge('setup'):
     b = _build(run, workdir, place)
   if b.step >= t.steps:
-    print(f'already trained: checkpoint at step {b.step} >= train.steps={t.steps}')
+    progress.say(f'already trained: checkpoint at step {b.step} >= train.steps={t.steps}')
     b.saved.close()
     return None
   start_step = b.step
@@ -397,9 +397,9 @@ def _train(run, workdir, task_eval, place, signals):
     writer.write({'event': 'end', 'step': b.step, **end})
   if stop.signum:
     _interrupted(stop.signum, b.step, start_step)
-  print(f'done in {end["wall_seconds"]:.0f}s; goodput {end["goodput"]:.1%} (train steps), '
-        f'compile {end["time_compile"]:.1f}s, eval {end["time_eval"]:.1f}s, checkpoints '
-        f'{end["time_checkpoint"]:.1f}s, data {end["time_data"]:.1f}s', flush=True)
+  progress.say(f'done in {end["wall_seconds"]:.0f}s; goodput {end["goodput"]:.1%} (train '
+               f'steps), compile {end["time_compile"]:.1f}s, eval {end["time_eval"]:.1f}s, '
+               f'checkpoints {end["time_checkpoint"]:.1f}s, data {end["time_data"]:.1f}s')
   return log.last_row
 
 
