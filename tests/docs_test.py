@@ -1,14 +1,19 @@
 """The docs say what the code does: every field of the config schema is in
-docs/contracts.md's schema, the launcher's exit codes are docs/reliability.md's table, and
-paths named in docstrings and comments exist."""
+docs/contracts.md's schema, the launcher's exit codes are docs/reliability.md's table,
+paths named in docstrings and comments exist, and the plans the docs quote are what the
+sweep answers today (zoo/plan/suggest.py)."""
 
 import ast
 import os
 import pathlib
 import re
+import shlex
 
 from tests.helpers import REPO
 from zoo import config as config_lib
+from zoo import run as run_lib
+from zoo.plan import suggest
+from zoo.plan import topology
 from zoo.train import watchdog
 
 
@@ -68,3 +73,40 @@ def test_paths_named_in_the_code_exist():
       stale += [f'{path.relative_to(REPO)}:{number}: {name}' for name in named.findall(line)
                 if 'NAME' not in name and not pathlib.Path(REPO, name).exists()]
   assert stale == []
+
+
+def _plan_commands(text):
+  """The `python -m zoo.launch ... --mode=plan` commands of an indented block in `text` ->
+  [(config, topology, overrides)]."""
+  joined = text.replace('\\\n', ' ')
+  found = []
+  for line in joined.splitlines():
+    line = re.sub(r'^\s*(JAX_PLATFORMS=\w+ )?', '', line)
+    if not line.startswith('python -m zoo.launch ') or '--mode=plan' not in line:
+      continue
+    words = shlex.split(line)
+    flags = dict(w[2:].split('=', 1) for w in words[3:] if w.startswith('--') and '=' in w)
+    found.append((flags['config'], flags.get('plan_topology'),
+                  [f'{k[len("config."):]}={v}' for k, v in flags.items()
+                   if k.startswith('config.')]))
+  return found
+
+
+def test_the_recipes_plan_row_is_what_its_commands_print():
+  text = _doc('recipes.md')
+  row = next(line for line in text.splitlines() if line.startswith('| plan |'))
+  commands = _plan_commands(text)
+  assert len(commands) == 4
+  want = [suggest.describe(suggest.best(run_lib.load(config, overrides),
+                                        topology.parse(name)))
+          for config, name, overrides in commands]
+  assert row == '| plan | ' + ' | '.join(want) + ' |'
+
+
+def test_the_readme_and_the_preflight_suggest_the_same_slice_for_t5():
+  answer = suggest.smallest(run_lib.load('configs/t5_base.py', []))
+  readme = open(os.path.join(REPO, 'README.md'), encoding='utf-8').read()
+  [(config, name, _)] = [c for c in _plan_commands(readme) if 't5_base' in c[0]]
+  assert name == answer.tpu_slice.name
+  assert suggest.describe(answer) in ' '.join(readme.split())
+  assert suggest.describe(answer) in ' '.join(_doc('plan.md').split())  # the sample error

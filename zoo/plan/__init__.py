@@ -5,6 +5,7 @@
   devices, --plan_topology=v5p-128 for a TPU slice through libtpu): the compiler's memory
   and FLOPs;
 - sweep.py: every mesh of a slice ranked by an analytic step-time estimate (--plan_sweep);
+- suggest.py: the sweep's answer in words (plan's run line, the preflight's slice);
 - topology.py: TPU slice names, chips and their speeds.
 """
 
@@ -19,6 +20,7 @@ from zoo import storage
 from zoo.errors import ConfigError
 from zoo.plan import analytic
 from zoo.plan import compiled as compiled_lib
+from zoo.plan import suggest
 from zoo.plan import sweep as sweep_lib
 from zoo.plan import topology
 
@@ -97,10 +99,11 @@ def run(resolved, json_path=None, compile_step=False, topology_name=None, sweep=
   if sweep:
     result['sweep'] = sweep_lib.sweep(resolved, tpu_slice)
     fitting = [r for r in result['sweep'] if not r['invalid'] and r['fits']]
-    if fitting:  # the whole run at the fastest mesh that fits, by the analytic estimate
-      result['run'].update(estimated_seconds=(fitting[0]['step_seconds'] *
-                                              result['run']['step_equivalents']),
-                           estimated_mesh=fitting[0]['mesh'])
+    answer = suggest.best(resolved, tpu_slice, result['sweep'])
+    if answer:  # the whole run at the fastest mesh that fits, by the analytic estimate
+      result['run'].update(estimated_seconds=answer.seconds,
+                           estimated_mesh=answer.row['mesh'],
+                           estimated=suggest.describe(answer))
     if sweep_compile:
       sweep_lib.confirm(resolved, fitting[:sweep_compile], topology.devices(tpu_slice),
                         tpu_slice.chip)

@@ -445,11 +445,11 @@ def _run_lines(result):
       shown[3:-2] = [f'... ({len(shown) - 5} more)']
     line = (f"run: {run['steps']:,} steps in {len(run['phases'])} phases, " + ', '.join(shown)
             + f" = {run['tokens']:.4g} tokens")
-  if 'estimated_seconds' in run:
-    where = result['topology']['name']
-    if 'estimated_mesh' in run:
-      where += f" (the sweep's fastest mesh that fits, {run['estimated_mesh']})"
-    line += f"; at the estimated step time on {where}: {_duration(run['estimated_seconds'])}"
+  if 'estimated' in run:  # the sweep's answer (zoo/plan/suggest.py)
+    line += f"; at the step time of the sweep's fastest mesh that fits: {run['estimated']}"
+  elif 'estimated_seconds' in run:
+    line += (f"; at the estimated step time on {result['topology']['name']}: "
+             f"{duration(run['estimated_seconds'])}")
   lines = [line]
   if 'span_corruption' in run:
     spans = run['span_corruption']
@@ -478,7 +478,7 @@ def _size(num_bytes):
           f'{num_bytes / 2**20:,.1f} MiB')
 
 
-def _duration(seconds):
+def duration(seconds):
   if seconds < 2 * 3600:
     return f'{seconds / 60:,.1f} minutes'
   if seconds < 3 * 86400:

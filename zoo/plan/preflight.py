@@ -18,6 +18,7 @@ from zoo import counting
 from zoo import run as run_lib
 from zoo.errors import ConfigError
 from zoo.plan import analytic
+from zoo.plan import suggest
 from zoo.plan import sweep
 
 GIB = 2**30
@@ -45,14 +46,18 @@ def check(run, devices=None):
   parts = ', '.join(f'{name.replace("_", " ")} {needed[name] / GIB:.2f}'
                     for name in ('params', 'optimizer_state', 'gradients', 'update',
                                  'activations', 'gathered') if needed[name])
+  answer = suggest.smallest(run)
+  slice_ = (f'the smallest {suggest.GENERATION} slice it fits by the sweep\'s estimate is '
+            f'{suggest.describe(answer)} (--mode=plan --plan_topology='
+            f'{answer.tpu_slice.name} --plan_sweep)' if answer else
+            f'it fits no {suggest.GENERATION} slice up to {suggest.GENERATION}-'
+            f'{suggest.LARGEST} by the sweep\'s estimate')
   raise ConfigError(
       f'the train step needs ~{needed["total"] / GIB:.1f} GiB per device ({parts} GiB) and '
       f'{where} has {available / GIB:.1f} GiB available: this is a job for a bigger machine '
-      'or a pod; '
-      "run the config's :smoke variant here, size it for a TPU slice with --mode=plan "
-      '--plan_topology=v5p-64 [--plan_sweep], or lower train.batch_size, raise '
-      'train.microbatches, set model.remat=full or add devices to the mesh '
-      '(train.preflight=False skips this estimate)')
+      f"or a pod; {slice_}; run the config's :smoke variant here, or lower "
+      'train.batch_size, raise train.microbatches, set model.remat=full or add devices to '
+      'the mesh (train.preflight=False skips this estimate)')
 
 
 def estimate(run, sizes, platform):
