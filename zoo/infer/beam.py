@@ -46,10 +46,8 @@ def search(step_fn, logits_RV, cache, reorder, num_beams, max_new_tokens, eos_id
   instead: the penalty length^alpha; only the W best of the 2W extensions may finish; at
   the last step those W finish whether they end at EOS or not; a row takes no more finished
   beams once its best alive one, penalized at its current length, cannot beat its worst
-  finished one. min_new_tokens: no extension ends at EOS before that many new tokens (its
-  log probability -inf after the softmax, as transformers' min_new_tokens: the other
-  tokens' are not renormalised, so a score stays the log probability of the beam's
-  tokens). -> (tokens [B, N], scores [B])."""
+  finished one. min_new_tokens: EOS's log probability -inf (after the softmax, unlike the
+  others, as transformers does) before that many new tokens. -> (tokens [B, N], scores [B])."""
   W, N = num_beams, max_new_tokens
   B, V = logits_RV.shape[0] // W, logits_RV.shape[1]
   transformers = rules == 'transformers'
