@@ -22,7 +22,9 @@ from zoo.convert import hf_tokenizer
 from zoo.data import readers
 from zoo.data import tokenizer as tokenizer_lib
 from zoo.models import lora
+from zoo.train import evaluate
 from zoo.train import loop
+from zoo.train import metrics as metrics_lib
 from zoo.train import runtime
 
 
@@ -140,7 +142,7 @@ def test_export_writes_the_checkpoint_weights_and_a_tokenizer_with_the_zoo_ids(t
   assert {name: oct(os.stat(os.path.join(out, name)).st_mode & 0o777)
           for name in os.listdir(out)} == {name: oct(0o666 & ~umask) for name in (
               'config.json', 'generation_config.json', 'model.safetensors', 'tokenizer.json',
-              'tokenizer_config.json')}
+              'tokenizer_config.json', 'zoo_config.json')}
   hf_config = json.loads(open(f'{out}/config.json', encoding='utf-8').read())
   special = {'bos_token_id': zoo.bos_id, 'eos_token_id': zoo.eos_id, 'pad_token_id': zoo.pad_id}
   assert {k: hf_config[k] for k in special} == special
@@ -156,6 +158,12 @@ def test_export_writes_the_checkpoint_weights_and_a_tokenizer_with_the_zoo_ids(t
   assert imported.data.seq_len == 64
   again = runtime.tokenizer(imported, str(tmp_path / 'imported'))
   assert again.encode([literal]) == zoo.encode([literal])
+  # with the run's own settings (zoo_config.json): it evaluates as the run did
+  assert (imported.train.batch_size, imported.train.eval_batches) == (8, 2) != (
+      config_lib.base().train.batch_size, config_lib.base().train.eval_batches)
+  loss = evaluate.run(run_lib.resolve(imported), str(tmp_path / 'imported'))['eval_loss']
+  want = [r['eval_loss'] for r in metrics_lib.read(workdir) if 'eval_loss' in r][-1]
+  assert loss == pytest.approx(want, abs=2e-5)
 
 
 def test_a_decoder_classifier_with_lora_exports_as_its_hugging_face_class(tmp_path):

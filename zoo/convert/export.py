@@ -24,6 +24,7 @@ from zoo import storage
 from zoo.cli import split_overrides
 from zoo.convert import hf
 from zoo.convert import hf_tokenizer
+from zoo.convert import zoo_run
 from zoo.data import corpus as corpus_lib
 from zoo.models import lora
 from zoo.train import run_config
@@ -63,6 +64,7 @@ def export(run, workdir, out):
       d.num_sentinels if d.objective == 'span_corruption' else 0,
       token_types=config.model.type_vocab_size > 0)
   hf.set_token_ids(files.local, special)
+  zoo_run.write(config, files.local)  # the run itself, for an import back (zoo/convert/zoo_run.py)
   files.close()
   return step
 
@@ -83,7 +85,7 @@ def main():
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
   print(f'exported step {step} of {args.workdir} to {args.out}: config.json, '
-        'model.safetensors, tokenizer.json, tokenizer_config.json')
+        f'model.safetensors, tokenizer.json, tokenizer_config.json, {zoo_run.FILE}')
 
 
 if __name__ == '__main__':

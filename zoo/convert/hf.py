@@ -712,8 +712,9 @@ def _overrides(config):
       else:
         yield f'{prefix}{key}', value
   base = dict(flat(config_lib.base().to_dict()))
+  plain = lambda value: json.loads(json.dumps(value, default=str))  # tuples as lists
   return [f'{key}={value!r}' for key, value in flat(config.to_dict())
-          if key not in _DERIVED and base.get(key) != value]
+          if key not in _DERIVED and plain(base.get(key)) != plain(value)]
 
 
 TOKENIZER_FILES = ('tokenizer.json', 'spiece.model', 'tokenizer.model')  # first found is used
@@ -748,8 +749,10 @@ def write_workdir(hf_dir, workdir):
   tokenizer (workdir/tokenizer/, if it has one) and workdir/config.py, whose
   train.init_params and data.tokenizer.path point at them."""
   from zoo.train import checkpoint  # pylint: disable=g-import-not-at-top
+  from zoo.convert import zoo_run  # pylint: disable=g-import-not-at-top
   config, variables = load_variables(hf_dir)
   params = variables.pop('params')
+  config, source = zoo_run.imported(hf_dir, config, params)
   imported = storage.absolute(storage.join(workdir, 'imported'))
   if storage.exists(imported):
     raise ConvertError(f'{imported} exists; import into a new --workdir (nothing is '
@@ -762,7 +765,8 @@ def write_workdir(hf_dir, workdir):
   about_tokenizer = (f'The tokenizer is the checkpoint\'s ({tokenizer}).' if tokenizer else
                      'The checkpoint has no tokenizer file; the zoo trains one on data.path.')
   lines = ',\n    '.join(repr(o) for o in _overrides(config))
-  header = f'Imported from {os.path.abspath(hf_dir)} by zoo.convert.hf.'
+  header = (f'Imported from {os.path.abspath(hf_dir)} by zoo.convert.hf; settings from '
+            f'{source}.')
   storage.write_bytes(storage.join(workdir, 'config.py'), f'''"""{header}
 
     {next_command(config, workdir)}
@@ -809,7 +813,7 @@ def next_command(config, workdir):
   checkpoint does not hold, so its command names the override and what DIR holds."""
   command = (f'python -m zoo.launch --config={os.path.join(workdir, "config.py")} '
              f'--workdir={workdir}')
-  if not config.data.task.kind:
+  if not config.data.task.kind or config.data.task.path:  # a zoo export names its task
     return command
   label = ('a number' if config.data.task.kind == 'regression' else
            f'0..{config.model.num_labels - 1}')

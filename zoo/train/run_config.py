@@ -38,11 +38,14 @@ def read(workdir):
 
 
 def load(workdir):
-  """The run's config from its config.json, over config.base(): fields added to the zoo
-  since the run started take their defaults. None when there is no config.json."""
+  """The run's config from its config.json (over_base). None when there is none."""
   saved = read(workdir)
-  if saved is None:
-    return None
+  return None if saved is None else over_base(saved)
+
+
+def over_base(saved):
+  """A config.json's values over config.base(): fields added to the zoo since the run
+  started take their defaults."""
   config = config_lib.base()
   config.update(saved)
   return config
