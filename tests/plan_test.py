@@ -321,6 +321,36 @@ def test_local_layers_count_attention_flops_over_their_window():
   assert counting.flops_per_token(config) == 6 * n_matmul + 6 * 62 * 1024 * HK
 
 
+def test_flops_by_hand_bert_attends_both_ways():
+  config = helpers.load(helpers.config_file('bert_base', arg=None))  # the 512-token phase
+  D, F, V, layers, L = 768, 3072, 30522, 12, 512
+  block = 4 * D * D + 4 * D + 4 * D + 2 * D * F + F + D  # attention, norms, mlp (biases)
+  # the tied table (the MLM output), its bias, the embedding norm, pooler, NSP, MLM transform
+  n = V * D + V + 2 * D + layers * block + (D * D + D) + (2 * D + 2) + (D * D + 3 * D)
+  attention = 12 * 12 * 64 * layers * L  # every query sees all L keys: 56.6M, not half
+  assert counting.flops_per_token(config) == 6 * n + attention == 714_893_160
+
+
+def test_flops_by_hand_t5_counts_each_stack_on_its_own_tokens():
+  config = helpers.load(helpers.config_file('t5_base', arg=None))
+  D, F, V, layers, H, K, S, T = 768, 3072, 32128, 12, 12, 64, 512, 114
+  encoder = layers * (4 * D * D + 2 * D * F + 2 * D) + D + 32 * H  # and its bias table
+  cross_kv = layers * 2 * D * D  # the cross-attention's keys and values: S encoder tokens
+  decoder = layers * (4 * D * D + 2 * D * D + 2 * D * F + 3 * D) + D + 32 * H  # T tokens
+  n = encoder + cross_kv + T / S * (decoder + V * D)  # per input token; the tied head on T
+  keys = S * layers * S + T * layers * T / 2 + T * layers * S  # encoder, causal, cross
+  want = round(6 * n) + round(12 * H * K * keys / S)
+  assert counting.flops_per_token(config) == want == 830_674_683
+
+
+def test_flops_by_hand_a_decoder_attends_causally():
+  config = helpers.load(helpers.config_file('gpt_shakespeare', arg=None))
+  D, F, V, layers, L = 256, 704, 4096, 4, 128
+  block = 4 * D * D + 3 * D * F + 2 * D  # attention, SwiGLU, two RMSNorm scales
+  n = layers * block + D + V * D  # the final norm, the untied head (the input table: gather)
+  assert counting.flops_per_token(config) == 6 * n + 12 * 4 * 64 * layers * L // 2
+
+
 def test_a_compile_that_runs_out_of_hbm_is_an_answer_not_a_traceback(monkeypatch):
   from zoo.plan import compiled  # pylint: disable=g-import-not-at-top
   from zoo.plan import sweep  # pylint: disable=g-import-not-at-top

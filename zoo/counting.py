@@ -1,13 +1,17 @@
 """Parameter and FLOP counting by one written convention, for the training loop (MFU) and
 plan mode alike; built from shapes (`jax.eval_shape`), so nothing is allocated.
 
-FLOPs convention (training, per token): 6 * N_matmul + 6 * layers * seq_len * H * K, where
-N_matmul is every parameter a token uses but the input embedding tables (a gather, not a
-matmul; a tied table counts once, as the output head), routed experts counting top_k /
-num_experts of themselves, and the attention term counts causal attention as half of the
-full 12 * layers * seq_len * H * K; a layer with a sliding window W < seq_len (Mistral's,
-Gemma's local layers) counts its mean keys per query, W - W (W - 1) / (2 seq_len), in place
-of seq_len / 2; multi-token prediction's modules (model.mtp) count their blocks as layers
+FLOPs convention (training, per token of data.seq_len): 6 * N_matmul + 12 * H * K * (the
+keys each layer's queries see). N_matmul is every parameter a token uses but the input
+embedding tables (a gather, not a matmul; a tied table counts once, as the output head),
+routed experts counting top_k / num_experts of themselves; in an encoder-decoder the
+decoder's parameters and the head count target_seq_len / seq_len of themselves (they run on
+the T target tokens), the encoder's and the cross-attention's key and value projections
+(over the encoder output) whole. Keys per query: causal attention counts seq_len / 2 (half
+of the full square), bidirectional attention (an encoder's) seq_len, a local layer its
+window's mean (causal: W - W (W - 1) / (2 seq_len); two-sided, T5Gemma's encoder: 2 W + 1 -
+W (W + 1) / seq_len), cross-attention all S input tokens for each of the T target
+queries (over S). Multi-token prediction's modules (model.mtp) count their blocks as layers
 and the shared output head once more each. Remat recompute is not counted (MFU, not HFU);
 remat_flops_per_token counts it apart (what a compiler reports is the sum).
 """
@@ -20,7 +24,13 @@ from zoo import families
 from zoo.models import dims
 from zoo.models import transformer
 
-CONVENTION = '6*N_matmul + 6*layers*seq_len*heads*head_dim (causal half)'
+CONVENTIONS = {
+    'decoder': '6*N_matmul + 12*heads*head_dim*keys per query: seq_len/2 causal, a window\'s '
+               'mean where local',
+    'encoder': '6*N_matmul + 12*heads*head_dim*seq_len: bidirectional',
+    'encoder_decoder': '6*N_matmul, the decoder and head at target/input tokens + '
+                       '12*heads*head_dim*keys: encoder bidirectional, decoder causal, '
+                       'cross-attention over the inputs; per input token'}
 
 
 def param_count(params):
@@ -51,55 +61,91 @@ def active_params(boxed, moe):
   return int(round(active))
 
 
-def _matmul_params(config, num_active):
-  """N_matmul of the convention: active parameters less the input embedding tables."""
+def _matmul_params(config, boxed):
+  """(N_matmul of the convention, the output head's part of it): active parameters less the
+  input embedding tables, each weighted by the tokens it sees per token of data.seq_len.
+  That weight is 1 but in an encoder-decoder, whose encoder (and the cross-attention's key
+  and value projections, over the encoder output) sees the S = data.seq_len input tokens
+  and the rest of the decoder and the head the T = data.target_seq_len targets: T / S."""
   m = config.model
-  n = num_active
-  if not m.tie_embeddings or m.num_labels:  # a label head reads no vocabulary table
-    n -= m.vocab_size * m.d_model
-  if m.position == 'learned':
-    n -= m.max_length * m.d_model
-  return n
+  head = 0 if m.num_labels else m.vocab_size * m.d_model
+  if m.family != 'encoder_decoder':
+    n = active_params(boxed, m.moe)
+    if not m.tie_embeddings or m.num_labels:  # a label head reads no vocabulary table
+      n -= m.vocab_size * m.d_model
+    if m.position == 'learned':
+      n -= m.max_length * m.d_model
+    n -= m.type_vocab_size * m.d_model  # BERT's token types: a gather too
+    return n, head
+  targets = config.data.target_seq_len / config.data.seq_len
+  n = 0.0
+  for path, leaf in jax.tree_util.tree_flatten_with_path(nn.unbox(boxed))[0]:
+    names = [k.key for k in path]
+    if names[0] in ('token_embed', 'encoder_embed'):  # gathers; a tied table is the head
+      weight = targets if names[0] == 'token_embed' and m.tie_embeddings else 0
+    elif names[0] == 'encoder' or ('cross_attention' in names and names[-2] in ('key', 'value')):
+      weight = 1
+    else:  # the decoder's own, and an untied head
+      weight = targets
+    n += leaf.size * weight
+  return n, head * targets
+
+
+def _mean_keys(m, length, layers, causal, extra_local=0):
+  """A stack's keys per query summed over its `layers` layers: causal attention counts
+  length / 2 (the convention's half), bidirectional attention length; a local layer's
+  window W < length its mean, W - W (W - 1) / (2 length) causal (query i sees min(i + 1, W)
+  keys), 2 W + 1 - W (W + 1) / length two-sided (|q - k| <= W); `extra_local`: blocks
+  beyond the pattern that keep the window (multi-token prediction's)."""
+  W = m.attention.window
+  local = 0
+  if 0 < W < length:
+    local = (sum(transformer.layer_kind(m, i) == 'local' for i in range(layers)) +
+             extra_local if m.attention.pattern else layers + extra_local)
+  total = layers + extra_local
+  if causal:
+    return (total - local) * length / 2 + local * (W - W * (W - 1) / (2 * length))
+  return (total - local) * length + local * (2 * W + 1 - W * (W + 1) / length)
 
 
 def _attention_flops(config):
-  """6 x seq_len x H x K a layer (12 x its mean keys per query, L/2 causal), a layer
-  with a sliding window W < L its mean keys W - W(W - 1) / 2L in place of L/2."""
+  """Per token of data.seq_len: 12 x H x K (q.k and p.v, forward and backward; latent
+  attention's dims for DeepSeek-V3) x the keys its queries see, layer by layer: a decoder's
+  causal (windowed where local), an encoder's bidirectional, an encoder-decoder's S-token
+  encoder (two-sided windows where local) plus, per T-token decoder row, its causal
+  self-attention and its cross-attention over all S input tokens, over S."""
   m, L = config.model, config.data.seq_len
-  layers = families.total_layers(m) + m.mtp.depth  # a prediction module's block is a layer
-  W = m.attention.window
-  local = 0
-  if 0 < W < L:  # a prediction module's block keeps the window
-    local = (sum(transformer.layer_kind(m, i) == 'local' for i in range(m.num_layers)) +
-             m.mtp.depth if m.attention.pattern else layers)
   per_key = 12 * m.num_heads * dims.head_dim(m)
   if m.mla.kv_lora_rank:  # latent attention: q.k over N + R dims, p.v over V
     per_key = 6 * m.num_heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim +
                                  m.mla.v_head_dim)
-  return round(per_key * ((layers - local) * L / 2 + local * (W - W * (W - 1) / (2 * L))))
+  if m.family == 'decoder':  # a prediction module's block is a layer, with the window
+    return round(per_key * _mean_keys(m, L, m.num_layers, True, m.mtp.depth))
+  if m.family == 'encoder':
+    return round(per_key * _mean_keys(m, L, m.num_layers, False))
+  S, T = L, config.data.target_seq_len
+  keys = (S * _mean_keys(m, S, m.num_encoder_layers, False) +
+          T * _mean_keys(m, T, m.num_decoder_layers, True) + T * m.num_decoder_layers * S)
+  return round(per_key * keys / S)
 
 
-def flops_per_token(config, num_active=None):
-  """Training FLOPs per token by the convention in this module's docstring;
-  `num_active`: the active parameter count, if already known."""
-  if num_active is None:
-    num_active = active_params(abstract_params(config), config.model.moe)
-  head = config.model.mtp.depth * config.model.vocab_size * config.model.d_model
-  return 6 * (_matmul_params(config, num_active) + head) + _attention_flops(config)
+def flops_per_token(config, boxed=None):
+  """Training FLOPs per token of data.seq_len by the convention in this module's docstring;
+  `boxed`: abstract_params(config), if already made."""
+  boxed = abstract_params(config) if boxed is None else boxed
+  mtp_heads = config.model.mtp.depth * config.model.vocab_size * config.model.d_model
+  return round(6 * (_matmul_params(config, boxed)[0] + mtp_heads)) + _attention_flops(config)
 
 
-def quantized_flops_per_token(config, num_active=None):
+def quantized_flops_per_token(config, boxed=None):
   """The share of flops_per_token + remat_flops_per_token that model.quant runs quantized
   (the blocks' dense, attention-projection and expert matmuls: N_matmul less the output
   head, forward, backward and recomputed); 0 without quantization."""
   m = config.model
   if m.quant.mode == 'none':
     return 0
-  if num_active is None:
-    num_active = active_params(abstract_params(config), m.moe)
-  head = 0 if m.num_labels else m.vocab_size * m.d_model
-  blocks = _matmul_params(config, num_active) - head
-  return (6 + (2 if m.remat == 'full' else 0)) * blocks
+  n, head = _matmul_params(config, abstract_params(config) if boxed is None else boxed)
+  return round((6 + (2 if m.remat == 'full' else 0)) * (n - head))
 
 
 def mtp_params(boxed):
@@ -114,7 +160,7 @@ def attention_flops_per_token(config):
   return _attention_flops(config) * (4 if recomputed else 3) // 3
 
 
-def remat_flops_per_token(config, num_active=None):
+def remat_flops_per_token(config, boxed=None):
   """FLOPs per token the backward pass spends recomputing the forward, by model.remat
   (hardware FLOPs = flops_per_token + this): 'full' recomputes every block's forward, 2 x
   (N_matmul less the output head) + the attention's forward third; 'dots_no_batch' keeps
@@ -126,7 +172,5 @@ def remat_flops_per_token(config, num_active=None):
   attention_forward = _attention_flops(config) // 3
   if m.remat == 'dots_no_batch':
     return attention_forward
-  if num_active is None:
-    num_active = active_params(abstract_params(config), m.moe)
-  head = 0 if m.num_labels else m.vocab_size * m.d_model
-  return 2 * (_matmul_params(config, num_active) - head) + attention_forward
+  n, head = _matmul_params(config, abstract_params(config) if boxed is None else boxed)
+  return round(2 * (n - head)) + attention_forward

@@ -244,11 +244,11 @@ def plan(run, num_devices=None, mesh_sizes=None, boxed=None):
       **({'params_active_without_input_embedding': active - m.vocab_size * m.d_model}
          if m.moe.num_experts and not m.tie_embeddings else {}),
       **({'params_mtp': counting.mtp_params(boxed)} if m.mtp.depth else {}),
-      'flops_per_token': counting.flops_per_token(config, active),
-      'remat_flops_per_token': counting.remat_flops_per_token(config, active),
-      'flops_convention': counting.CONVENTION,
+      'flops_per_token': counting.flops_per_token(config, boxed),
+      'remat_flops_per_token': counting.remat_flops_per_token(config, boxed),
+      'flops_convention': counting.CONVENTIONS[m.family],
       **({'quant': m.quant.mode,
-          'quantized_flops_per_token': counting.quantized_flops_per_token(config, active)}
+          'quantized_flops_per_token': counting.quantized_flops_per_token(config, boxed)}
          if m.quant.mode != 'none' else {}),
       'mesh': sizes,
       'per_device_bytes': per_device,
