@@ -368,9 +368,36 @@ def test_a_compile_that_runs_out_of_hbm_is_an_answer_not_a_traceback(monkeypatch
   rows = [{'mesh': dict(data=1, fsdp=256, tensor=1, expert=1, context=1, stage=1),
            'pipeline_microbatches': 0, 'pipeline_repeats': 1, 'invalid': None,
            'step_seconds': 1.0, 'per_device_bytes': 10 * 2**30, 'fits': True}]
-  sweep.confirm(run_lib.resolve(config), rows, None, tpu.chip)
+  assert sweep.confirm(run_lib.resolve(config), rows, 1, None, tpu.chip) == 0
   assert rows[0]['compiled_fits'] is False and rows[0]['compiled_at_least']
   assert sweep.table(rows, tpu).splitlines()[-1].endswith(' yes       >241.33 NO')
+
+
+def test_the_sweeps_compiles_walk_down_the_ranking_until_a_mesh_fits(monkeypatch):
+  from zoo.plan import compiled  # pylint: disable=g-import-not-at-top
+  from zoo.plan import suggest  # pylint: disable=g-import-not-at-top
+  from zoo.plan import sweep  # pylint: disable=g-import-not-at-top
+  from zoo.plan import topology  # pylint: disable=g-import-not-at-top
+  tpu = topology.parse('v5p-8')
+  hbm = tpu.chip.hbm_bytes
+  row = lambda data, estimate: {
+      'mesh': dict(data=data, fsdp=1, tensor=1, expert=1, context=1, stage=1),
+      'pipeline_microbatches': 0, 'pipeline_repeats': 1, 'invalid': None,
+      'step_seconds': float(data), 'per_device_bytes': estimate, 'fits': estimate <= hbm}
+  # the compiler's bytes per mesh: the estimate is short for data 1, long for data 2
+  compiled_bytes = {1: 2 * hbm, 2: 0.9 * hbm, 4: 0.5 * hbm, 8: 0.5 * hbm}
+  rows = [row(1, 0.8 * hbm), row(2, 1.2 * hbm), row(4, 3 * hbm), row(8, 0.5 * hbm)]
+  monkeypatch.setattr(compiled, 'compile_step', lambda run, *_, **__: {'per_device_bytes': {
+      'total': compiled_bytes[run.config.mesh.data]}})
+  config = helpers.load(helpers.config_file('gpt_shakespeare', arg=None))
+  run = run_lib.resolve(config)
+  assert sweep.confirm(run, rows, 1, None, tpu.chip) == 1
+  # data 1 compiled and does not fit; data 2, estimated at 1.2 x HBM, compiled and fits;
+  # then one fits: data 4 (3 x HBM) and 8 are not compiled
+  assert [r.get('compiled_fits') for r in rows] == [False, True, None, None]
+  assert suggest.best(run, tpu, rows).row is rows[1]  # the compiler's answer, not data 1
+  shown = sweep.table(rows, tpu).splitlines()[2:]
+  assert [line.split()[0] for line in shown[:3]] == ['1', '2', '8']  # with the estimate NO
 
 
 def test_the_plan_says_what_the_group_limit_does_to_the_all_to_all():

@@ -105,6 +105,11 @@ def test_a_tpu_plan_compiles_the_train_step_and_reports_the_compiler_numbers(tmp
   assert analytic <= written['compiled_flops_per_step'] < 1.5 * analytic
   assert written['pallas_attention_flops_per_step'] == 0  # xla attention: all counted
   assert 'estimated step time on v5p-8' in result.stdout
+  # the memory model's figure for the mesh beside the compiler's, in the JSON and the line
+  ratio = written['estimated_bytes_per_device'] / written['per_device_bytes']['total']
+  assert 0.5 < ratio < 2
+  assert f"the memory model estimated {written['estimated_bytes_per_device'] / 2**30:.2f} GiB, " \
+      f'{ratio:.2f} x)' in result.stdout
 
 
 def test_plan_compile_uses_the_simulated_devices_and_its_bytes_shrink_with_fsdp():

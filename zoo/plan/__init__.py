@@ -20,6 +20,7 @@ from zoo import storage
 from zoo.errors import ConfigError
 from zoo.plan import analytic
 from zoo.plan import compiled as compiled_lib
+from zoo.plan import preflight
 from zoo.plan import suggest
 from zoo.plan import sweep as sweep_lib
 from zoo.plan import topology
@@ -32,6 +33,10 @@ def _compiled(run, result, devices, tpu_slice):
   # with stages the cost compiles (layers unrolled) would run no pipeline: the step time
   # takes the analytic FLOPs over 1 - the bubble, the memory is the compiler's
   pipelined = 'pipeline' in result
+  # the memory model's figure (zoo/plan/sweep.py, the sweep's and the preflight's) for this
+  # mesh, shown beside the compiler's
+  platform = 'tpu' if tpu_slice else devices[0].platform
+  result['estimated_bytes_per_device'] = int(preflight.estimate(run, sizes, platform)['total'])
   try:
     out = compiled_lib.compile_step(run, devices, scan_corrected_cost=not pipelined)
   except compiled_lib.DoesNotFit as e:  # the answer plan mode is asked for
@@ -98,15 +103,14 @@ def run(resolved, json_path=None, compile_step=False, topology_name=None, sweep=
                           'peak_flops_per_chip': tpu_slice.chip.peak_flops}
   if sweep:
     result['sweep'] = sweep_lib.sweep(resolved, tpu_slice)
-    fitting = [r for r in result['sweep'] if not r['invalid'] and r['fits']]
+    if sweep_compile:
+      sweep_lib.confirm(resolved, result['sweep'], sweep_compile, topology.devices(tpu_slice),
+                        tpu_slice.chip)
     answer = suggest.best(resolved, tpu_slice, result['sweep'])
-    if answer:  # the whole run at the fastest mesh that fits, by the analytic estimate
+    if answer:  # the whole run at the fastest mesh that fits (the compiler's, if compiled)
       result['run'].update(estimated_seconds=answer.seconds,
                            estimated_mesh=answer.row['mesh'],
                            estimated=suggest.describe(answer))
-    if sweep_compile:
-      sweep_lib.confirm(resolved, fitting[:sweep_compile], topology.devices(tpu_slice),
-                        tpu_slice.chip)
   elif tpu_slice or compile_step:
     devices = topology.devices(tpu_slice) if tpu_slice else jax.devices()
     _compiled(resolved, result, devices, tpu_slice)

@@ -417,12 +417,15 @@ def _compiled_lines(result):
     narrow = result.get('compiled_narrow_dots')
     if narrow:
       flops += ', ' + ', '.join(f'{n} {kind} x {kind} dots' for kind, n in narrow.items())
-    lines.append(f"compiled train step: {flops}, "
-                 f"{_gib(result['per_device_bytes']['total'])} per device "
-                 f"(temporaries {_gib(result['per_device_bytes']['temporaries'])}), compiled in "
+    total = result['per_device_bytes']['total']
+    lines.append(f"compiled train step: {flops}, {_gib(total)} per device (temporaries "
+                 f"{_gib(result['per_device_bytes']['temporaries'])}; the memory model "
+                 f"estimated {_gib(result['estimated_bytes_per_device'])}, "
+                 f"{result['estimated_bytes_per_device'] / total:.2f} x), compiled in "
                  f"{result['compile_seconds']:.0f}s")
   if 'compile_error' in result:
-    lines.append(f"compiled train step: does not fit: {result['compile_error']}")
+    lines.append(f"compiled train step: does not fit: {result['compile_error']} (the memory "
+                 f"model estimated {_gib(result['estimated_bytes_per_device'])})")
   if 'estimated_step_seconds' in result:
     how = ('analytic FLOPs at peak over 1 - the pipeline bubble' if 'pipeline' in result
            else 'compiled FLOPs' + (' + the Pallas attention\'s' if result.get(

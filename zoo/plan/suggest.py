@@ -27,9 +27,13 @@ class Answer:
 
 def best(run, tpu_slice, rows=None):
   """The resolved run's answer on `tpu_slice` (from the sweep's `rows`, swept here when
-  None), or None when no mesh fits."""
+  None): its fastest mesh that fits, by the compiler where --plan_sweep_compile compiled
+  some (sweep.confirm), else by the estimate; None when none fits."""
   rows = sweep_lib.sweep(run, tpu_slice) if rows is None else rows
-  fitting = [r for r in rows if not r['invalid'] and r['fits']]
+  if any('compiled_bytes' in r for r in rows):
+    fitting = [r for r in rows if r.get('compiled_fits')]
+  else:
+    fitting = [r for r in rows if not r['invalid'] and r['fits']]
   if not fitting:
     return None
   step_equivalents = run.total_tokens / (run.config.train.batch_size * run.config.data.seq_len)

@@ -321,12 +321,24 @@ def _with_schedule(config, microbatches, repeats):
   return variant
 
 
-def confirm(run, rows, devices, chip):
-  """Compiles the resolved run's train step for each row's mesh on `devices` (the slice's)
-  and adds the compiler's per-device bytes (`compiled_bytes`) and whether they fit
-  (`compiled_fits`)."""
+CONFIRM_MARGIN = 1.5  # meshes estimated to need up to this x HBM are compiled too
+CONFIRM_TRIES = 3  # at most this x N compiles for N meshes that fit
+
+
+def confirm(run, rows, count, devices, chip, margin=CONFIRM_MARGIN):
+  """Walks down the ranking (`rows`, the sweep's) compiling the resolved run's train step
+  for each mesh on `devices` (the slice's) until `count` fit the compiler: every mesh the
+  estimate puts within `margin` x HBM (the estimate can be off either way), at most
+  CONFIRM_TRIES x count compiles. Each compiled row gets the compiler's per-device bytes
+  (`compiled_bytes`) and whether they fit (`compiled_fits`); -> how many fit."""
   config = run.config
+  fit = tried = 0
   for row in rows:
+    if fit == count or tried == CONFIRM_TRIES * count:
+      break
+    if row['invalid'] or row['per_device_bytes'] > margin * chip.hbm_bytes:
+      continue
+    tried += 1
     meshed = _with_schedule(config, row['pipeline_microbatches'], row['pipeline_repeats'])
     meshed = meshed.copy_and_resolve_references()
     with meshed.unlocked():
@@ -338,7 +350,8 @@ def confirm(run, rows, devices, chip):
       row.update(compiled_bytes=int(e.needed), compiled_fits=False, compiled_at_least=True)
       continue
     row.update(compiled_bytes=int(total), compiled_fits=total <= chip.hbm_bytes)
-  return rows
+    fit += row['compiled_fits']
+  return fit
 
 
 def table(rows, tpu_slice, top=20, everything=False):
@@ -346,7 +359,8 @@ def table(rows, tpu_slice, top=20, everything=False):
   `top` fastest that fit and a line counting the rest, or with `everything` every mesh,
   those that cannot shard the shape with the reason."""
   fitting = [r for r in rows if not r['invalid'] and r['fits']]
-  shown = rows if everything else fitting[:top]
+  shown = rows if everything else [  # and every compiled mesh, in ranking order
+      r for r in rows if r in fitting[:top] or 'compiled_bytes' in r]
   hbm = tpu_slice.chip.hbm_bytes / 2**30
   confirmed = any('compiled_bytes' in r for r in rows)
   lines = [f'sweep on {tpu_slice.name} ({tpu_slice.chips} chips, {hbm:.0f} GiB HBM each); '
@@ -370,7 +384,8 @@ def table(rows, tpu_slice, top=20, everything=False):
                ('' if r['compiled_fits'] else ' NO'))
     lines.append(line.rstrip())
   skipped = sum(bool(r['invalid']) for r in rows)
-  more, too_big = len(fitting) - len(shown), len(rows) - len(fitting) - skipped
+  more = len([r for r in fitting if r not in shown])
+  too_big = len(rows) - len(fitting) - skipped
   if not everything and (more or too_big or skipped):
     lines.append(f'... {more} more fit (--plan_sweep_top=N), {too_big} do not fit, {skipped} '
                  'cannot shard the shape (--plan_sweep_all shows every mesh and why)')
