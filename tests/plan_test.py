@@ -13,8 +13,10 @@ from zoo import counting
 from zoo import families
 from zoo import run as run_lib
 from zoo import sharding
+from zoo import plan
 from zoo.plan import analytic
 from zoo.plan import compiled
+from zoo.plan import sweep
 from zoo.plan import topology
 from zoo.plan import preflight
 from zoo.train import state as state_lib
@@ -210,6 +212,34 @@ def test_the_step_estimate_runs_the_quantized_share_at_the_int8_peak():
   blocks = 2 * (32 * 32 + 2 * 32 * 16 + 32 * 32 + 3 * 32 * 64)  # 2 layers' projections, MLP
   norms = 5 * 32  # N_matmul counts the norm scales (zoo/counting.py's convention)
   assert result['quantized_flops_per_token'] == 8 * (blocks + norms)  # forward, back, remat
+
+
+def test_gpu_machines_by_name_and_their_plan_is_the_sweeps_estimate(capsys):
+  h100 = topology.parse('h100-64')  # 8 nodes of 8: NVLink inside a node, InfiniBand across
+  assert (h100.chips, h100.slices, h100.chip.platform) == (64, 8, 'gpu')
+  assert topology.parse('h200-4').slices == 1
+  for bad in ('h100-12', 'h100-3'):
+    with pytest.raises(config_lib.ConfigError, match='not 1, 2, 4 or a whole number of 8-GPU'):
+      topology.parse(bad)
+  # fp8 runs at the GPU's fp8 peak, about twice bf16's
+  assert topology.seconds(h100.chip, 1979e12, 1.0, 'fp8') == pytest.approx(1.0)
+  assert topology.seconds(h100.chip, 1979e12, 0.0, 'fp8') == pytest.approx(1979 / 989)
+  with pytest.raises(config_lib.ConfigError, match='a GPU plan is analytic'):
+    topology.devices(h100)
+  kinds = lambda kind: topology.chip_of(type('D', (), {'device_kind': kind})())
+  assert kinds('NVIDIA H200').generation == 'h200' and kinds('cpu') is None
+
+  config = helpers.tiny_config()
+  run = run_lib.resolve(config)
+  result = plan.run(run, topology_name='h200-8')
+  chip, sizes = topology.CHIPS['h200'], result['mesh']
+  want, memory = sweep.estimate(config, sizes, chip, result, counting.abstract_params(config))
+  assert result['estimated_step_seconds'] == want > 0  # a GPU plan has a time
+  compute = (result['flops_per_token'] + result['remat_flops_per_token']) * \
+      result['run']['tokens_per_step'] / 8 / chip.peak_flops
+  assert compute < want  # and the data axis's gradient all-reduce over NVLink
+  assert result['estimated_bytes_per_device'] == int(memory) and result['fits']
+  assert 'estimated step time on h200-8' in capsys.readouterr().out
 
 
 def test_the_compiled_hlo_count_of_int8_dots():

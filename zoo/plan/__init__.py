@@ -26,6 +26,23 @@ from zoo.plan import sweep as sweep_lib
 from zoo.plan import topology
 
 
+def _topology(tpu_slice):
+  return {'name': tpu_slice.name, 'chips': tpu_slice.chips, 'slices': tpu_slice.slices,
+          'shape': list(tpu_slice.shape), 'hbm_bytes_per_chip': tpu_slice.chip.hbm_bytes,
+          'peak_flops_per_chip': tpu_slice.chip.peak_flops}
+
+
+def _estimated(run, result, tpu_slice):
+  """The sweep's analytic step time and memory model for the configured mesh (a GPU plan)."""
+  sizes = result['mesh']
+  seconds, per_device = sweep_lib.estimate(run.config, sizes, tpu_slice.chip, result,
+                                           counting.abstract_params(run.config),
+                                           tpu_slice.slices)
+  result.update(estimated_step_seconds=seconds, estimated_bytes_per_device=int(per_device),
+                fits=per_device <= tpu_slice.chip.hbm_bytes, estimated_by='sweep')
+  result['run']['estimated_seconds'] = seconds * result['run']['step_equivalents']
+
+
 def _compiled(run, result, devices, tpu_slice):
   config = run.config
   sizes = sharding.mesh_shape(config.mesh, len(devices))
@@ -48,8 +65,11 @@ def _compiled(run, result, devices, tpu_slice):
                 compiled_hbm_bytes_per_step_per_device=out['hbm_bytes_per_step_per_device'],
                 compiled_narrow_dots=out['narrow_dots'])
   result['per_device_bytes'].update(out['per_device_bytes'])
-  if tpu_slice:
-    chip = tpu_slice.chip
+  # the roofline on a slice, or on this machine's own chips where they are known (a GPU)
+  chip = tpu_slice.chip if tpu_slice else topology.chip_of(devices[0])
+  if chip:
+    result.setdefault('topology', _topology(topology.Slice(
+        f'{len(devices)} x {devices[0].device_kind}', chip, len(devices), (len(devices),))))
     seconds = lambda flops: topology.seconds(chip, flops, analytic.quantized_share(result),
                                              config.model.quant.mode)
     if pipelined:
@@ -60,7 +80,8 @@ def _compiled(run, result, devices, tpu_slice):
       # Pallas kernels are custom calls the compiler's count leaves out: their attention
       # FLOPs are added from the analytic count
       uncounted = (counting.attention_flops_per_token(config) * result['run']['tokens_per_step']
-                   if runtime.pallas_attention(config, sizes.get('context', 1), on='tpu')
+                   if runtime.pallas_attention(config, sizes.get('context', 1),
+                                               on=chip.platform)
                    else 0)
       result['pallas_attention_flops_per_step'] = uncounted
       result['estimated_step_seconds'] = max(
@@ -92,15 +113,12 @@ def run(resolved, json_path=None, compile_step=False, topology_name=None, sweep=
   result = analytic.plan(resolved, tpu_slice.chips if tpu_slice else None)
   # the kernel the step would use on the planned platform
   result['attention_kernel'], why = runtime.attention_kernel(
-      config, result['mesh'].get('context', 1), on='tpu' if tpu_slice else jax.default_backend())
+      config, result['mesh'].get('context', 1),
+      on=tpu_slice.chip.platform if tpu_slice else jax.default_backend())
   result["attention_kernel_why"] = (
       f"{why} (model.attention.kernel={config.model.attention.kernel!r})")
   if tpu_slice:
-    result['topology'] = {'name': tpu_slice.name, 'chips': tpu_slice.chips,
-                          'slices': tpu_slice.slices,
-                          'shape': list(tpu_slice.shape),
-                          'hbm_bytes_per_chip': tpu_slice.chip.hbm_bytes,
-                          'peak_flops_per_chip': tpu_slice.chip.peak_flops}
+    result['topology'] = _topology(tpu_slice)
   if sweep:
     result['sweep'] = sweep_lib.sweep(resolved, tpu_slice)
     if sweep_compile:
@@ -111,6 +129,8 @@ def run(resolved, json_path=None, compile_step=False, topology_name=None, sweep=
       result['run'].update(estimated_seconds=answer.seconds,
                            estimated_mesh=answer.row['mesh'],
                            estimated=suggest.describe(answer))
+  elif tpu_slice and tpu_slice.chip.platform == 'gpu':  # no GPU compiler without the GPUs
+    _estimated(resolved, result, tpu_slice)
   elif tpu_slice or compile_step:
     devices = topology.devices(tpu_slice) if tpu_slice else jax.devices()
     _compiled(resolved, result, devices, tpu_slice)

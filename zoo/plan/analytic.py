@@ -430,6 +430,9 @@ def _compiled_lines(result):
     how = ('analytic FLOPs at peak over 1 - the pipeline bubble' if 'pipeline' in result
            else 'compiled FLOPs' + (' + the Pallas attention\'s' if result.get(
                'pallas_attention_flops_per_step') else '') + ' at peak, HBM bytes at bandwidth')
+    if result.get('estimated_by') == 'sweep':
+      how = ("the sweep's: analytic FLOPs at peak plus the mesh's collectives at the links' "
+             f"bandwidth; memory {_gib(result['estimated_bytes_per_device'])} by its model")
     lines.append(f"estimated step time on {result['topology']['name']}: "
                  f"{result['estimated_step_seconds']:.3f}s (roofline: {how}); fits in "
                  f"{result['topology']['hbm_bytes_per_chip'] / 2**30:.0f} GiB HBM: "

@@ -70,7 +70,7 @@ def factorizations(n, axes):
           for rest in factorizations(n // d, axes[1:])]
 
 
-def _invalid(config, sizes, slices, phase_batches=()):
+def _invalid(config, sizes, slices, phase_batches=(), on='tpu'):
   """Why the zoo cannot build this mesh for the config (None: it can): the checks a run
   makes before it compiles (the dims the mesh splits, the attention kernel on the mesh's
   context axis, every phase's batch over the batch axes), the first failing one's message."""
@@ -85,7 +85,7 @@ def _invalid(config, sizes, slices, phase_batches=()):
       return f'a phase\'s batch of {batch} does not split over data x fsdp x expert = {shards}'
   try:
     sharding.check_divisible(config, sizes, families.get(config.model))
-    runtime.attention_kernel(config, sizes['context'], on='tpu')
+    runtime.attention_kernel(config, sizes['context'], on=on)
   except ConfigError as e:
     return str(e).split(';')[0]
   return None
@@ -170,7 +170,7 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1):
     comm += layers * tokens_per_device * ring['bytes_per_token_per_layer_train']
   seconds += comm / chip.ici_bandwidth + dcn / chip.dcn_bandwidth
 
-  return seconds, device_bytes(config, sizes, plan_result, boxed)['total']
+  return seconds, device_bytes(config, sizes, plan_result, boxed, on=chip.platform)['total']
 
 
 def device_bytes(config, sizes, plan_result, boxed, on='tpu'):
@@ -284,7 +284,7 @@ def sweep(run, tpu_slice):
       if schedule not in variants:
         variants[schedule] = _with_schedule(config, *schedule)
       meshed = variants[schedule]
-      reason = _invalid(meshed, sizes, tpu_slice.slices, phase_batches)
+      reason = _invalid(meshed, sizes, tpu_slice.slices, phase_batches, tpu_slice.chip.platform)
       row = {'mesh': sizes, 'pipeline_microbatches': schedule[0],
              'pipeline_repeats': schedule[1], 'invalid': reason}
       if not reason:

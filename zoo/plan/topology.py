@@ -1,12 +1,18 @@
 """TPU slices by name (v4-128, v5p-1024, v5e-256, v6e-64), their chips, and their devices
-for ahead-of-time compiles through libtpu on a machine without TPUs.
+for ahead-of-time compiles through libtpu on a machine without TPUs; and GPU machines by
+name (h100-8, h200-64, b200-16: that many GPUs, 8 to a node joined by NVLink, the nodes
+by InfiniBand), which plan mode estimates analytically (a GPU compile needs the GPUs:
+--plan_compile on the machine itself).
 
 Names follow Cloud TPU: v4 and v5p count TensorCores (2 per chip), v5e and v6e count
 chips. Per-chip figures: bf16 and int8 peak FLOP/s (v5e, v5p, v6e run int8 at twice bf16's
 rate, v4 at the same; none of them has fp8 units), HBM bytes and bandwidth, ICI bandwidth (all
 links together) and DCN bandwidth (between slices), from the Cloud TPU system-architecture
 pages (DCN: v5p's 50 Gbps per chip; v5e and v6e a host's NICs over its 8 chips, 2 x 100 and
-4 x 200 Gbps; v4's is not given there and is taken as v5p's).
+4 x 200 Gbps; v4's is not given there and is taken as v5p's). GPUs, from NVIDIA's SXM data
+sheets (dense, without sparsity): bf16 and fp8 peaks, HBM size and bandwidth, NVLink (all
+links of one GPU; 900 GB/s on H100 and H200, 1.8 TB/s on B200) and one 400 Gb/s InfiniBand
+NIC per GPU between nodes.
 """
 
 import contextlib
@@ -27,15 +33,28 @@ class Chip:
   int8_flops: float  # int8 (model.quant.mode='int8'), per chip
   hbm_bytes: float
   hbm_bandwidth: float  # bytes/s
-  ici_bandwidth: float  # bytes/s, per chip
-  dcn_bandwidth: float  # bytes/s, per chip
+  ici_bandwidth: float  # bytes/s, per chip (a GPU: NVLink)
+  dcn_bandwidth: float  # bytes/s, per chip (a GPU: InfiniBand between nodes)
+  platform: str = 'tpu'
+  fp8_flops: float = 0.0  # per chip; 0: no fp8 matmul units
 
 CHIPS = {
     'v4': Chip('v4', 2, 3, 275e12, 275e12, 32 * 2**30, 1228e9, 300e9, 50e9 / 8),
     'v5p': Chip('v5p', 2, 3, 459e12, 918e12, 95 * 2**30, 2765e9, 600e9, 50e9 / 8),
     'v5e': Chip('v5e', 1, 2, 197e12, 394e12, 16 * 2**30, 819e9, 200e9, 200e9 / 8 / 8),
     'v6e': Chip('v6e', 1, 2, 918e12, 1836e12, 32 * 2**30, 1640e9, 448e9, 800e9 / 8 / 8),
+    'h100': Chip('h100', 1, 1, 989e12, 1979e12, 80e9, 3.35e12, 900e9, 400e9 / 8, 'gpu',
+                 1979e12),
+    'h200': Chip('h200', 1, 1, 989e12, 1979e12, 141e9, 4.8e12, 900e9, 400e9 / 8, 'gpu',
+                 1979e12),
+    'b200': Chip('b200', 1, 1, 2250e12, 4500e12, 180e9, 8e12, 1800e9, 400e9 / 8, 'gpu',
+                 4500e12),
 }
+GPUS_PER_NODE = 8
+# device_kind (jax) -> the chip, for plans compiled on the machine itself
+DEVICE_KINDS = (('NVIDIA H100', 'h100'), ('NVIDIA H200', 'h200'), ('NVIDIA GH200', 'h200'),
+                ('NVIDIA B200', 'b200'), ('TPU v5p', 'v5p'), ('TPU v5 lite', 'v5e'),
+                ('TPU v5e', 'v5e'), ('TPU v4', 'v4'), ('TPU v6', 'v6e'))
 _ALIASES = {'v5litepod': 'v5e', 'v5lite': 'v5e'}
 
 
@@ -43,11 +62,18 @@ def seconds(chip, flops, quantized_share, mode):
   """Seconds for `flops` on one chip at peak, the `quantized_share` of them (model.quant's
   matmuls, counting.quantized_flops_per_token) at the int8 rate when mode is 'int8'; fp8
   is a ConfigError (no TPU here has fp8 matmul units: XLA would emulate it)."""
-  if mode == 'fp8':
+  if mode == 'fp8' and not chip.fp8_flops:
     raise ConfigError(f"model.quant.mode='fp8': TPU {chip.generation} has no fp8 matmul units "
                       "(fp8 peaks are GPUs': H100, H200, B200); use model.quant.mode='int8'")
-  fast = quantized_share if mode == 'int8' else 0.0
-  return flops * ((1 - fast) / chip.peak_flops + fast / chip.int8_flops)
+  fast = quantized_share if mode in ('int8', 'fp8') else 0.0
+  quantized = chip.fp8_flops if mode == 'fp8' else chip.int8_flops
+  return flops * ((1 - fast) / chip.peak_flops + fast / quantized)
+
+
+def chip_of(device):
+  """The Chip of a jax device (by its device_kind), or None for one not listed (CPUs)."""
+  return next((CHIPS[name] for prefix, name in DEVICE_KINDS
+               if device.device_kind.startswith(prefix)), None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,13 +95,28 @@ def _torus(chips, dims):
   return tuple(shape)
 
 
+def _gpus(name, generation, count):
+  """'h100-64' -> 8 nodes of 8 GPUs, each node a 'slice' (NVLink inside, InfiniBand
+  between)."""
+  if count < 1 or (count > GPUS_PER_NODE and count % GPUS_PER_NODE) or (
+      count < GPUS_PER_NODE and count & (count - 1)):
+    raise ConfigError(f'--plan_topology={name!r}: {count} GPUs are not 1, 2, 4 or a whole '
+                      f'number of {GPUS_PER_NODE}-GPU nodes; use one like {generation}-8 or '
+                      f'{generation}-64')
+  nodes = max(1, count // GPUS_PER_NODE)
+  return Slice(name, CHIPS[generation], count, (count // nodes,), nodes)
+
+
 def parse(name):
-  """'v5p-128' (or '2xv5p-128', two slices over DCN) -> Slice; a bad name is a ConfigError
-  listing what works."""
+  """'v5p-128' (or '2xv5p-128', two slices over DCN), 'h100-8' -> Slice; a bad name is a
+  ConfigError listing what works."""
+  gpu = re.fullmatch(r'(h100|h200|b200)-(\d+)', name.strip().lower())
+  if gpu:
+    return _gpus(name, gpu.group(1), int(gpu.group(2)))
   match = re.fullmatch(r'(?:([1-9]\d*)x)?(v4|v5p|v5e|v5litepod|v5lite|v6e)-(\d+)',
                        name.strip().lower())
-  examples = ('v4-8 … v4-4096, v5p-8 … v5p-12288, v5e-1 … v5e-256, v6e-1 … v6e-256, and '
-              'NxNAME for N slices')
+  examples = ('v4-8 … v4-4096, v5p-8 … v5p-12288, v5e-1 … v5e-256, v6e-1 … v6e-256, '
+              'NxNAME for N slices, and h100-8, h200-64, b200-16 for GPUs')
   if not match:
     raise ConfigError(f'--plan_topology={name!r} is not a TPU slice name; use one like '
                       f'{examples}')
@@ -94,6 +135,10 @@ def parse(name):
 
 def devices(tpu_slice):
   """The slice's TPU devices (one per chip), from libtpu's topology description."""
+  if tpu_slice.chip.platform != 'tpu':
+    raise ConfigError(f'--plan_topology={tpu_slice.name}: a GPU plan is analytic (compiling '
+                      'for GPUs needs them); drop --plan_sweep_compile, or run --plan_compile '
+                      'on the GPU machine')
   try:
     import libtpu  # pylint: disable=g-import-not-at-top,unused-import
   except ImportError:
