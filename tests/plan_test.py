@@ -242,6 +242,26 @@ def test_gpu_machines_by_name_and_their_plan_is_the_sweeps_estimate(capsys):
   assert 'estimated step time on h200-8' in capsys.readouterr().out
 
 
+def test_a_dropless_mixture_on_an_expert_axis_is_timed_by_the_analytic_flops(monkeypatch):
+  """The compiler counts every row of the ragged dots' receive buffers (a fake compile here
+  reports 40 x the FLOPs); the estimate takes the analytic count and says why."""
+  def fake(run, devices, **_):
+    return {'narrow_dots': {}, 'per_device_bytes': {'total': 2**30, 'temporaries': 2**29},
+            'flops_per_step_per_device': 40 * per_device_flops, 'compile_seconds': 1.0,
+            'hbm_bytes_per_step_per_device': 1.0, 'mesh_devices': len(devices)}
+  monkeypatch.setattr(compiled, 'compile_step', fake)
+  config = helpers.smoke('mixtral_8x7b', 'mesh.data=1', 'mesh.expert=4',
+                         'model.moe.capacity_factor=0.0')
+  run = run_lib.resolve(config)
+  base = analytic.plan(run, 4)
+  per_device_flops = ((base['flops_per_token'] + base['remat_flops_per_token']) *
+                      base['run']['tokens_per_step'] / 4)
+  result = plan.run(run, topology_name='v5p-8')
+  assert result['ragged_buffers'] and result['estimated_step_seconds'] == pytest.approx(
+      per_device_flops / topology.CHIPS['v5p'].peak_flops)
+  assert "analytic FLOPs at peak: the compiler counts every row" in analytic.report(result)
+
+
 def test_the_compiled_hlo_count_of_int8_dots():
   config = helpers.tiny_config()
   config.model.quant.mode = 'int8'

@@ -430,6 +430,9 @@ def _compiled_lines(result):
     how = ('analytic FLOPs at peak over 1 - the pipeline bubble' if 'pipeline' in result
            else 'compiled FLOPs' + (' + the Pallas attention\'s' if result.get(
                'pallas_attention_flops_per_step') else '') + ' at peak, HBM bytes at bandwidth')
+    if result.get('ragged_buffers') and 'pipeline' not in result:
+      how = ("analytic FLOPs at peak: the compiler counts every row of the ragged dots' "
+             'receive buffers, sized for the worst routing')
     if result.get('estimated_by') == 'sweep':
       how = ("the sweep's: analytic FLOPs at peak plus the mesh's collectives at the links' "
              f"bandwidth; memory {_gib(result['estimated_bytes_per_device'])} by its model")
