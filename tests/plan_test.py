@@ -262,6 +262,16 @@ def test_a_dropless_mixture_on_an_expert_axis_is_timed_by_the_analytic_flops(mon
   assert "analytic FLOPs at peak: the compiler counts every row" in analytic.report(result)
 
 
+def test_on_a_gpu_the_memory_model_holds_more_activations():
+  config = helpers.tiny_config()
+  config.model.attention.kernel = 'xla'  # the same kernel on both platforms
+  run = run_lib.resolve(config)
+  sizes = analytic.mesh_sizes_for(config.mesh, 1)
+  tpu, gpu = (preflight.estimate(run, sizes, on) for on in ('tpu', 'gpu'))
+  assert gpu['activations'] == pytest.approx(sweep.GPU_ACTIVATIONS * tpu['activations'])
+  assert gpu['total'] - gpu['activations'] == pytest.approx(tpu['total'] - tpu['activations'])
+
+
 def test_the_compiled_hlo_count_of_int8_dots():
   config = helpers.tiny_config()
   config.model.quant.mode = 'int8'
