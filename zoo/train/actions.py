@@ -4,8 +4,8 @@ An action says when it is due (its cadence) and what it is charged to (goodput's
 one that `flushes` has the step's metrics row written first, so an eval row follows its
 step's row and a killed save cannot lose the row of the step it saved. One that is not
 `timed` pauses the watchdog (zoo/train/watchdog.py): its time is neither a step's nor a
-hang's. New periodic work
-(a metric, an export) is one more action, not one more branch of the loop.
+hang's. New periodic work (a metric, an export) is one more action, not one more branch of
+the loop.
 """
 
 import contextlib
