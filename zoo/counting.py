@@ -24,11 +24,11 @@ from zoo import families
 from zoo.models import dims
 from zoo.models import transformer
 
-CONVENTIONS = {
-    'decoder': '6*N_matmul + 12*heads*head_dim*keys per query: seq_len/2 causal, a window\'s '
+CONVENTIONS = {  # by the family's ATTENTION
+    'causal': '6*N_matmul + 12*heads*head_dim*keys per query: seq_len/2 causal, a window\'s '
                'mean where local',
-    'encoder': '6*N_matmul + 12*heads*head_dim*seq_len: bidirectional',
-    'encoder_decoder': '6*N_matmul, the decoder and head at target/input tokens + '
+    'bidirectional': '6*N_matmul + 12*heads*head_dim*seq_len: bidirectional',
+    'cross': '6*N_matmul, the decoder and head at target/input tokens + '
                        '12*heads*head_dim*keys: encoder bidirectional, decoder causal, '
                        'cross-attention over the inputs; per input token'}
 
@@ -69,7 +69,7 @@ def _matmul_params(config, boxed):
   and the rest of the decoder and the head the T = data.target_seq_len targets: T / S."""
   m = config.model
   head = 0 if m.num_labels else m.vocab_size * m.d_model
-  if m.family != 'encoder_decoder':
+  if families.get(m).ATTENTION != 'cross':
     n = active_params(boxed, m.moe)
     if not m.tie_embeddings or m.num_labels:  # a label head reads no vocabulary table
       n -= m.vocab_size * m.d_model
@@ -119,9 +119,10 @@ def _attention_flops(config):
   if m.mla.kv_lora_rank:  # latent attention: q.k over N + R dims, p.v over V
     per_key = 6 * m.num_heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim +
                                  m.mla.v_head_dim)
-  if m.family == 'decoder':  # a prediction module's block is a layer, with the window
+  kind = families.get(m).ATTENTION
+  if kind == 'causal':  # a prediction module's block is a layer, with the window
     return round(per_key * _mean_keys(m, L, m.num_layers, True, m.mtp.depth))
-  if m.family == 'encoder':
+  if kind == 'bidirectional':
     return round(per_key * _mean_keys(m, L, m.num_layers, False))
   S, T = L, config.data.target_seq_len
   keys = (S * _mean_keys(m, S, m.num_encoder_layers, False) +

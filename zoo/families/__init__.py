@@ -4,7 +4,9 @@ A family module (decoder.py is the worked example; docs/families.md) defines:
   NAME, OBJECTIVES (data.objective values that train it), LAYER_FIELDS (model fields that
   count its blocks), MODEL_INPUTS (batch keys init needs), POSITIONS, BLOCKS and
   SLIDING_WINDOW, TWO_SIDED_WINDOW, LATENT_ATTENTION, PREDICTION_MODULES and
-  SEPARATE_ENCODER_EMBED (what its model builds; zoo/run/checks.py checks), CONTEXT_CHUNKS (the
+  SEPARATE_ENCODER_EMBED (what its model builds; zoo/run/checks.py checks), ATTENTION
+  ('causal', 'bidirectional' or 'cross': an encoder and a decoder over the targets with
+  cross-attention; how zoo/counting.py counts its FLOPs), CONTEXT_CHUNKS (the
   sequence chunks each device holds under mesh.context; 0 = not built), PROMPT_JOINT,
   PENALTIES_COUNT_PROMPT (generation penalties count the prompt's tokens as seen), TASKS
   (data.task.kind values it fine-tunes on), INPUT_SPECIALS and LABEL_SPECIALS (the

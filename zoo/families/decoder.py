@@ -28,6 +28,7 @@ POSITIONS = ('learned', 'sinusoidal', 'rope', 'alibi', 'none')
 BLOCKS = ('sequential', 'parallel')
 SLIDING_WINDOW = True
 TWO_SIDED_WINDOW = False  # its windows are causal
+ATTENTION = 'causal'  # its stack's (zoo/counting.py's FLOPs)
 LATENT_ATTENTION = True  # model.mla (DeepSeek's latent attention) is built for it
 PREDICTION_MODULES = True  # model.mtp (multi-token prediction) is built for it
 SEPARATE_ENCODER_EMBED = False  # no encoder

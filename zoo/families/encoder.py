@@ -19,6 +19,7 @@ POSITIONS = ('learned', 'sinusoidal', 'rope', 'none')
 BLOCKS = ('sequential', 'parallel')
 SLIDING_WINDOW = False
 TWO_SIDED_WINDOW = False
+ATTENTION = 'bidirectional'
 LATENT_ATTENTION = PREDICTION_MODULES = SEPARATE_ENCODER_EMBED = False
 CONTEXT_CHUNKS = 1  # bidirectional: each device's chunk as it falls
 TASKS = ('classification', 'regression')  # data.task.kind values it fine-tunes on

@@ -19,6 +19,9 @@ POSITIONS = ('t5_bias', 'sinusoidal', 'rope', 'none')
 BLOCKS = ('sequential',)  # a parallel block has no place for cross-attention
 SLIDING_WINDOW = True  # the encoder's two-sided, the decoder's causal (T5Gemma)
 TWO_SIDED_WINDOW = True
+# a bidirectional encoder over the inputs, a causal decoder over the targets with
+# cross-attention over the inputs (zoo/counting.py counts each on its own tokens)
+ATTENTION = 'cross'
 LATENT_ATTENTION = PREDICTION_MODULES = False
 SEPARATE_ENCODER_EMBED = True  # model.separate_encoder_embed: its own table (T5Gemma)
 CONTEXT_CHUNKS = 0  # cross-attention over a split sequence is not built

@@ -246,7 +246,7 @@ def plan(run, num_devices=None, mesh_sizes=None, boxed=None):
       **({'params_mtp': counting.mtp_params(boxed)} if m.mtp.depth else {}),
       'flops_per_token': counting.flops_per_token(config, boxed),
       'remat_flops_per_token': counting.remat_flops_per_token(config, boxed),
-      'flops_convention': counting.CONVENTIONS[m.family],
+      'flops_convention': counting.CONVENTIONS[families.get(m).ATTENTION],
       **({'quant': m.quant.mode,
           'quantized_flops_per_token': counting.quantized_flops_per_token(config, boxed)}
          if m.quant.mode != 'none' else {}),
