@@ -37,6 +37,12 @@ def _suggest(num_devices):
           f'(divisors: {divisors})')
 
 
+def describe(sizes):
+  """{'data': 1, 'fsdp': 8, 'stage': 2, ...} (or a mesh's shape) -> 'fsdp 8 x stage 2'; ''
+  when every axis is 1."""
+  return ' x '.join(f'{axis} {n}' for axis, n in sizes.items() if n > 1)
+
+
 def make_mesh(mesh_config, devices=None):
   """The mesh over `devices` (default: all). TPU devices follow the physical torus; with
   mesh.slices > 1 the axis mesh.dcn_axis (data, fsdp or stage) spans the slices over DCN (the

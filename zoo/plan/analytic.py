@@ -193,6 +193,12 @@ def stacked_param_bytes(boxed, rules, sizes):
   return int(held)
 
 
+def step_equivalents(run):
+  """The whole run in steps of the final shape, by tokens: what a time estimate of the
+  final shape's step is multiplied by."""
+  return run.total_tokens / (run.config.train.batch_size * run.config.data.seq_len)
+
+
 def run_plan(run, sizes, per_device):
   """The whole run: tokens per step and in all; with train.microbatches under fsdp, the
   collectives accumulation repeats (parameters all-gathered forward and backward, gradients
@@ -203,9 +209,7 @@ def run_plan(run, sizes, per_device):
   out = {'tokens_per_step': tokens_per_step, 'steps': t.steps,
          'tokens': run.total_tokens, 'microbatches': t.microbatches,
          'rows_per_microbatch': t.batch_size // t.microbatches,
-         # the whole run in steps of the final shape, by tokens: what a time estimate of
-         # the final shape's step is multiplied by
-         'step_equivalents': run.total_tokens / tokens_per_step}
+         'step_equivalents': step_equivalents(run)}
   if len(run.phases) > 1:
     out['phases'] = [{'steps': [p.first, p.last], 'batch_size': p.batch_size,
                       'seq_len': p.seq_len, 'tokens': p.tokens} for p in run.phases]

@@ -126,7 +126,7 @@ def compile_step(run, devices, scan_corrected_cost=True):
   config = run.config
   mesh = sharding.make_mesh(config.mesh, devices)
   device = mesh.devices.flat[0]
-  mesh_text = ' x '.join(f'{a} {n}' for a, n in mesh.shape.items() if n > 1) or 'one device'
+  mesh_text = sharding.describe(mesh.shape) or 'one device'
   print(f'compiling the train step (batch {config.train.batch_size} x '
         f'{config.data.seq_len}) for {mesh.size} {device.platform.upper()} devices '
         f'({device.device_kind}), mesh {mesh_text} (times: docs/performance.md, compile '

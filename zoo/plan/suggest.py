@@ -36,8 +36,8 @@ def best(run, tpu_slice, rows=None):
     fitting = [r for r in rows if not r['invalid'] and r['fits']]
   if not fitting:
     return None
-  step_equivalents = run.total_tokens / (run.config.train.batch_size * run.config.data.seq_len)
-  return Answer(tpu_slice, fitting[0], fitting[0]['step_seconds'] * step_equivalents,
+  return Answer(tpu_slice, fitting[0],
+                fitting[0]['step_seconds'] * analytic.step_equivalents(run),
                 run.config.train.microbatches)
 
 
@@ -59,11 +59,6 @@ def smallest(run):
   return None
 
 
-def mesh_text(sizes):
-  """{'data': 1, 'fsdp': 8, 'stage': 2, ...} -> 'fsdp 8 x stage 2'."""
-  return ' x '.join(f'{axis} {n}' for axis, n in sizes.items() if n > 1) or 'one device'
-
-
 def describe(answer):
   """-> 'v5p-32, fsdp 8 x stage 2 (16 pipeline microbatches, 2 rounds): 2.1 hours' (after
   the slice, 'N microbatches, ' with gradient accumulation)."""
@@ -72,5 +67,6 @@ def describe(answer):
   pipeline = (f' ({row["pipeline_microbatches"]} pipeline microbatches, '
               f'{row["pipeline_repeats"]} round{"s" if row["pipeline_repeats"] > 1 else ""})'
               if row['pipeline_microbatches'] else '')
-  return (f'{answer.tpu_slice.name}, {accumulated}{mesh_text(row["mesh"])}{pipeline}: '
+  mesh = sharding.describe(row['mesh']) or 'one device'
+  return (f'{answer.tpu_slice.name}, {accumulated}{mesh}{pipeline}: '
           f'{analytic.duration(answer.seconds)}')

@@ -49,7 +49,7 @@ def check(config, place, state, batch):
   got = _on_mesh(f32, parts, place, state, batch)
   if _close(got, one):
     return place, None
-  mesh = ' x '.join(f'{a} {n}' for a, n in place.mesh.shape.items() if n > 1)
+  mesh = sharding.describe(place.mesh.shape)
   seen = (f'canary: on {mesh} the first step gives loss {got[0]:.6f}, grad_norm {got[1]:.6f} '
           f'but one device {one[0]:.6f}, {one[1]:.6f}')
   if config.train.canary == 'fix':

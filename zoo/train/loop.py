@@ -74,7 +74,7 @@ def _describe(run, workdir, place, streams, corpus, params, start_step, cache, i
                   new_params=','.join(init.new) or 'none',
                   dropped_params=','.join(init.dropped) or 'none')
   h, m = header, config.model
-  mesh = ' x '.join(f'{a} {n}' for a, n in h['mesh'].items() if n > 1)
+  mesh = sharding.describe(h['mesh'])
   processes = f', {h["processes"]} processes' if h['processes'] > 1 else ''
   lines = [
       f'model   {m.family}, {h["params"]:,} parameters' +
