@@ -43,14 +43,16 @@ def test_the_region_analysis_option_is_given_to_cpus_alone():
   assert platform.compiler_options('tpu') is None and platform.compiler_options('gpu') is None
 
 
-@pytest.mark.parametrize('mode', ['eval', 'generate', 'export'])
+@pytest.mark.parametrize('mode, command', [('eval', '--mode=eval'),
+                                           ('generate', '--mode=generate'),
+                                           ('export', 'zoo.convert.export')])
 def test_a_mode_that_reads_a_checkpoint_refuses_a_workdir_without_one_writing_nothing(
-    tmp_path, mode):
+    tmp_path, mode, command):
   run = run_lib.resolve(helpers.smoke('gpt_shakespeare'))
   workdir, out = tmp_path / 'mistyped', tmp_path / 'out'
   read = {'eval': lambda: evaluate.run(run, str(workdir)),
           'generate': lambda: infer_run.run(run, str(workdir), ['ROMEO:']),
           'export': lambda: export.export(run, str(workdir), str(out))}
-  with pytest.raises(ConfigError, match=f'^--mode={mode}: no checkpoint in .*mistyped'):
+  with pytest.raises(ConfigError, match=f'^{command}: no checkpoint in .*mistyped'):
     read[mode]()
   assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -38,7 +38,7 @@ def export(run, workdir, out):
   if storage.listdir(out):
     raise config_lib.ConfigError(f'--out={out} is not empty; export into a new directory '
                                  '(nothing is overwritten)')
-  runtime.check_restorable(config, workdir, 'export')
+  runtime.check_restorable(config, workdir, 'zoo.convert.export')
   runtime.size_label_head(config)
   tokenizer_path = corpus_lib.tokenizer_path(config.data, workdir)
   tokenizer = runtime.tokenizer(config, workdir)  # readable and fits the model, or one line
@@ -51,7 +51,7 @@ def export(run, workdir, out):
         'a pad token of its own (the zoo trains its tokenizers with one)')
   place = runtime.placement(run)
   state = runtime.model_state(run, place.mesh)
-  step, variables = runtime.restore_variables(config, workdir, state, 'export')
+  step, variables = runtime.restore_variables(config, workdir, state, 'zoo.convert.export')
   params = jax.device_get(variables['params'])
   if config.train.lora.rank:  # the adapters folded into the kernels they sit beside
     params = lora.merge(params, config.train.lora.alpha / config.train.lora.rank)

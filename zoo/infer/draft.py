@@ -82,7 +82,7 @@ def generator(config, workdir, place, state, tokenizer):
     draft_config = load_config(config, workdir)
     draft_state = runtime.model_state(run_lib.resolve(draft_config), place.mesh)
     _, draft_variables = runtime.restore_variables(draft_config, g.draft_workdir,
-                                                   draft_state, 'generate')
+                                                   draft_state, '--mode=generate')
     draft_sharding = state_lib.model_variables(draft_state.shardings)
     fn = speculative.make(state.model, draft_state.model, g.max_new_tokens, g.draft_tokens,
                           sampling, tokenizer.eos_id, tokenizer.pad_id)

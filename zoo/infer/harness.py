@@ -47,12 +47,12 @@ class ZooLM(LM):
     if 'causal_lm' not in run.family.OBJECTIVES:
       raise ConfigError(f'model.family={config.model.family!r}: the lm-eval adapter scores '
                         'causal language models; use a decoder run')
-    runtime.check_restorable(config, workdir, 'lm-eval')
+    runtime.check_restorable(config, workdir, 'zoo.harness')
     runtime.compile_cache(config)
     place = runtime.placement(run)
     tokenizer = runtime.tokenizer(config, workdir)
     state = runtime.model_state(run, place.mesh)
-    _, variables = runtime.restore_variables(config, workdir, state, 'lm-eval')
+    _, variables = runtime.restore_variables(config, workdir, state, 'zoo.harness')
     return cls(state.model, variables, tokenizer, config.data.seq_len, batch_size)
 
   # ------------------------------------------------------------------ tokenization

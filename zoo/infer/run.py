@@ -56,13 +56,13 @@ def run(resolved, workdir, prompts):
   them."""
   config, family = resolved.config, resolved.family
   check(config, prompts)
-  runtime.check_restorable(config, workdir, 'generate')
+  runtime.check_restorable(config, workdir, '--mode=generate')
   runtime.compile_cache(config)
   place = runtime.placement(resolved)
   tokenizer = runtime.tokenizer(config, workdir)
   ids, segments = family.tokenize_prompts(config, tokenizer, prompts)
   state = runtime.model_state(resolved, place.mesh)
-  step, variables = runtime.restore_variables(config, workdir, state, 'generate')
+  step, variables = runtime.restore_variables(config, workdir, state, '--mode=generate')
   stats = None
   if draft.is_speculative(config):
     tokens, stats = draft.generator(config, workdir, place, state, tokenizer)(

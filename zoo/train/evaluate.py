@@ -62,13 +62,13 @@ def run(resolved, workdir, task_eval=None):
   `task_eval`), printed and logged; `resolved`: the run (zoo/run)."""
   config = resolved.config
   runtime.check_workdir(config, workdir)
-  runtime.check_restorable(config, workdir, 'eval')
+  runtime.check_restorable(config, workdir, '--mode=eval')
   runtime.compile_cache(config)
   place = runtime.placement(resolved)
   streams = runtime.input_streams(config, place.mesh)
   corpus = runtime.corpus(config, workdir)
   state = runtime.model_state(resolved, place.mesh)
-  step, variables = runtime.restore_variables(config, workdir, state, 'eval')
+  step, variables = runtime.restore_variables(config, workdir, state, '--mode=eval')
   row = evaluator(config, place, streams, corpus, state, task_eval)(variables)
   if jax.process_index() == 0:
     writer = metrics_lib.Writer(workdir)

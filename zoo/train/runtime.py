@@ -393,21 +393,22 @@ def size_label_head(config):
       config.model.num_labels = task_lib.label_count(config.data)
 
 
-def check_restorable(config, workdir, mode):
-  """--mode=`mode` (eval, generate, export, the harness) reads the newest checkpoint, or
-  train.init_params: a workdir with neither is one ConfigError before anything is read,
-  prepared or written."""
+def check_restorable(config, workdir, command):
+  """`command` ('--mode=eval', '--mode=generate', 'zoo.convert.export', 'zoo.harness')
+  reads the newest checkpoint, or train.init_params: a workdir with neither is one
+  ConfigError naming the command, before anything is read, prepared or written."""
   if not (config.train.init_params or checkpoint.saved_steps(workdir)):
-    raise _no_checkpoint(workdir, mode)
+    raise _no_checkpoint(workdir, command)
 
 
-def _no_checkpoint(workdir, mode):
-  return ConfigError(f'--mode={mode}: no checkpoint in {workdir}/checkpoints; train first or '
+def _no_checkpoint(workdir, command):
+  return ConfigError(f'{command}: no checkpoint in {workdir}/checkpoints; train first or '
                      'pass the workdir of a trained run')
 
 
-def restore_variables(config, workdir, state, mode):
-  """For --mode=`mode`: the newest checkpoint's model variables, else train.init_params'
+def restore_variables(config, workdir, state, command):
+  """For `command` (check_restorable's): the newest checkpoint's model variables, else
+  train.init_params'
   (an imported model before any training; state collections start at zero)
   -> (step, variables). A checkpoint of other parameter shapes than this config's model is
   a ConfigError naming the changed fields (never moved aside as unreadable)."""
@@ -419,7 +420,7 @@ def restore_variables(config, workdir, state, mode):
   if restored:
     return restored[0], state_lib.model_variables(restored[1])
   if not config.train.init_params:
-    raise _no_checkpoint(workdir, mode)
+    raise _no_checkpoint(workdir, command)
   init_plan(config, state)
   variables = {'params': initial_params(config, state)}
   for key in state_lib.model_variables(state.abstract).keys() - {'params'}:
