@@ -19,6 +19,7 @@ from zoo.plan import compiled
 from zoo.plan import sweep
 from zoo.plan import topology
 from zoo.plan import preflight
+from zoo.train import metrics as metrics_lib
 from zoo.train import state as state_lib
 
 
@@ -226,8 +227,13 @@ def test_gpu_machines_by_name_and_their_plan_is_the_sweeps_estimate(capsys):
   assert topology.seconds(h100.chip, 1979e12, 0.0, 'fp8') == pytest.approx(1979 / 989)
   with pytest.raises(config_lib.ConfigError, match='a GPU plan is analytic'):
     topology.devices(h100)
-  kinds = lambda kind: topology.chip_of(type('D', (), {'device_kind': kind})())
-  assert kinds('NVIDIA H200').generation == 'h200' and kinds('cpu') is None
+  device = lambda kind: type('D', (), {'device_kind': kind})()
+  assert topology.chip_of(device('NVIDIA H200')).generation == 'h200'
+  assert topology.chip_of(device('TPU v5')).generation == 'v5p'  # what v5p devices say
+  assert topology.chip_of(device('TPU v5 lite')).generation == 'v5e'
+  assert topology.chip_of(device('cpu')) is None
+  for prefix, name in topology.DEVICE_KINDS:  # MFU's peaks are the plan's
+    assert metrics_lib.peak_flops(device(prefix)) == topology.CHIPS[name].peak_flops, prefix
 
   config = helpers.tiny_config()
   run = run_lib.resolve(config)

@@ -51,10 +51,12 @@ CHIPS = {
                  4500e12),
 }
 GPUS_PER_NODE = 8
-# device_kind (jax) -> the chip, for plans compiled on the machine itself
+# device_kind (jax) prefix -> the chip, for plans compiled on the machine itself, the first
+# that matches (v5p's devices say 'TPU v5'); their peaks are zoo/train/metrics.py's (a test
+# holds the two tables together)
 DEVICE_KINDS = (('NVIDIA H100', 'h100'), ('NVIDIA H200', 'h200'), ('NVIDIA GH200', 'h200'),
-                ('NVIDIA B200', 'b200'), ('TPU v5p', 'v5p'), ('TPU v5 lite', 'v5e'),
-                ('TPU v5e', 'v5e'), ('TPU v4', 'v4'), ('TPU v6', 'v6e'))
+                ('NVIDIA B200', 'b200'), ('TPU v5 lite', 'v5e'), ('TPU v5e', 'v5e'),
+                ('TPU v5', 'v5p'), ('TPU v4', 'v4'), ('TPU v6 lite', 'v6e'), ('TPU v6e', 'v6e'))
 _ALIASES = {'v5litepod': 'v5e', 'v5lite': 'v5e'}
 
 
