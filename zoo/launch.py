@@ -28,8 +28,8 @@ flags.DEFINE_string('plan_topology', None, '--mode=plan: compile for this TPU sl
                     'v5p-128, v5e-256, v6e-64, v4-512) with libtpu, no TPU needed')
 flags.DEFINE_bool('plan_sweep', False, '--mode=plan with --plan_topology: rank every '
                   'data x fsdp x tensor (x expert) mesh by estimated step time and memory')
-flags.DEFINE_integer('plan_sweep_compile', 0, '--plan_sweep: compile this many of the '
-                     'fastest meshes that fit and show the compiler\'s bytes beside them')
+flags.DEFINE_integer('plan_sweep_compile', 0, '--plan_sweep: compile down the ranking until '
+                     'this many meshes fit the compiler, showing its bytes beside each')
 flags.DEFINE_integer('plan_sweep_top', 20, '--plan_sweep: show this many of the fastest '
                      'meshes that fit (the rest are counted; --plan_json holds every mesh)')
 flags.DEFINE_bool('plan_sweep_all', False, '--plan_sweep: show every mesh, those that do not '

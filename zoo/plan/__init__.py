@@ -104,8 +104,8 @@ def run(resolved, json_path=None, compile_step=False, topology_name=None, sweep=
         sweep_compile=0, sweep_top=20, sweep_all=False):
   """Plans the resolved run (zoo/run), prints the report (and sweep table: its `sweep_top`
   fastest meshes that fit, or with `sweep_all` every mesh), optionally writes the JSON (every
-  mesh); -> the dict. sweep_compile: compile the sweep's fastest meshes that fit, this
-  many."""
+  mesh); -> the dict. sweep_compile: compile down the sweep's ranking until this many
+  meshes fit the compiler (sweep.confirm)."""
   config = resolved.config
   tpu_slice = topology.parse(topology_name) if topology_name else None
   if tpu_slice:  # a precision the chip cannot run is refused before anything compiles
