@@ -72,6 +72,13 @@ def batch_spec(config, batch_size=None):
   return get(config.model).batch_spec(config.data, batch_size)
 
 
+def loss_length(config):
+  """Positions of a row the loss reads: the decoder's targets of an encoder-decoder
+  (data.target_seq_len), else data.seq_len."""
+  return (config.data.target_seq_len if get(config.model).ATTENTION == 'cross' else
+          config.data.seq_len)
+
+
 def abstract_batch(config, sharding=None):
   """The global batch as jax.ShapeDtypeStructs, for tracing and ahead-of-time compiles."""
   return {key: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)

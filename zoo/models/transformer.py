@@ -125,13 +125,15 @@ class PatternGroup(nn.Module):
   config: Any
   train: bool = False
   adapters: lora.Spec = lora.Spec()  # train.lora's (zoo.families.build)
+  remat: bool = True  # each layer with model.remat's policy (False: the pipeline's)
 
   @nn.compact
   def __call__(self, x_BLD, *args):
     m = self.config
     for i, letter in enumerate(m.attention.pattern):
-      x_BLD, _ = Block(m, self.train, moe=bool(m.moe.num_experts), kind=KINDS[letter],
-                       adapters=self.adapters, name=f'block_{i}')(x_BLD, *args)
+      x_BLD, _ = rematted(Block, m, self.remat, grouped=len(m.attention.pattern) > 1)(
+          m, self.train, moe=bool(m.moe.num_experts), kind=KINDS[letter],
+          adapters=self.adapters, name=f'block_{i}')(x_BLD, *args)
     return x_BLD, None
 
 
@@ -149,13 +151,15 @@ class MoEGroup(nn.Module):
   config: Any
   train: bool = False
   adapters: lora.Spec = lora.Spec()  # train.lora's (zoo.families.build)
+  remat: bool = True  # each layer with model.remat's policy (False: the pipeline's)
 
   @nn.compact
   def __call__(self, x_BLD, *args):
     every = self.config.moe.every
     for i in range(every):
-      x_BLD, _ = Block(self.config, self.train, moe=i == every - 1, adapters=self.adapters,
-                       name=f'block_{i}')(x_BLD, *args)
+      x_BLD, _ = rematted(Block, self.config, self.remat, grouped=every > 1)(
+          self.config, self.train, moe=i == every - 1, adapters=self.adapters,
+          name=f'block_{i}')(x_BLD, *args)
     return x_BLD, None
 
 
@@ -183,7 +187,7 @@ def stack(m, train, num_layers, name, owner, adapters=lora.Spec()):
   if m.attention.pattern:
     period = len(m.attention.pattern)
     unit, length = PatternGroup, num_layers // period
-    block = Block if m.remat == 'none' else nn.remat(Block, policy=REMAT_POLICIES[m.remat])
+    block = rematted(Block, m)
     tail = [block(m, train, moe=bool(m.moe.num_experts), kind=layer_kind(m, i),
                   name=f'{name}_tail_{i - length * period}')
             for i in range(length * period, num_layers)]
@@ -199,11 +203,25 @@ def stack(m, train, num_layers, name, owner, adapters=lora.Spec()):
   return run
 
 
+def rematted(block, m, remat=True, grouped=False):
+  """`block` (a module class) with model.remat's policy applied; as is with 'none'. A group
+  of layers (PatternGroup, MoEGroup: `grouped`) remats each of its layers, so a layer's
+  backward recomputes that layer alone: rematerialising the whole group would hold every
+  layer's intermediates at once (Gemma 3's 6 at 32k tokens: 2.7x the train step's memory);
+  only a scan's own body may let XLA merge the recomputation with other work
+  (prevent_cse=False), a group's layers may not, or it recomputes them all at once."""
+  if m.remat == 'none' or not remat:
+    return block
+  return nn.remat(block, policy=REMAT_POLICIES[m.remat],
+                  prevent_cse=grouped or not m.scan_layers)
+
+
 def _body(m, train, unit, length, name, owner, adapters):
   """`length` units, scanned or unrolled (stack's body)."""
-  plain = unit  # the pipeline remats each layer itself (it picks the layer's parameters)
-  if m.remat != 'none':
-    unit = nn.remat(unit, policy=REMAT_POLICIES[m.remat], prevent_cse=not m.scan_layers)
+  # the pipeline remats each unit itself (it picks the unit's parameters)
+  plain = unit if unit is Block else functools.partial(unit, remat=False)
+  if unit is Block:  # a group remats its layers itself
+    unit = rematted(unit, m)
   if m.scan_layers:
     scanned = nn.scan(unit, variable_axes={'params': 0, 'moe': 0, 'moe_bias': 0, 'cache': 0},
                       split_rngs={'params': True, 'dropout': True},

@@ -57,6 +57,7 @@ from zoo.families import loss as loss_lib
 from zoo.models import layers as layers_lib
 from zoo.plan import analytic
 from zoo.plan import compiled
+from zoo.plan import residuals
 from zoo.plan import topology
 from zoo.train import runtime
 from zoo.train import state as state_lib
@@ -91,25 +92,6 @@ def _invalid(config, sizes, slices, phase_batches=(), on='tpu'):
   return None
 
 
-def _flash_attention(config, context=1, on='tpu'):
-  """Whether the attention kernel that runs on platform `on` for this shape (on `context`
-  ring devices) is a flash kernel, which never holds a token's [H, L] scores."""
-  m, L = config.model, config.data.seq_len
-  if context > 1:
-    causal = families.get(m).CONTEXT_CHUNKS == 2
-    try:
-      return kernels.ring_blocks(m.attention.kernel, causal, L // context, on=on) == 'splash'
-    except ValueError:  # 'splash' on chunks it cannot block: config.validate says so
-      return False
-  try:
-    chosen, _ = kernels.resolve(m.attention.kernel, m.position in ('t5_bias', 'alibi'),
-                                np.dtype(m.dtype), (L, L), on=on,
-                                softcap=bool(m.attention.softcap))
-  except ValueError:  # a kernel that cannot run there: plan mode's compile says so
-    return False
-  return chosen in ('splash', 'flash_bias', 'gpu')
-
-
 def _hierarchical(nbytes, size, slices, reduce):
   """(ICI, DCN) bytes per chip of a collective over an axis of `size` devices that spans
   `slices` slices (size / slices in each): an all-reduce (reduce) of an nbytes buffer works
@@ -122,7 +104,7 @@ def _hierarchical(nbytes, size, slices, reduce):
   return ici, dcn
 
 
-def estimate(config, sizes, chip, plan_result, boxed, slices=1):
+def estimate(config, sizes, chip, plan_result, boxed, slices=1, traced=None):
   """(seconds per step, per-device bytes) for one mesh; with slices > 1 the traffic of
   mesh.dcn_axis that crosses slices goes at the chip's DCN bandwidth."""
   m, t = config.model, config.train
@@ -170,83 +152,99 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1):
     comm += layers * tokens_per_device * ring['bytes_per_token_per_layer_train']
   seconds += comm / chip.ici_bandwidth + dcn / chip.dcn_bandwidth
 
-  return seconds, device_bytes(config, sizes, plan_result, boxed, on=chip.platform)['total']
+  return seconds, device_bytes(config, sizes, plan_result, boxed, chip.platform,
+                               traced)['total']
 
 
 # XLA:GPU holds more of the step's activations than XLA:TPU, whose compiler the model is
 # calibrated on: 1.76 x (llama3_8b, 2 layers, 16 x 4096) to 1.97 x (gpt2_xl, 8 x 1024) and
 # about 2 x (gpt2_xl, 16 x 1024) on an H200 (docs/performance.md, GPU)
 GPU_ACTIVATIONS = 1.9
+# Fitted to the TPU compiler over the calibration grid (zoo/plan/calibration.py,
+# docs/performance.md): the update's float32 temporaries, per gradient byte; the copies of
+# a layer's largest weight fsdp gathers (forward, backward and its gradient before the
+# reduce-scatter); the share of an expert-parallel dispatch's buffers live at the peak
+UPDATE, GATHERED_COPIES, DISPATCH = 0.5, 3, 0.8
 
 
-def device_bytes(config, sizes, plan_result, boxed, on='tpu'):
+def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None):
   """Per-device bytes of the train step on the mesh `sizes`, with the attention kernel that
   runs on platform `on` -> {'params', 'optimizer_state', 'gradients', 'update' (its
-  temporaries), 'activations', 'gathered' (fsdp's gathered layer and tables, a circular
-  pipeline's regrouped copy), 'total'}: the module docstring's memory model."""
+  temporaries; with microbatches the accumulated gradients too), 'activations' (what the
+  backward keeps and the largest working set), 'gathered' (the weights fsdp gathers for a
+  layer, a circular pipeline's regrouped copy), 'total'}: the module docstring's memory
+  model. traced: residuals.measure's for the mesh's context (the sweep's, computed once)."""
   m, t = config.model, config.train
   data, fsdp, tensor = sizes['data'], sizes['fsdp'], sizes['tensor']
-  context, stages = sizes.get('context', 1), sizes.get('stage', 1)
-  tokens_per_device = (t.batch_size * config.data.seq_len /
-                       (data * fsdp * sizes.get('expert', 1) * context))  # batch axes
+  expert, context, stages = sizes['expert'], sizes['context'], sizes['stage']
   compute_bytes = np.dtype(m.dtype).itemsize
-  params = plan_result['params_total'] / stages  # a stage's layers (tables counted in too)
-  layers = families.total_layers(m) / stages
-  remat = m.remat != 'none'
   held = analytic.state_bytes(boxed, sharding.rules(config), sizes, config.optim,
                               state_lib.trainable(config.train.lora.rank, nn.unbox(boxed)))[1]
-  regrouped = 0.0  # circular: the parameters moved to their stages and their gradients
-  if stages > 1:
-    regrouped = analytic.pipeline_plan(config, sizes, analytic.stacked_param_bytes(
-        boxed, sharding.rules(config), sizes))['regroup_bytes_per_step_per_device']
-
-  L = config.data.seq_len // context  # the keys one ring step's scores span
-  # a flash kernel (splash, flash_bias) never holds the [H, L] float32 scores of a token
-  scores = (0 if _flash_attention(config, context, on) else
-            2 * m.num_heads / tensor * L * 4 / compute_bytes)
-  working = 10 * m.d_model + _mlp_working(m, sizes.get('expert', 1), tensor) + scores
-  live_tokens = tokens_per_device / t.microbatches  # one microbatch's activations at a time
+  # a device's rows of one microbatch at a time, of its L / context positions (a ring's
+  # block of queries and keys), split over tensor
+  traced = traced or residuals.measure(config, on, context)
+  rows = t.batch_size / (data * fsdp * expert) / t.microbatches
+  layer = traced['layer'] * rows / tensor  # one layer's working set
+  if m.moe.num_experts and expert > 1 and not m.moe.capacity_factor:
+    # and the buffers of a dropless expert-parallel dispatch (the trace has no expert axis)
+    layer += DISPATCH * rows * config.data.seq_len / context * _mlp_working(
+        m, expert, tensor) * compute_bytes
   if stages > 1:  # the logits are gone by the pipeline's backward pass, the peak
-    activations = _pipeline_activations(config, stages, live_tokens, layers, working,
-                                        tensor)
+    activations = _pipeline_activations(config, stages, rows, traced, layer, tensor)
+    gathered = analytic.pipeline_plan(config, sizes, analytic.stacked_param_bytes(
+        boxed, sharding.rules(config), sizes))['regroup_bytes_per_step_per_device']
+    if fsdp > 1:  # one layer's parameters and the vocabulary tables gathered whole
+      params = plan_result['params_total'] / stages
+      layers = families.total_layers(m) / stages
+      tables = _vocab_params(boxed)
+      gathered += ((params - tables) / layers + tables) * compute_bytes / tensor
   else:
-    per_token = (layers * m.d_model / tensor + working if remat else layers * working)
-    # float32 logits and their gradient, one chunk of the sequence with the chunked loss
-    logit_share = (loss_lib.chunk_len(config, L) or L) / L
-    activations = live_tokens * (per_token * compute_bytes +
-                                 2 * logit_share * m.vocab_size / tensor * 4)
+    gathered = (GATHERED_COPIES * _largest_layer_weight(boxed, tensor, expert) *
+                compute_bytes if fsdp > 1 else 0.0)
+    # the float32 logits and their gradient: the working set of the loss's backward
+    length = families.loss_length(config)
+    logits = (rows * (loss_lib.chunk_len(config, length) or length / context) *
+              m.vocab_size / tensor * 4 * 2)
+    # the peak: a layer's backward with its gathered weights, or the loss's
+    activations = traced['kept'] * rows / tensor + max(layer, logits - gathered)
   if on == 'gpu':
     activations *= GPU_ACTIVATIONS
-  gathered = regrouped
-  if fsdp > 1:  # one layer's parameters and the vocabulary tables gathered whole to be used
-    tables = _vocab_params(boxed)
-    gathered += ((params - tables) / layers + tables) * compute_bytes / tensor
+  update = held['gradients'] * (UPDATE + (t.microbatches > 1))
   out = {'params': held['params'], 'optimizer_state': held['optimizer_state'],
-         'gradients': held['gradients'],
-         'update': held['params'],  # the update's float32 temporaries, one per parameter
-         'activations': activations, 'gathered': gathered}
+         'gradients': held['gradients'], 'update': update, 'activations': activations,
+         'gathered': gathered}
   return {**out, 'total': sum(out.values())}
 
-def _pipeline_activations(config, stages, tokens, layers, working, tensor):
+
+def _largest_layer_weight(boxed, tensor, expert):
+  """Elements of a layer's largest weight on one device once fsdp has gathered it (split
+  over tensor, an expert stack over expert)."""
+  specs = jax.tree.leaves(nn.get_partition_spec(boxed),
+                          is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+  return max((int(np.prod(leaf.shape[1:])) / tensor / (expert if 'expert' in tuple(spec) else 1)
+              for leaf, spec in zip(jax.tree.leaves(nn.unbox(boxed)), specs)
+              if len(spec) and spec[0] == 'layers'), default=0)
+
+
+def _pipeline_activations(config, stages, rows, traced, layer, tensor):
   """Bytes of a pipeline's activations (zoo/models/pipeline.py) on `stages` stages (the
-  mesh's, not the config's: the sweep's rows) for `tokens` per device:
-  every one of the R M + S - 1 iterations keeps its microbatch's input to each layer of
-  the group it ran (remat: the bubble's iterations too), or the whole working set without
-  remat; one microbatch's working set at a time; the [M, b, L, D] buffers (the stack's
-  input and output, the circular round's); and, outside the stack, about four float32
-  [tokens, D] arrays (the stack's input and output and their gradients, as the compiler
-  holds them: calibrated on llama3_70b and llama3_8b, docs/performance.md). The logits
-  are not counted: their memory is free again before the pipeline's backward pass, where
-  the peak is (turning the loss's chunking off moves it by 0.08 GiB)."""
+  mesh's, not the config's: the sweep's rows) for `rows` per device (a microbatch's):
+  every one of the R M + S - 1 iterations keeps what the stage's layers keep for its
+  microbatch (remat: the bubble's iterations too; `traced`'s layers); one microbatch's
+  working set of a layer (`layer`, the rows') at a time; the [M, b, L, D] buffers (the
+  stack's input and output, the circular round's); and, outside the stack, about four
+  float32 [tokens, D] arrays (the stack's input and output and their gradients, as the
+  compiler holds them: calibrated on llama3_70b and llama3_8b, docs/performance.md). The
+  logits are not counted: their memory is free again before the pipeline's backward pass,
+  where the peak is (turning the loss's chunking off moves it by 0.08 GiB)."""
   m = config.model
   microbatches = m.pipeline_microbatches or stages
   rounds = m.pipeline_repeats * microbatches
-  kept = tokens * (rounds + stages - 1) / rounds * layers
-  kept *= m.d_model / tensor if m.remat != 'none' else working
-  buffers = (2 + (m.pipeline_repeats > 1)) * tokens * m.d_model / tensor
-  outside = tokens * 4 * m.d_model * 4 / np.dtype(m.dtype).itemsize
-  return (kept + tokens / microbatches * working + buffers + outside) * np.dtype(
-      m.dtype).itemsize
+  kept = rows * traced['layers'] / stages / tensor * (rounds + stages - 1) / rounds
+  row_bytes = config.data.seq_len * m.d_model * np.dtype(m.dtype).itemsize / tensor
+  buffers = (2 + (m.pipeline_repeats > 1)) * rows * row_bytes
+  outside = rows * row_bytes * 4 * 4 / np.dtype(m.dtype).itemsize
+  return kept + layer / microbatches + buffers + outside
 
 
 def _mlp_working(m, expert_shards, tensor):
@@ -284,7 +282,7 @@ def sweep(run, tpu_slice):
     axes += ('stage',)
   boxed = counting.abstract_params(config)
   base = analytic.plan(run, mesh_sizes={a: 1 for a in sharding.MESH_AXES}, boxed=boxed)
-  rows, variants = [], {}
+  rows, variants, traced = [], {}, {}
   phase_batches = sorted({p.batch_size for p in run.phases[:-1]})
   for sizes in factorizations(tpu_slice.chips, axes):
     sizes = {a: sizes.get(a, 1) for a in sharding.MESH_AXES}
@@ -296,8 +294,11 @@ def sweep(run, tpu_slice):
       row = {'mesh': sizes, 'pipeline_microbatches': schedule[0],
              'pipeline_repeats': schedule[1], 'invalid': reason}
       if not reason:
+        context = sizes['context']
+        if context not in traced:  # what the backward keeps does not hang on the schedule
+          traced[context] = residuals.measure(config, tpu_slice.chip.platform, context)
         seconds, per_device = estimate(meshed, sizes, tpu_slice.chip, base, boxed,
-                                       tpu_slice.slices)
+                                       tpu_slice.slices, traced[context])
         row.update(step_seconds=seconds, per_device_bytes=int(per_device),
                    fits=per_device <= tpu_slice.chip.hbm_bytes)
       rows.append(row)

@@ -1,0 +1,145 @@
+"""What the train step's backward pass keeps, traced: the residuals JAX saves from the
+forward pass (jax.vjp's residuals of the family's loss, abstract shapes, nothing
+compiled), per batch row, with the attention kernel of the platform planned for.
+
+Traced with the layers unrolled at 1 and 2 layers (units: a MoE group of moe.every layers;
+after model.moe.first_dense dense ones) per stack, so a layer's share is the difference
+and the full depth is extrapolated (as zoo/plan/compiled.py counts the FLOPs):
+- `kept`: bytes per row the whole step keeps with the config's remat policy (every layer's
+  and the embedding's and loss's);
+- `layers`: the part of `kept` the stacked layers keep (after the first dense ones);
+- `layer`: bytes per row one layer keeps with no remat, the largest over the stacks: what a
+  layer's forward holds for its backward, so the working set of a rematerialised layer's
+  backward as well;
+- `weights`: bytes of the compute-dtype copies of a layer's parameters that are kept (in
+  `kept`'s policy), unsharded.
+Residuals whose shape is a parameter's are the weights; all others are a row's
+activations (a batch of one row is traced).
+"""
+
+import functools
+
+import flax.linen as nn
+import jax
+from jax.extend import core as jax_core
+import ml_collections
+import numpy as np
+
+from zoo import families
+from zoo import kernels
+from zoo import sharding
+
+
+def _traced(config, layers, remat, on):
+  """(activation bytes of one row, weight-copy bytes) the backward keeps for `config` with
+  `layers` per stack (a list, LAYER_FIELDS order) and the remat policy `remat`."""
+  variant = config.copy_and_resolve_references()
+  with variant.unlocked():
+    variant.model.update(scan_layers=False, remat=remat)
+    variant.train.batch_size = 1
+    for field, n in zip(families.get(variant.model).LAYER_FIELDS, layers):
+      variant.model[field] = n
+    m = variant.model
+    try:
+      kernels.resolve(m.attention.kernel, m.position in ('t5_bias', 'alibi'), np.dtype(m.dtype),
+                      (variant.data.seq_len,) * 2, on=on, softcap=bool(m.attention.softcap))
+    except ValueError:  # a kernel that cannot run there (plan mode's compile says so): XLA's
+      m.attention.kernel = 'xla'
+    if on == 'gpu' and jax.default_backend() != 'gpu' and m.attention.kernel != 'xla':
+      # cuDNN's attention traces only beside a GPU: splash, a fused kernel keeping what
+      # cuDNN's keeps (its output and log-sum-exp), stands in
+      m.attention.kernel, on = 'auto', 'tpu'
+  model = families.build(variant.model, variant.train.lora)
+  loss = families.loss_fn(model, variant)
+  batch = families.abstract_batch(variant)
+  with kernels.target(on), nn.logical_axis_rules(sharding.rules(variant)):
+    boxed = jax.eval_shape(model.init, jax.random.PRNGKey(0),
+                           families.example_batch(variant.model, 1, variant.data.seq_len))
+    variables = nn.unbox(boxed)
+    params = variables['params']
+    # the other collections (MoE's router bias and statistics): small, held as zeros
+    others = jax.tree.map(lambda v: np.zeros(v.shape, v.dtype),
+                          {k: v for k, v in variables.items() if k != 'params'})
+    shapes = {tuple(p.shape) for p in jax.tree.leaves(params)}
+    rng = jax.random.PRNGKey(0)  # training: dropout's masks are kept too
+    saved = _residuals(lambda p, b: loss({**others, 'params': p}, b, rng).total, params, batch)
+  rows = weights = 0
+  for aval in saved:
+    size = int(np.prod(aval.shape)) * np.dtype(aval.dtype).itemsize
+    if tuple(aval.shape) in shapes and len(aval.shape) > 1:
+      weights += size
+    elif aval.shape[-1:] != (variant.model.vocab_size,):  # logits: the plan's own term
+      rows += size
+  return np.array([rows, weights], float)
+
+
+def _residuals(f, *args):
+  """The abstract values jax.vjp(f, *args) keeps for the backward pass, each once, but the
+  arguments themselves (what jax's saved_residuals lists, without its descriptions)."""
+  closed, shapes = jax.make_jaxpr(lambda *a: jax.vjp(f, *a), return_shape=True)(*args)
+  count = len(jax.tree.leaves(shapes[1]))
+  arguments = set(closed.jaxpr.invars)
+  kept = {id(v): v for v in closed.jaxpr.outvars[len(closed.jaxpr.outvars) - count:]
+          if isinstance(v, jax_core.Var) and v not in arguments}
+  return [v.aval for v in kept.values()]
+
+
+@functools.lru_cache(maxsize=64)
+def _measure(frozen, on):
+  config = frozen.as_configdict()
+  m = config.model
+  fields = families.get(m).LAYER_FIELDS
+  unit = m.moe.every if m.moe.num_experts else 1
+  dense = m.moe.first_dense if m.moe.num_experts else 0
+  base_layers = [dense + unit] * len(fields)
+  policy = m.remat
+
+  def grow(remat):
+    """(the traced bytes at base_layers, each stack's bytes per layer)"""
+    base = _traced(config, base_layers, remat, on)
+    per_layer = []
+    for i in range(len(fields)):
+      layers = list(base_layers)
+      layers[i] += unit
+      per_layer.append((_traced(config, layers, remat, on) - base) / unit)
+    return base, per_layer
+
+  base, per_layer = grow(policy)
+  kept = base.copy()
+  for field, share in zip(fields, per_layer):
+    kept += (m[field] - dense - unit) * share
+  none = per_layer if policy == 'none' else grow('none')[1]
+  layered = sum((m[field] - dense) * share[0] for field, share in zip(fields, per_layer))
+  return {'kept': kept[0], 'layers': layered, 'layer': max(share[0] for share in none),
+          'weights': kept[1]}
+
+
+def measure(config, on, context=1):
+  """{'kept', 'layers', 'layer', 'weights'} bytes (the module docstring) for the run's
+  config on platform `on` ('tpu', 'gpu', 'cpu'); on a ring of `context` devices, of a
+  device's block of data.seq_len / context positions: the row's bytes at length x taken
+  as a x + b x^2 (the scores of attention without a flash kernel are the square) from
+  traces at data.seq_len and half of it, so that every context of a sweep costs two."""
+  whole = _measure(_key(config, 1), on)
+  if context == 1:
+    return whole
+  half = _measure(_key(config, 2), on)
+  x = config.data.seq_len
+  out = dict(whole)
+  for name in ('kept', 'layers', 'layer'):
+    b = 2 * (whole[name] - 2 * half[name]) / x**2
+    a = (whole[name] - b * x**2) / x
+    out[name] = max(a * x / context + b * (x / context)**2, 0.0)
+  return out
+
+
+def _key(config, shorter):
+  """The config as the trace reads it (data.seq_len / shorter), frozen: one cache entry for
+  all the sweep's rows."""
+  traced = config.copy_and_resolve_references()
+  with traced.unlocked():
+    traced.data.seq_len //= shorter
+    traced.model.update(pipeline_microbatches=0, pipeline_repeats=1)
+    traced.mesh.update({a: 1 for a in sharding.MESH_AXES})
+    traced.train.update(microbatches=1, phases='')
+  return ml_collections.FrozenConfigDict(traced)
