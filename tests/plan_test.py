@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import jax
+import numpy as np
 import pytest
 
 from tests import helpers
@@ -19,6 +20,7 @@ from zoo.plan import compiled
 from zoo.plan import sweep
 from zoo.plan import topology
 from zoo.plan import preflight
+from zoo.plan import residuals
 from zoo.train import metrics as metrics_lib
 from zoo.train import state as state_lib
 
@@ -497,3 +499,16 @@ def test_the_sweep_table_shows_the_fastest_meshes_that_fit_and_counts_the_rest()
                        'shape (--plan_sweep_all shows every mesh and why)')
   every = sweep.table(rows, tpu, everything=True).splitlines()
   assert len(every) == 2 + 6 and every[-1].endswith('skipped: another')
+
+
+def test_with_remat_full_each_layer_keeps_its_input_alone():
+  """The traced residuals (zoo/plan/residuals.py) by hand: with remat full a layer keeps
+  its [L, D] input, in the compute dtype (and RoPE's few frequencies); on a ring of 2 a
+  device's half of it; without remat a layer keeps more than that."""
+  config = helpers.tiny_config(num_layers=3, remat='full')
+  m, length = config.model, config.data.seq_len
+  row = length * m.d_model * np.dtype(m.dtype).itemsize
+  assert residuals.measure(config, 'cpu')['layers'] == pytest.approx(3 * row, rel=0.05)
+  assert residuals.measure(config, 'cpu', context=2)['layers'] == pytest.approx(3 * row / 2,
+                                                                                rel=0.05)
+  assert residuals.measure(config, 'cpu')['layer'] > 2 * row

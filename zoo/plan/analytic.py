@@ -238,7 +238,6 @@ def plan(run, num_devices=None, mesh_sizes=None, boxed=None):
       boxed, sharding.rules(config), sizes, config.optim, trainable)
   active = counting.active_params(boxed, m.moe)
 
-  head_dim, kv_heads = dims.head_dim(m), dims.kv_heads(m)
   result = {
       'config': {'family': m.family, 'd_model': m.d_model,
                  'num_layers': families.total_layers(m),

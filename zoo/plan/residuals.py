@@ -10,11 +10,10 @@ and the full depth is extrapolated (as zoo/plan/compiled.py counts the FLOPs):
 - `layers`: the part of `kept` the stacked layers keep (after the first dense ones);
 - `layer`: bytes per row one layer keeps with no remat, the largest over the stacks: what a
   layer's forward holds for its backward, so the working set of a rematerialised layer's
-  backward as well;
-- `weights`: bytes of the compute-dtype copies of a layer's parameters that are kept (in
-  `kept`'s policy), unsharded.
-Residuals whose shape is a parameter's are the weights; all others are a row's
-activations (a batch of one row is traced).
+  backward as well.
+A batch of one row is traced. Residuals shaped like a parameter (its compute-dtype copy)
+and the logits (the vocabulary last) are left out: the plan counts fsdp's gathered weights
+and the loss's logits itself.
 """
 
 import functools
@@ -31,8 +30,8 @@ from zoo import sharding
 
 
 def _traced(config, layers, remat, on):
-  """(activation bytes of one row, weight-copy bytes) the backward keeps for `config` with
-  `layers` per stack (a list, LAYER_FIELDS order) and the remat policy `remat`."""
+  """Bytes of one row's activations the backward keeps for `config` with `layers` per stack
+  (a list, LAYER_FIELDS order) and the remat policy `remat`."""
   variant = config.copy_and_resolve_references()
   with variant.unlocked():
     variant.model.update(scan_layers=False, remat=remat)
@@ -63,14 +62,9 @@ def _traced(config, layers, remat, on):
     shapes = {tuple(p.shape) for p in jax.tree.leaves(params)}
     rng = jax.random.PRNGKey(0)  # training: dropout's masks are kept too
     saved = _residuals(lambda p, b: loss({**others, 'params': p}, b, rng).total, params, batch)
-  rows = weights = 0
-  for aval in saved:
-    size = int(np.prod(aval.shape)) * np.dtype(aval.dtype).itemsize
-    if tuple(aval.shape) in shapes and len(aval.shape) > 1:
-      weights += size
-    elif aval.shape[-1:] != (variant.model.vocab_size,):  # logits: the plan's own term
-      rows += size
-  return np.array([rows, weights], float)
+  return float(sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in saved
+                   if not (tuple(a.shape) in shapes and len(a.shape) > 1)
+                   and a.shape[-1:] != (variant.model.vocab_size,)))
 
 
 def _residuals(f, *args):
@@ -105,17 +99,16 @@ def _measure(frozen, on):
     return base, per_layer
 
   base, per_layer = grow(policy)
-  kept = base.copy()
+  kept = base
   for field, share in zip(fields, per_layer):
     kept += (m[field] - dense - unit) * share
   none = per_layer if policy == 'none' else grow('none')[1]
-  layered = sum((m[field] - dense) * share[0] for field, share in zip(fields, per_layer))
-  return {'kept': kept[0], 'layers': layered, 'layer': max(share[0] for share in none),
-          'weights': kept[1]}
+  layered = sum((m[field] - dense) * share for field, share in zip(fields, per_layer))
+  return {'kept': kept, 'layers': layered, 'layer': max(none)}
 
 
 def measure(config, on, context=1):
-  """{'kept', 'layers', 'layer', 'weights'} bytes (the module docstring) for the run's
+  """{'kept', 'layers', 'layer'} bytes (the module docstring) for the run's
   config on platform `on` ('tpu', 'gpu', 'cpu'); on a ring of `context` devices, of a
   device's block of data.seq_len / context positions: the row's bytes at length x taken
   as a x + b x^2 (the scores of attention without a flash kernel are the square) from

@@ -24,20 +24,16 @@ The estimate (a ranking aid; compile the chosen mesh with --plan_topology to con
   activations to the next stage and their gradient back, and a circular schedule moves the
   parameters to their stages and the gradients back (analytic.pipeline_plan); fsdp,
   data and tensor traffic are of the stage's own layers;
-- memory: params, AdamW moments and gradients as the rules shard them (the layers over
-  stage), plus activations: with remat, one saved [B, L, D] residual per layer of the
-  stage (split over tensor) and one layer's working set; without, about 10 D + 2 F/t
-  values per token per layer (a MoE layer's dispatch buffers and expert intermediates in
-  place of 2 F/t: _mlp_working; a device's tokens are the batch's over data x fsdp x expert
-  x context), + 2 H L/(t c) float32 scores (one ring block's with
-  context c) where the attention is not a flash kernel on TPU (splash, flash_bias); plus the
-  float32 logits and their gradient, of one chunk of the sequence with the chunked loss;
-  the update's float32 temporaries (one per parameter); with fsdp, one layer's parameters
-  and the vocabulary tables gathered whole in the compute dtype; a circular pipeline's
-  copy of the parameters moved to the stages that run them, and its gradients
-  (analytic.pipeline_plan's regroup bytes). Calibrated against the compiler on llama3_8b,
-  llama3_70b and mixtral_8x7b (benchmarks/sweep_memory.py; docs/performance.md has the
-  tables).
+- memory (device_bytes; docs/plan.md "The memory model"): params, optimizer state and
+  gradients as the rules shard them, the update's float32 temporaries; what the backward
+  keeps and one layer's working set, traced per batch row (zoo/plan/residuals.py: JAX's
+  residuals of the loss with the config's remat policy and without, the attention kernel
+  of the platform), the layer's with the copies of its largest weight fsdp gathers and a
+  dropless expert-parallel dispatch's buffers, or the loss's float32 logits and their
+  gradient, whichever is larger; a pipeline's kept iterations, buffers and regrouped
+  parameters (_pipeline_activations, analytic.pipeline_plan). Its constants are fitted
+  to the TPU compiler over zoo/plan/calibration.py's grid (benchmarks/plan_calibration.py;
+  docs/performance.md has the table).
 """
 
 import math
@@ -49,7 +45,6 @@ import numpy as np
 from zoo.run import checks as run_checks
 from zoo import counting
 from zoo import families
-from zoo import kernels
 from zoo import run as run_lib
 from zoo import sharding
 from zoo.errors import ConfigError
@@ -190,7 +185,7 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None):
     layer += DISPATCH * rows * config.data.seq_len / context * _mlp_working(
         m, expert, tensor) * compute_bytes
   if stages > 1:  # the logits are gone by the pipeline's backward pass, the peak
-    activations = _pipeline_activations(config, stages, rows, traced, layer, tensor)
+    activations = _pipeline_activations(config, sizes, rows, traced, layer)
     gathered = analytic.pipeline_plan(config, sizes, analytic.stacked_param_bytes(
         boxed, sharding.rules(config), sizes))['regroup_bytes_per_step_per_device']
     if fsdp > 1:  # one layer's parameters and the vocabulary tables gathered whole
@@ -226,9 +221,9 @@ def _largest_layer_weight(boxed, tensor, expert):
               if len(spec) and spec[0] == 'layers'), default=0)
 
 
-def _pipeline_activations(config, stages, rows, traced, layer, tensor):
-  """Bytes of a pipeline's activations (zoo/models/pipeline.py) on `stages` stages (the
-  mesh's, not the config's: the sweep's rows) for `rows` per device (a microbatch's):
+def _pipeline_activations(config, sizes, rows, traced, layer):
+  """Bytes of a pipeline's activations (zoo/models/pipeline.py) on the mesh `sizes`' stages
+  (not the config's: the sweep's rows) for `rows` per device (a microbatch's):
   every one of the R M + S - 1 iterations keeps what the stage's layers keep for its
   microbatch (remat: the bubble's iterations too; `traced`'s layers); one microbatch's
   working set of a layer (`layer`, the rows') at a time; the [M, b, L, D] buffers (the
@@ -238,12 +233,14 @@ def _pipeline_activations(config, stages, rows, traced, layer, tensor):
   logits are not counted: their memory is free again before the pipeline's backward pass,
   where the peak is (turning the loss's chunking off moves it by 0.08 GiB)."""
   m = config.model
+  stages, tensor = sizes['stage'], sizes['tensor']
   microbatches = m.pipeline_microbatches or stages
   rounds = m.pipeline_repeats * microbatches
   kept = rows * traced['layers'] / stages / tensor * (rounds + stages - 1) / rounds
-  row_bytes = config.data.seq_len * m.d_model * np.dtype(m.dtype).itemsize / tensor
-  buffers = (2 + (m.pipeline_repeats > 1)) * rows * row_bytes
-  outside = rows * row_bytes * 4 * 4 / np.dtype(m.dtype).itemsize
+  row_values = config.data.seq_len / sizes['context'] * m.d_model  # a row's [L, D]
+  buffers = (2 + (m.pipeline_repeats > 1)) * rows * row_values / tensor * np.dtype(
+      m.dtype).itemsize
+  outside = rows * row_values * 4 * 4
   return kept + layer / microbatches + buffers + outside
 
 
