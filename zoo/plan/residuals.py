@@ -27,6 +27,7 @@ import numpy as np
 from zoo import families
 from zoo import kernels
 from zoo import sharding
+from zoo.data import task as task_lib
 
 
 def _traced(config, layers, remat, on):
@@ -36,6 +37,8 @@ def _traced(config, layers, remat, on):
   with variant.unlocked():
     variant.model.update(scan_layers=False, remat=remat)
     variant.train.batch_size = 1
+    if variant.data.task.kind in task_lib.HEADED and not variant.model.num_labels:
+      variant.model.num_labels = 2  # a head not yet sized to the task's labels: as small
     for field, n in zip(families.get(variant.model).LAYER_FIELDS, layers):
       variant.model[field] = n
     m = variant.model

@@ -171,7 +171,7 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None):
   model. traced: residuals.measure's for the mesh's context (the sweep's, computed once)."""
   m, t = config.model, config.train
   data, fsdp, tensor = sizes['data'], sizes['fsdp'], sizes['tensor']
-  expert, context, stages = sizes['expert'], sizes['context'], sizes['stage']
+  expert, context, stages = (sizes.get(a, 1) for a in ('expert', 'context', 'stage'))
   compute_bytes = np.dtype(m.dtype).itemsize
   held = analytic.state_bytes(boxed, sharding.rules(config), sizes, config.optim,
                               state_lib.trainable(config.train.lora.rank, nn.unbox(boxed)))[1]
@@ -233,11 +233,11 @@ def _pipeline_activations(config, sizes, rows, traced, layer):
   logits are not counted: their memory is free again before the pipeline's backward pass,
   where the peak is (turning the loss's chunking off moves it by 0.08 GiB)."""
   m = config.model
-  stages, tensor = sizes['stage'], sizes['tensor']
+  stages, tensor = sizes.get('stage', 1), sizes['tensor']
   microbatches = m.pipeline_microbatches or stages
   rounds = m.pipeline_repeats * microbatches
   kept = rows * traced['layers'] / stages / tensor * (rounds + stages - 1) / rounds
-  row_values = config.data.seq_len / sizes['context'] * m.d_model  # a row's [L, D]
+  row_values = config.data.seq_len / sizes.get('context', 1) * m.d_model  # a row's [L, D]
   buffers = (2 + (m.pipeline_repeats > 1)) * rows * row_values / tensor * np.dtype(
       m.dtype).itemsize
   outside = rows * row_values * 4 * 4
