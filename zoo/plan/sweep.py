@@ -151,10 +151,10 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1, traced=None):
                                traced)['total']
 
 
-# XLA:GPU holds more of the step's activations than XLA:TPU, whose compiler the model is
-# calibrated on: 1.76 x (llama3_8b, 2 layers, 16 x 4096) to 1.97 x (gpt2_xl, 8 x 1024) and
-# about 2 x (gpt2_xl, 16 x 1024) on an H200 (docs/performance.md, GPU)
-GPU_ACTIVATIONS = 1.9
+# XLA:GPU holds less of the traced activations than XLA:TPU, whose compiler the model is
+# calibrated on: 0.72 x (llama3_8b, 2 layers, 16 x 4096) to 0.80 x (gpt2_xl, 8 x 1024) and
+# about 0.85 x (gpt2_xl, 16 x 1024) on an H200 (docs/performance.md, GPU)
+GPU_ACTIVATIONS = 0.8
 # Fitted to the TPU compiler over the calibration grid (zoo/plan/calibration.py,
 # docs/performance.md): the update's float32 temporaries, per gradient byte; the copies of
 # a layer's largest weight fsdp gathers (forward, backward and its gradient before the
