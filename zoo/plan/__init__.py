@@ -5,6 +5,8 @@
   devices, --plan_topology=v5p-128 for a TPU slice through libtpu): the compiler's memory
   and FLOPs;
 - sweep.py: every mesh of a slice ranked by an analytic step-time estimate (--plan_sweep);
+- residuals.py: what the backward pass keeps, traced (the sweep's memory model reads it);
+- calibration.py: the memory model's grid of TPU compiles (benchmarks/plan_calibration.py);
 - suggest.py: the sweep's answer in words (plan's run line, the preflight's slice);
 - topology.py: TPU slice names, chips and their speeds.
 """

@@ -9,6 +9,7 @@ vocabularies, lengths and batches are the published shapes' or a pod run's.
 """
 
 import dataclasses
+import os
 import time
 
 import jax
@@ -19,6 +20,9 @@ from zoo import sharding
 from zoo.plan import compiled
 from zoo.plan import preflight
 from zoo.plan import topology
+
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__)))), 'configs')  # the repository's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +35,7 @@ class Point:
 
   def load(self):
     mesh = {a: self.mesh.get(a, 1) for a in sharding.MESH_AXES}
-    return config_lib.load(f'configs/{self.config}.py', list(self.overrides) + [
+    return config_lib.load(os.path.join(CONFIGS, f'{self.config}.py'), list(self.overrides) + [
         f'mesh.{a}={n}' for a, n in mesh.items()])
 
   def describe(self):

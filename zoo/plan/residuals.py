@@ -38,7 +38,7 @@ def _traced(config, layers, remat, on):
     variant.model.update(scan_layers=False, remat=remat)
     variant.train.batch_size = 1
     if variant.data.task.kind in task_lib.HEADED and not variant.model.num_labels:
-      variant.model.num_labels = 2  # a head not yet sized to the task's labels: as small
+      variant.model.num_labels = 2  # a head the task has not sized yet: a row's few values
     for field, n in zip(families.get(variant.model).LAYER_FIELDS, layers):
       variant.model[field] = n
     m = variant.model
