@@ -131,7 +131,7 @@ class PatternGroup(nn.Module):
   def __call__(self, x_BLD, *args):
     m = self.config
     for i, letter in enumerate(m.attention.pattern):
-      x_BLD, _ = rematted(Block, m, self.remat, grouped=len(m.attention.pattern) > 1)(
+      x_BLD, _ = rematted(Block, m, self.remat, scan_body=len(m.attention.pattern) == 1)(
           m, self.train, moe=bool(m.moe.num_experts), kind=KINDS[letter],
           adapters=self.adapters, name=f'block_{i}')(x_BLD, *args)
     return x_BLD, None
@@ -157,7 +157,7 @@ class MoEGroup(nn.Module):
   def __call__(self, x_BLD, *args):
     every = self.config.moe.every
     for i in range(every):
-      x_BLD, _ = rematted(Block, self.config, self.remat, grouped=every > 1)(
+      x_BLD, _ = rematted(Block, self.config, self.remat, scan_body=every == 1)(
           self.config, self.train, moe=i == every - 1, adapters=self.adapters,
           name=f'block_{i}')(x_BLD, *args)
     return x_BLD, None
@@ -203,17 +203,17 @@ def stack(m, train, num_layers, name, owner, adapters=lora.Spec()):
   return run
 
 
-def rematted(block, m, remat=True, grouped=False):
-  """`block` (a module class) with model.remat's policy applied; as is with 'none'. A group
-  of layers (PatternGroup, MoEGroup: `grouped`) remats each of its layers, so a layer's
-  backward recomputes that layer alone: rematerialising the whole group would hold every
-  layer's intermediates at once (Gemma 3's 6 at 32k tokens: 2.7x the train step's memory);
-  only a scan's own body may let XLA merge the recomputation with other work
-  (prevent_cse=False), a group's layers may not, or it recomputes them all at once."""
+def rematted(block, m, remat=True, scan_body=False):
+  """`block` (a module class) with model.remat's policy applied; as is with 'none' or
+  remat=False. A group of layers (PatternGroup, MoEGroup) remats each of its layers, so a
+  layer's backward recomputes that layer alone, not every layer of the group at once. Only
+  a scan's own body (`scan_body`) may let XLA merge the recomputation with other work
+  (prevent_cse=False); a group's layers or the unscanned tail may not, or XLA recomputes
+  them all together."""
   if m.remat == 'none' or not remat:
     return block
   return nn.remat(block, policy=REMAT_POLICIES[m.remat],
-                  prevent_cse=grouped or not m.scan_layers)
+                  prevent_cse=not (scan_body and m.scan_layers))
 
 
 def _body(m, train, unit, length, name, owner, adapters):
@@ -221,7 +221,7 @@ def _body(m, train, unit, length, name, owner, adapters):
   # the pipeline remats each unit itself (it picks the unit's parameters)
   plain = unit if unit is Block else functools.partial(unit, remat=False)
   if unit is Block:  # a group remats its layers itself
-    unit = rematted(unit, m)
+    unit = rematted(unit, m, scan_body=True)
   if m.scan_layers:
     scanned = nn.scan(unit, variable_axes={'params': 0, 'moe': 0, 'moe_bias': 0, 'cache': 0},
                       split_rngs={'params': True, 'dropout': True},
