@@ -48,8 +48,9 @@ def test_experts_on_a_circular_pipeline_over_a_split_sequence_give_the_data_loss
 
 
 @pytest.mark.parametrize('name, mesh, overrides', [
-    # 16 experts (the smoke's cut of 128), top 8 renormalised, QK-norm
-    ('qwen3_30b_a3b', {'data': 2, 'expert': 4}, []),
+    # 16 experts (the smoke's cut of 128), top 8 renormalised, QK-norm; no expert axis: the
+    # experts whole on each device, the rows' positions split over tensor
+    ('qwen3_30b_a3b', {'fsdp': 4, 'tensor': 2}, []),
     # latent attention (its latents over fsdp, ring attention over context), a dense first
     # layer, sigmoid routing in 4 of 8 groups, the loss-free bias (the balance loss over the
     # batch: a split sequence has no sequence-wise one); V2-Lite: heads over tensor, softmax
@@ -59,7 +60,7 @@ def test_experts_on_a_circular_pipeline_over_a_split_sequence_give_the_data_loss
     # with V3's multi-token prediction module (its MoE block) added
     ('deepseek_v2_lite', {'data': 2, 'tensor': 2, 'expert': 2}, ['model.mtp.depth=1']),
 ])
-def test_moe_smokes_on_an_expert_mesh_give_one_devices_losses(name, mesh, overrides):
+def test_moe_smokes_on_a_mesh_give_one_devices_losses(name, mesh, overrides):
   """Four steps on the mesh against the same steps on one device, in float32 (the batches
   generated: helpers.family_batch)."""
   config = helpers.smoke(name, *overrides)

@@ -11,8 +11,10 @@ from notebooks import execute
 from tests.helpers import REPO
 
 FIGURES = {'moe': 2, 'shapes': 2, 'sharding': 2, 'tour': 0, 'training': 2}  # images each draws
-# run here smaller than saved (the same cells): fewer steps, a smaller slice and lengths
-SMALLER = {'moe': {'STEPS': 20}, 'sharding': {'SLICE_NAME': 'v5p-32', 'LENGTHS': (1024, 4096)}}
+# run here smaller than saved (the same cells): fewer steps, a smaller slice, lengths, depth
+SMALLER = {'moe': {'STEPS': 20}, 'sharding': {
+    'SLICE_NAME': 'v5p-32', 'LENGTHS': (1024, 4096),
+    'OVERRIDES': ['train.batch_size=256', 'model.remat=full', 'model.num_layers=4']}}
 SMALLER_SAYS = {'moe': 'at step 20', 'sharding': 'sweep on v5p-32'}  # ... as its outputs show
 NOTEBOOKS = execute.paths()
 name_of = lambda path: os.path.basename(path)[:-len('.ipynb')]

@@ -11,7 +11,8 @@
   each pair's activations cross the network once each way, however many shards there are.
 
 Both run under `shard_map` over the batch axes (data, fsdp, expert), and over `context`
-where the sequence is split (dropless only: each device routes its chunk's tokens), with
+where the sequence is split (dropless only: each device routes its chunk's tokens) and, for
+dropless experts, over `tensor` (the tensor shards route different positions), with
 the expert weights split over `expert`, so the communication is what is written here, not
 the partitioner's choice. Routing is per token and capacity per sequence, so results do not
 depend on the mesh.
@@ -241,6 +242,22 @@ def _moe_shard(x_BLD, router_DE, bias_E, w, cfg, num_shards, batch_axes):
   return y_BLD, sums
 
 
+def _length_axes(mesh, length, moe):
+  """The mesh axes a row's positions are split over in the experts' shard_map: `context`
+  where the sequence is split (each device routes its chunk: routing is per token); and
+  `tensor` for dropless experts with a batch-wide balance, where the length divides, so
+  the tensor shards run different tokens' experts instead of the same ones (capacity is
+  per sequence, and 'sequence' balance needs whole rows)."""
+  if mesh.empty:
+    return ()
+  axes = ('context',) if mesh.shape.get('context', 1) > 1 else ()
+  tensor = mesh.shape.get('tensor', 1)
+  if (tensor > 1 and not moe.capacity_factor and moe.balance_scope == 'batch' and
+      length % (math.prod(mesh.shape[a] for a in axes) * tensor) == 0):
+    axes += ('tensor',)
+  return axes
+
+
 class MoE(nn.Module):
   """Drop-in for the MLP: routed experts (+ optional shared experts). Sows the sums its
   statistics are made of (SUMS, over the global batch; `statistics` finishes them) into
@@ -284,20 +301,19 @@ class MoE(nn.Module):
     x_BLD = x_BLD.astype(dtype)
     mesh = jax.sharding.get_abstract_mesh()
     batch_axes = () if mesh.empty else tuple(a for a in sharding.BATCH_AXES if a in mesh.shape)
-    # mesh.context: each device routes its chunk of the sequence (routing is per token)
-    length_axis = 'context' if not mesh.empty and mesh.shape.get('context', 1) > 1 else None
+    length_axes = _length_axes(mesh, x_BLD.shape[1], moe)
     if mesh.empty or mesh.size == 1 or x_BLD.shape[0] % math.prod(
         mesh.shape[a] for a in batch_axes) or (
-            length_axis and x_BLD.shape[1] % mesh.shape[length_axis]):
+            'context' in length_axes and x_BLD.shape[1] % mesh.shape['context']):
       # no mesh, or init's one-row example batch
       y_BLD, sums = _moe_shard(x_BLD, router_DE, bias_E, w, cfg, 1, ())
     else:
       num_shards = mesh.shape.get('expert', 1)
       expert_spec = P('expert') if num_shards > 1 else P()
-      token_spec = P(batch_axes, length_axis)
+      token_spec = P(batch_axes, length_axes or None)
       fn = jax.shard_map(
           functools.partial(_moe_shard, cfg=cfg, num_shards=num_shards,
-                            batch_axes=batch_axes + ((length_axis,) if length_axis else ())),
+                            batch_axes=batch_axes + length_axes),
           mesh=mesh, in_specs=(token_spec, P(), P(), {k: expert_spec for k in w}),
           out_specs=(token_spec, P()), check_vma=False)
       y_BLD, sums = fn(x_BLD, router_DE, bias_E, w)

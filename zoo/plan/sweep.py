@@ -193,6 +193,11 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None):
       layers = families.total_layers(m) / stages
       tables = _vocab_params(boxed)
       gathered += ((params - tables) / layers + tables) * compute_bytes / tensor
+    if m.moe.num_experts and fsdp * tensor > 1:
+      # the stage's expert stacks, every layer's at once: the experts' shard_map takes them
+      # whole over all axes but expert, and XLA hoists that gather out of the microbatch
+      # loop (qwen3_235b_a22b, 47 layers a stage: 211 GiB of bf16[47, 128, 4096, 1536])
+      gathered += _expert_params(boxed) / stages / expert * compute_bytes
   else:
     gathered = (GATHERED_COPIES * _largest_layer_weight(boxed, tensor, expert) *
                 compute_bytes if fsdp > 1 else 0.0)
@@ -213,10 +218,11 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None):
 
 def _largest_layer_weight(boxed, tensor, expert):
   """Elements of a layer's largest weight on one device once fsdp has gathered it (split
-  over tensor, an expert stack over expert)."""
+  over tensor; an expert stack over expert only: the experts' shard_map takes it whole
+  over the other axes, zoo/models/moe.py)."""
   specs = jax.tree.leaves(nn.get_partition_spec(boxed),
                           is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
-  return max((int(np.prod(leaf.shape[1:])) / tensor / (expert if 'expert' in tuple(spec) else 1)
+  return max((int(np.prod(leaf.shape[1:])) / (expert if 'expert' in tuple(spec) else tensor)
               for leaf, spec in zip(jax.tree.leaves(nn.unbox(boxed)), specs)
               if len(spec) and spec[0] == 'layers'), default=0)
 
@@ -256,6 +262,14 @@ def _mlp_working(m, expert_shards, tensor):
   rows = moe.top_k * (moe.capacity_factor or expert_shards)
   hidden = (3 if m.activation in layers_lib.GATED else 2) * (moe.expert_mlp_dim or m.mlp_dim)
   return 2 * rows * (2 * m.d_model + hidden / tensor)
+
+
+def _expert_params(boxed):
+  """Parameters of the expert stacks (the leaves split over the expert axis)."""
+  specs = jax.tree.leaves(nn.get_partition_spec(boxed),
+                          is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+  return sum(int(np.prod(leaf.shape)) for leaf, spec in zip(jax.tree.leaves(nn.unbox(boxed)),
+                                                             specs) if 'expert' in tuple(spec))
 
 
 def _vocab_params(boxed):
