@@ -191,13 +191,13 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None):
     if fsdp > 1:  # one layer's parameters and the vocabulary tables gathered whole
       params = plan_result['params_total'] / stages
       layers = families.total_layers(m) / stages
-      tables = _vocab_params(boxed)
+      tables = _params_along(boxed, 'vocab')
       gathered += ((params - tables) / layers + tables) * compute_bytes / tensor
     if m.moe.num_experts and fsdp * tensor > 1:
       # the stage's expert stacks, every layer's at once: the experts' shard_map takes them
       # whole over all axes but expert, and XLA hoists that gather out of the microbatch
       # loop (qwen3_235b_a22b, 47 layers a stage: 211 GiB of bf16[47, 128, 4096, 1536])
-      gathered += _expert_params(boxed) / stages / expert * compute_bytes
+      gathered += _params_along(boxed, 'expert') / stages / expert * compute_bytes
   else:
     gathered = (GATHERED_COPIES * _largest_layer_weight(boxed, tensor, expert) *
                 compute_bytes if fsdp > 1 else 0.0)
@@ -264,20 +264,13 @@ def _mlp_working(m, expert_shards, tensor):
   return 2 * rows * (2 * m.d_model + hidden / tensor)
 
 
-def _expert_params(boxed):
-  """Parameters of the expert stacks (the leaves split over the expert axis)."""
+def _params_along(boxed, axis):
+  """Parameters of the leaves with logical axis `axis` ('vocab': the embedding and an untied
+  head; 'expert': the expert stacks)."""
   specs = jax.tree.leaves(nn.get_partition_spec(boxed),
                           is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
   return sum(int(np.prod(leaf.shape)) for leaf, spec in zip(jax.tree.leaves(nn.unbox(boxed)),
-                                                             specs) if 'expert' in tuple(spec))
-
-
-def _vocab_params(boxed):
-  """Parameters of the tables with a vocabulary axis (embedding, untied head)."""
-  specs = jax.tree.leaves(nn.get_partition_spec(boxed),
-                          is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
-  return sum(int(np.prod(leaf.shape)) for leaf, spec in zip(jax.tree.leaves(nn.unbox(boxed)),
-                                                             specs) if 'vocab' in tuple(spec))
+                                                             specs) if axis in tuple(spec))
 
 
 def sweep(run, tpu_slice):
