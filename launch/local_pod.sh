@@ -6,7 +6,8 @@
 #
 # Output lines are prefixed with [process]: the run's own lines (header, steps, evals) come
 # from process 0 alone, the others print what happens to them (a signal, their local
-# checkpoint tier, warnings, errors); gloo's connection lines are left out. If any process
+# checkpoint tier, warnings, errors); gloo's connection lines are left out (also where two of
+# its threads' writes interleave on one line). If any process
 # fails, the others are killed at once (a pod missing a process cannot go on) and the script
 # exits with that process's status, naming it; it never hangs. SIGTERM/SIGINT are passed to every process (each saves
 # its part of a checkpoint and exits 130 / 143). POD_TIMEOUT (seconds, default 86400) sends
@@ -29,7 +30,7 @@ for ((i = 0; i < n; i++)); do
   JAX_PLATFORMS=cpu XLA_FLAGS="--xla_force_host_platform_device_count=$devices" \
     "$python" -m zoo.launch "$@" --coordinator_address="127.0.0.1:$port" \
     --num_processes="$n" --process_id="$i" \
-    > >(grep --line-buffered -v '^\[Gloo\] Rank [0-9]* is connected to' | sed -u "s/^/[$i] /") 2>&1 &
+    > >(grep --line-buffered -v 'is connected to [0-9]* peer ranks' | sed -u "s/^/[$i] /") 2>&1 &
   pids+=($!)
   process_of[$!]=$i
 done
