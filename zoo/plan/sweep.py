@@ -196,7 +196,7 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None):
     if m.moe.num_experts and fsdp * tensor > 1:
       # the stage's expert stacks, every layer's at once: the experts' shard_map takes them
       # whole over all axes but expert, and XLA hoists that gather out of the microbatch
-      # loop (qwen3_235b_a22b, 47 layers a stage: 211 GiB of bf16[47, 128, 4096, 1536])
+      # loop (qwen3_235b_a22b's row in docs/performance.md)
       gathered += _params_along(boxed, 'expert') / stages / expert * compute_bytes
   else:
     gathered = (GATHERED_COPIES * _largest_layer_weight(boxed, tensor, expert) *
@@ -220,11 +220,8 @@ def _largest_layer_weight(boxed, tensor, expert):
   """Elements of a layer's largest weight on one device once fsdp has gathered it (split
   over tensor; an expert stack over expert only: the experts' shard_map takes it whole
   over the other axes, zoo/models/moe.py)."""
-  specs = jax.tree.leaves(nn.get_partition_spec(boxed),
-                          is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
-  return max((int(np.prod(leaf.shape[1:])) / (expert if 'expert' in tuple(spec) else tensor)
-              for leaf, spec in zip(jax.tree.leaves(nn.unbox(boxed)), specs)
-              if len(spec) and spec[0] == 'layers'), default=0)
+  return max((int(np.prod(leaf.shape[1:])) / (expert if 'expert' in spec else tensor)
+              for leaf, spec in _with_axes(boxed) if spec[:1] == ('layers',)), default=0)
 
 
 def _pipeline_activations(config, sizes, rows, traced, layer):
@@ -264,13 +261,17 @@ def _mlp_working(m, expert_shards, tensor):
   return 2 * rows * (2 * m.d_model + hidden / tensor)
 
 
+def _with_axes(boxed):
+  """(parameter, its logical axes as a tuple) for each leaf of the boxed parameters."""
+  specs = jax.tree.leaves(nn.get_partition_spec(boxed),
+                          is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+  return [(leaf, tuple(spec)) for leaf, spec in zip(jax.tree.leaves(nn.unbox(boxed)), specs)]
+
+
 def _params_along(boxed, axis):
   """Parameters of the leaves with logical axis `axis` ('vocab': the embedding and an untied
   head; 'expert': the expert stacks)."""
-  specs = jax.tree.leaves(nn.get_partition_spec(boxed),
-                          is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
-  return sum(int(np.prod(leaf.shape)) for leaf, spec in zip(jax.tree.leaves(nn.unbox(boxed)),
-                                                             specs) if axis in tuple(spec))
+  return sum(int(np.prod(leaf.shape)) for leaf, spec in _with_axes(boxed) if axis in spec)
 
 
 def sweep(run, tpu_slice):
