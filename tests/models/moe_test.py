@@ -246,6 +246,25 @@ def test_shared_experts_add_a_dense_mlp():
   assert params['shared']['wi_0']['kernel'].shape == (16, 8)
 
 
+@pytest.mark.parametrize('axes, capacity_factor, balance_scope, length, want', [
+    ((('fsdp', 2), ('tensor', 2)), 0.0, 'batch', 8, ('tensor',)),  # dropless: positions split
+    ((('tensor', 2), ('context', 2)), 0.0, 'batch', 8, ('context', 'tensor')),
+    ((('tensor', 2), ('context', 2)), 0.0, 'batch', 6, ('context',)),  # 6 = 2 x 3: no tensor
+    ((('fsdp', 2), ('tensor', 2)), 1.25, 'batch', 8, ()),  # capacity is per whole sequence
+    ((('fsdp', 2), ('tensor', 2)), 0.0, 'sequence', 8, ()),  # so is the sequence balance
+    ((('fsdp', 4),), 0.0, 'batch', 8, ()),
+])
+def test_the_tensor_shards_route_different_positions_where_that_is_exact(
+    axes, capacity_factor, balance_scope, length, want):
+  """The experts' shard_map splits a row's positions over context and, for dropless experts
+  with the batch-wide balance, over tensor (so the tensor shards do not run the same
+  tokens' experts); the mesh equal to one device is tests/expert_parallel_test.py's."""
+  mesh = jax.sharding.AbstractMesh(tuple(n for _, n in axes), tuple(a for a, _ in axes))
+  settings = ml_collections.ConfigDict(
+      {'capacity_factor': capacity_factor, 'balance_scope': balance_scope})
+  assert moe._length_axes(mesh, length, settings) == want
+
+
 @pytest.mark.parametrize('overrides, message', [
     (['model.moe.num_experts=4', 'model.moe.top_k=5'], r'model.moe.top_k=5 must be in \[1'),
     (['model.moe.num_experts=6', 'model.moe.num_groups=4', 'model.moe.top_groups=2'],
