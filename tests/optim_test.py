@@ -129,8 +129,9 @@ def test_adafactor_first_updates_match_a_float64_reference_per_layer(momentum):
   o.weight_decay, o.clip_norm = 0.0, 0.0
   o.adafactor.update(min_dim_size_to_factor=8, momentum=momentum)
   params = _params()
-  stacked = optim.stacked_leaves(nn.get_partition_spec(_boxed_params(config)))
-  tx = optim.make(o, optim.schedule(o, 10), stacked)
+  specs = nn.get_partition_spec(_boxed_params(config))
+  stacked = optim.stacked_leaves(specs)
+  tx = optim.make(o, optim.schedule(o, 10), specs)
   state = tx.init(params)
   flat_stacked = _flat(stacked)
   assert flat_stacked['layers/mlp/wi_0/kernel'] and not flat_stacked['token_embed/embedding']

@@ -1,4 +1,5 @@
-"""The optimizers (AdamW, Adafactor) and learning-rate schedules the papers trained with.
+"""The optimizers (AdamW, Adafactor, Muon: zoo/muon.py) and learning-rate schedules the
+papers trained with.
 
 Adafactor (Shazeer & Stern 2018) is factored per layer: a parameter of a scanned stack is
 [layers, ...], and each layer's slice gets its own row/column statistics, update clipping
@@ -12,8 +13,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import PartitionSpec as P
 
+from zoo import muon
 from zoo import phases as phases_lib
+from zoo.errors import ConfigError
 
 NO_DECAY_LEAVES = ('scale', 'bias')  # norm gains and biases; Flax names them so
 PARAM_SCALE_FLOOR = 1e-3  # Adafactor's epsilon_2: the smallest parameter RMS a step scales by
@@ -206,9 +210,12 @@ def _adafactor(o, learning_rate, stacked):
   return optax.chain(*chain)
 
 
-def state_floats(optim_config, shape, stacked):
-  """Optimizer-state numbers one parameter of `shape` keeps (plan mode's bytes)."""
+def state_floats(optim_config, shape, stacked, matrix=None):
+  """Optimizer-state numbers one parameter of `shape` keeps (plan mode's bytes); matrix:
+  its muon.matrix_dims (None: AdamW's leaf under Muon)."""
   size = int(np.prod(shape))
+  if optim_config.name == 'muon':
+    return size if matrix is not None else 2 * size
   if optim_config.name == 'adamw':
     return 2 * size
   a = optim_config.adafactor
@@ -228,13 +235,19 @@ def stacked_leaves(param_axes):
                       is_leaf=is_spec)
 
 
-def make(optim_config, learning_rate, stacked=None, trainable=None):
+def make(optim_config, learning_rate, param_specs=None, trainable=None, shardings=None):
   """The optimizer: optim.name at the schedule `learning_rate` (step -> rate: schedule()),
-  after global-norm clipping (clip_norm). stacked: stacked_leaves(...) of the parameters;
-  Adafactor needs it (None = no stacks). trainable: a tree of bools like the parameters
-  (train.lora: zoo/models/lora.py), None = all; the others keep no optimizer state and
-  never move."""
-  tx = _make(optim_config, learning_rate, stacked)
+  after global-norm clipping (clip_norm). param_specs: the parameters' logical
+  PartitionSpecs (Adafactor reads the layer stacks from them, Muon its matrices; None = no
+  stacks, and Muon needs them). trainable: a tree of bools like the parameters (train.lora:
+  zoo/models/lora.py), None = all; the others keep no optimizer state and never move.
+  shardings: the parameters' NamedShardings, where Muon places its iteration (None: left
+  to XLA)."""
+  if optim_config.name == 'muon':
+    tx = _muon(optim_config, learning_rate, param_specs, trainable, shardings)
+  else:
+    stacked = None if param_specs is None else stacked_leaves(param_specs)
+    tx = _make(optim_config, learning_rate, stacked)
   if trainable is None:
     return tx
   labels = jax.tree.map(lambda t: 'train' if t else 'frozen', trainable)
@@ -247,6 +260,31 @@ def _make(optim_config, learning_rate, stacked):
     tx = _adamw(o, learning_rate)
   else:
     tx = _adafactor(o, learning_rate, stacked)
+  return _clipped(o, tx)
+
+
+def _clipped(o, tx):
   if not o.clip_norm:
     return tx
   return optax.chain(optax.clip_by_global_norm(o.clip_norm), tx)
+
+
+def _muon(o, learning_rate, param_specs, trainable, shardings):
+  """Muon on the matrices zoo/muon.py picks, AdamW (optim.b1, b2, eps) on the rest; both
+  decay weights by optim.weight_decay x lr (not norm scales or biases), both clipped
+  together first."""
+  matrix_leaves = muon.matrices(param_specs)
+  treedef = jax.tree.structure(param_specs, is_leaf=lambda x: isinstance(x, P))
+  trains = [True] * len(matrix_leaves) if trainable is None else jax.tree.leaves(trainable)
+  if not any(m is not None and t for m, t in zip(matrix_leaves, trains)):
+    raise ConfigError(
+        "optim.name='muon' finds no weight matrix to orthogonalize among the trained "
+        "parameters (only embeddings, norms, biases, heads): use optim.name='adamw'")
+  labels = jax.tree.unflatten(treedef, ['adamw' if m is None else 'muon'
+                                        for m in matrix_leaves])
+  sharding_leaves = None if shardings is None else jax.tree.leaves(shardings)
+  orthogonalized = optax.chain(muon.scale_by_muon(o.muon, matrix_leaves, sharding_leaves),
+                               _decayed_weights(o, learning_rate),
+                               optax.scale_by_learning_rate(learning_rate))
+  return _clipped(o, optax.multi_transform(
+      {'muon': orthogonalized, 'adamw': _adamw(o, learning_rate)}, labels))

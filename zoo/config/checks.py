@@ -423,6 +423,21 @@ def _validate_optim(o, t):
                         f'(optim.decay_fraction={o.decay_fraction} x {t.steps} steps) exceed '
                         'train.steps; shorten one of them')
   _validate_adafactor(o)
+  _validate_muon(o)
+
+
+def _validate_muon(o):
+  m, defaults = o.muon, schema.optim().muon
+  if o.name != 'muon':
+    changed = [k for k in m if m[k] != defaults[k]]
+    if changed:
+      raise ConfigError(f'optim.muon.{changed[0]}={m[changed[0]]!r} is read only by Muon; '
+                        f"set optim.name='muon' or leave it at {defaults[changed[0]]!r}")
+    return
+  if not 0 <= m.momentum < 1:
+    raise ConfigError(f'optim.muon.momentum={m.momentum} must be in [0, 1)')
+  _positive('optim.muon.ns_steps', m.ns_steps)
+  _positive('optim.muon.update_rms', m.update_rms)
 
 
 def _validate_adafactor(o):

@@ -27,7 +27,7 @@ OTHER_TASK_METRICS = {'classification': (), 'regression': (), 'text_to_text': ('
 TASK_METRICS = {kind: DEFAULT_TASK_METRICS[kind] + OTHER_TASK_METRICS[kind]
                 for kind in DEFAULT_TASK_METRICS}
 TOKENIZERS = ('bpe', 'unigram')
-OPTIMIZERS = ('adamw', 'adafactor')
+OPTIMIZERS = ('adamw', 'adafactor', 'muon')
 SCHEDULES = ('cosine', 'linear', 'constant', 'rsqrt', 'wsd')
 DTYPES = ('float32', 'bfloat16', 'float16')
 
@@ -345,7 +345,7 @@ def _train():
 
 def optim():
   o = ml_collections.ConfigDict()
-  o.name = 'adamw'  # 'adamw' | 'adafactor' (zoo/optim.py)
+  o.name = 'adamw'  # 'adamw' | 'adafactor' (zoo/optim.py) | 'muon' (zoo/muon.py)
   o.learning_rate = 1e-3  # peak (Adafactor with parameter scale: relative to the RMS)
   # 'cosine' | 'linear' | 'constant' (after a linear warmup) | 'rsqrt' (T5: the peak to
   # warmup_steps, then 1/sqrt(step)) | 'wsd' (warmup, stable, decay over decay_fraction)
@@ -360,7 +360,7 @@ def optim():
   o.decay_fraction = 0.1  # wsd: the share of train.steps spent decaying
   o.weight_decay = 0.1  # decoupled, times the learning rate; not on norm scales or biases
   o.weight_decay_power = 1  # each step decays weights by weight_decay x lr^this (2: PaLM)
-  o.b1 = 0.9  # AdamW
+  o.b1 = 0.9  # AdamW (under Muon: its AdamW leaves')
   o.b2 = 0.95  # AdamW
   o.eps = 1e-8  # AdamW
   o.clip_norm = 1.0  # global gradient-norm clipping, both optimizers; 0 = none
@@ -372,6 +372,14 @@ def optim():
       'multiply_by_parameter_scale': True,  # step relative to the layer's parameter RMS
       'momentum': 0.0,  # beta1 of a first moment; 0 = none (T5)
       'eps': 1e-30,  # added to squared gradients
+  })
+  # Muon on the hidden weight matrices (zoo/muon.py), AdamW on the rest (Liu et al. 2025)
+  o.muon = ml_collections.ConfigDict({
+      'momentum': 0.95,  # buf = momentum x buf + g (Moonlight, sec. 2)
+      'nesterov': True,  # step on g + momentum x buf
+      'ns_steps': 5,  # Newton-Schulz iterations (Jordan's quintic)
+      'update_rms': 0.2,  # update x this x sqrt(max(rows, cols)): AdamW's RMS (Moonlight eq. 4)
+      'gather': True,  # each matrix's shards moved to its layer/expert dim for the iteration
   })
   return o
 

@@ -32,6 +32,7 @@ from zoo import sharding
 from zoo.models import dims
 from zoo.models import mla
 from zoo.models import transformer
+from zoo import muon
 from zoo import optim
 from zoo.train import state as state_lib
 
@@ -169,8 +170,10 @@ def state_bytes(boxed, rules, sizes, optim_config, trainable=None):
       continue
     grad_bytes += size * np.dtype(leaf.dtype).itemsize / factor
     stacked = len(spec) > 0 and spec[0] == 'layers'
+    matrix = muon.matrix_dims(path, spec)
     for optimizer, o in as_named.items():
-      by_optimizer[optimizer] += 4 * optim.state_floats(o, leaf.shape, stacked) / factor
+      by_optimizer[optimizer] += 4 * optim.state_floats(o, leaf.shape, stacked,
+                                                        matrix) / factor
   per_device = {
       'params': int(param_bytes),
       'optimizer_state': int(by_optimizer[optim_config.name]),

@@ -7,6 +7,7 @@ model's state collections (models.STATE_COLLECTIONS, e.g. moe_bias) where it has
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import optax
 from jax.sharding import PartitionSpec as P
 
 from zoo import families
@@ -36,8 +37,12 @@ def make(model, config, mesh, learning_rate):
   rng = jax.random.PRNGKey(0)
   boxed = jax.eval_shape(model.init, rng, batch)['params']
   param_specs = nn.get_partition_spec(boxed)
-  optimizer = optim.make(config.optim, learning_rate, optim.stacked_leaves(param_specs),
-                         trainable(config.train.lora.rank, nn.unbox(boxed)))
+  axis_rules = sharding.rules(config)
+  param_shardings = jax.tree.map(
+      lambda s, x: sharding.fit(s, x.shape),
+      sharding.logical_to_shardings(param_specs, mesh, axis_rules), nn.unbox(boxed))
+  optimizer = optim.make(config.optim, learning_rate, param_specs,
+                         trainable(config.train.lora.rank, nn.unbox(boxed)), param_shardings)
 
   def init_fn(rng):
     params_rng, state_rng = jax.random.split(rng)
@@ -55,7 +60,7 @@ def make(model, config, mesh, learning_rate):
   specs.update(params=param_specs,
                opt_state=_opt_state_specs(abstract['opt_state'], abstract['params'],
                                           param_specs))
-  shardings = sharding.logical_to_shardings(specs, mesh, sharding.rules(config))
+  shardings = sharding.logical_to_shardings(specs, mesh, axis_rules)
   shardings = jax.tree.map(lambda s, x: sharding.fit(s, x.shape), shardings, abstract)
   abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                           abstract, shardings)
@@ -68,8 +73,13 @@ def _opt_state_specs(opt_state, params, param_specs):
   dim a statistic averaged away; counters and placeholders are replicated."""
   treedef = jax.tree.structure(params)
   is_spec = lambda x: isinstance(x, P)
+  # multi_transform's branches (Muon's AdamW leaves, LoRA's frozen ones) hold MaskedNodes
+  is_masked = lambda x: isinstance(x, optax.MaskedNode)
+  shaped_like_params = lambda n: jax.tree.structure(n, is_leaf=is_masked) == treedef
 
   def leaf_spec(x, p, spec):
+    if is_masked(x):
+      return x
     if x.shape == p.shape:
       return spec
     for dim in range(len(p.shape)):  # a statistic with one dim averaged away
@@ -78,10 +88,11 @@ def _opt_state_specs(opt_state, params, param_specs):
     return P()
 
   def visit(node):
-    if jax.tree.structure(node) == treedef:
+    if shaped_like_params(node):
       return jax.tree.map(leaf_spec, node, params,
                           jax.tree.unflatten(treedef, jax.tree.leaves(param_specs,
-                                                                      is_leaf=is_spec)))
+                                                                      is_leaf=is_spec)),
+                          is_leaf=is_masked)
     return P()
 
-  return jax.tree.map(visit, opt_state, is_leaf=lambda n: jax.tree.structure(n) == treedef)
+  return jax.tree.map(visit, opt_state, is_leaf=shaped_like_params)

@@ -1,0 +1,166 @@
+"""Muon (zoo/muon.py): the iteration against optax's and float64 numpy, the matrices the
+logical axes pick, one step against a hand-written float64 reference, the placement on a
+mesh, and a sharded run equal to one device."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from tests import helpers
+from zoo import config as config_lib
+from zoo import families
+from zoo import muon
+from zoo import optim
+
+
+def _numpy_newton_schulz(x, steps):
+  """Jordan's quintic in float64 on one matrix, on its wide side."""
+  tall = x.shape[0] > x.shape[1]
+  x = x.T if tall else x
+  x = x / (np.linalg.norm(x) + 1e-7)
+  a, b, c = muon.NS_COEFFS
+  for _ in range(steps):
+    gram = x @ x.T
+    x = a * x + (b * gram + c * gram @ gram) @ x
+  return x.T if tall else x
+
+
+def test_newton_schulz_matches_float64_numpy_and_optax_and_flattens_the_spectrum():
+  rng = np.random.default_rng(0)
+  stack = rng.standard_normal((3, 24, 40)).astype(np.float32)
+  got = np.asarray(muon.orthogonalize(jnp.asarray(stack), 5))
+  for x, y in zip(stack, got):
+    np.testing.assert_allclose(y, _numpy_newton_schulz(x.astype(np.float64), 5), atol=2e-5)
+  # a tall matrix runs on its transpose
+  tall = rng.standard_normal((1, 40, 24)).astype(np.float32)
+  np.testing.assert_allclose(np.asarray(muon.orthogonalize(jnp.asarray(tall), 5))[0],
+                             _numpy_newton_schulz(tall[0].astype(np.float64), 5), atol=2e-5)
+  # optax's Muon with no momentum is its iteration alone
+  plain = optax.contrib.scale_by_muon(beta=0.0, nesterov=False, eps=1e-7)
+  by_optax, _ = plain.update(jnp.asarray(stack[0]), plain.init(jnp.asarray(stack[0])))
+  np.testing.assert_allclose(got[0], np.asarray(by_optax), atol=2e-5)
+  singular = np.linalg.svd(got[0], compute_uv=False)
+  assert 0.5 < singular.min() and singular.max() < 1.3  # near 1, as the quintic aims
+
+
+def test_the_logical_axes_pick_the_matrices_and_their_rows():
+  config = helpers.smoke('deepseek_v3')
+  model = families.build(config.model)
+  batch = families.example_batch(config.model, 1, config.data.seq_len)
+  specs = nn.get_partition_spec(jax.eval_shape(model.init, jax.random.PRNGKey(0),
+                                               batch)['params'])
+  flat = jax.tree_util.tree_flatten_with_path(specs, is_leaf=lambda x: isinstance(x, P))[0]
+  keys = ['/'.join(str(k.key) for k in path) for path, _ in flat]
+  got = dict(zip(keys, muon.matrices(specs)))
+  # [layers, embed, heads, head_dim]: each layer's embed x heads*head_dim
+  assert got['layers_dense/attention/query_up/kernel'] == muon.Matrix((0,), (1,), (2, 3))
+  assert got['layers/block_0/attention/out/kernel'] == muon.Matrix((0,), (1, 2), (3,))
+  # an expert stack: one matrix per layer and expert
+  assert got['layers/block_0/moe/wo'] == muon.Matrix((0, 1), (2,), (3,))
+  assert got['layers/block_0/moe/wi_0'] == muon.Matrix((0, 1), (2,), (3,))
+  assert got['layers/block_0/moe/router'] == muon.Matrix((0,), (1,), (2,))
+  for key in ('token_embed/embedding', 'logits/kernel', 'final_norm/scale',
+              'layers/block_0/attention/kv_norm/scale'):
+    assert got[key] is None, key  # AdamW's: tables, the vocabulary head, norms
+
+
+def _adamw_numpy(g, p, m, v, t, o, rate, decays):
+  m = o.b1 * m + (1 - o.b1) * g
+  v = o.b2 * v + (1 - o.b2) * g * g
+  step = (m / (1 - o.b1 ** t)) / (np.sqrt(v / (1 - o.b2 ** t)) + o.eps)
+  return p - rate * (step + (o.weight_decay * p if decays else 0)), m, v
+
+
+def test_two_steps_match_a_float64_reference_with_adamw_on_the_rest():
+  o = config_lib.base().optim
+  o.name, o.schedule, o.warmup_steps, o.learning_rate, o.clip_norm = (
+      'muon', 'constant', 0, 0.02, 0.0)
+  rng = np.random.default_rng(1)
+  shapes = {'layers': {'wi': (2, 6, 10), 'norm_scale': (2, 6)}, 'embed': (12, 6)}
+  params = {'layers': {'mlp': {'kernel': rng.standard_normal(shapes['layers']['wi'])},
+                       'norm': {'scale': rng.standard_normal(shapes['layers']['norm_scale'])}},
+            'token_embed': {'embedding': rng.standard_normal(shapes['embed'])}}
+  specs = {'layers': {'mlp': {'kernel': P('layers', 'embed', 'mlp')},
+                      'norm': {'scale': P('layers', 'embed')}},
+           'token_embed': {'embedding': P('vocab', 'embed')}}
+  params = jax.tree.map(lambda x: x.astype(np.float32), params)
+  tx = optim.make(o, optim.schedule(o, 10), specs)
+  state, current = tx.init(params), params
+  ref = jax.tree.map(lambda x: x.astype(np.float64), params)
+  buf = np.zeros(shapes['layers']['wi'])
+  adam = {k: [np.zeros(s), np.zeros(s)] for k, s in (('norm', (2, 6)), ('embed', (12, 6)))}
+  m = o.muon
+  for t in (1, 2):
+    grads = jax.tree.map(lambda x: rng.standard_normal(x.shape).astype(np.float32), params)
+    updates, state = tx.update(grads, state, current)
+    current = optax.apply_updates(current, updates)
+    g = grads['layers']['mlp']['kernel'].astype(np.float64)
+    buf = m.momentum * buf + g
+    step = g + m.momentum * buf
+    kernel = ref['layers']['mlp']['kernel']
+    for layer in range(2):
+      orth = _numpy_newton_schulz(step[layer], m.ns_steps) * m.update_rms * np.sqrt(10)
+      kernel[layer] = kernel[layer] - o.learning_rate * (orth + o.weight_decay * kernel[layer])
+    for key, path, decays in (('norm', ('layers', 'norm', 'scale'), False),
+                              ('embed', ('token_embed', 'embedding'), True)):
+      leaf = lambda tree: tree[path[0]][path[1]] if len(path) == 2 else tree[path[0]][
+          path[1]][path[2]]
+      new, adam[key][0], adam[key][1] = _adamw_numpy(
+          leaf(grads).astype(np.float64), leaf(ref), *adam[key], t, o, o.learning_rate, decays)
+      leaf(ref)[...] = new
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+               current, ref)
+  # Muon keeps one moment, on its matrices only; AdamW two on the rest
+  assert optim.state_floats(o, (2, 6, 10), True, muon.Matrix((0,), (1,), (2,))) == 120
+  assert optim.state_floats(o, (12, 6), False, None) == 144
+
+
+def test_the_iteration_moves_a_matrix_s_shards_to_its_batch_dim_where_that_divides():
+  mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ('fsdp', 'tensor'))
+  stack = muon.Matrix((0,), (1,), (2,))
+  sharding = NamedSharding(mesh, P(None, 'fsdp', 'tensor'))
+  # 8 layers take both axes: every device orthogonalizes one whole layer
+  assert muon.placement((8, 16, 32), stack, sharding) == P(('fsdp', 'tensor'), None, None)
+  # 4 layers take fsdp; tensor stays on the columns (the iteration runs sharded there)
+  assert muon.placement((4, 16, 32), stack, sharding) == P(('fsdp',), None, ('tensor',))
+  assert muon.placement((4, 16, 32), stack, sharding, gather=False) == P(
+      None, ('fsdp',), ('tensor',))
+  experts = NamedSharding(mesh, P(None, 'tensor', 'fsdp', None))  # [layers, expert, ...]
+  assert muon.placement((2, 4, 16, 32), muon.Matrix((0, 1), (2,), (3,)), experts) == P(
+      ('tensor', 'fsdp'), None, None)
+
+
+def test_muon_refuses_a_tree_with_no_matrix_before_compiling():
+  o = config_lib.base().optim
+  o.name = 'muon'
+  specs = {'embed': {'embedding': P('vocab', 'embed')}, 'norm': {'scale': P('embed')}}
+  with pytest.raises(config_lib.ConfigError, match="no weight matrix.*optim.name='adamw'"):
+    optim.make(o, optim.schedule(o, 10), specs)
+  with pytest.raises(config_lib.ConfigError, match=r"optim.muon.ns_steps=3 is read only by Muon"):
+    helpers.smoke('gpt_shakespeare', 'optim.muon.ns_steps=3')
+
+
+@pytest.mark.parametrize('gather', [True, False])
+def test_muon_on_fsdp_tensor_expert_gives_one_devices_parameters(gather):
+  """Three steps of an MoE smoke (expert stacks, attention, dense MLPs) on fsdp 2 x tensor
+  2 x expert 2 against one device, float32; the momentum sharded like its parameter."""
+  config = helpers.smoke('mixtral_8x7b', 'optim.name=muon', f'optim.muon.gather={gather}',
+                         'optim.warmup_steps=1')
+  sizes = lambda **s: {'data': 1, 'fsdp': 1, 'tensor': 1, 'expert': 1, **s}
+  want_rows, want, _ = helpers.train_steps(config, sizes(), steps=3)
+  got_rows, got, initial = helpers.train_steps(config, sizes(fsdp=2, tensor=2, expert=2),
+                                               steps=3)
+  assert [float(r['loss']) for r in got_rows] == pytest.approx(
+      [float(r['loss']) for r in want_rows], rel=1e-5)
+  moved = jax.tree.map(lambda a, b: np.abs(a - b).max(), got, want)
+  scale = jax.tree.map(lambda a: np.abs(a).max(), want)
+  worst = max(jax.tree.leaves(jax.tree.map(lambda d, s: d / s, moved, scale)))
+  assert worst < 1e-5
+  momentum = initial['opt_state'][1].inner_states['muon'].inner_state[0].momentum
+  wi = momentum['layers']['block_0']['moe']['wi_0']
+  assert wi.sharding.spec == initial['params']['layers']['block_0']['moe']['wi_0'].sharding.spec
+  assert tuple(wi.sharding.spec)[1:] == ('expert', 'fsdp', 'tensor')
