@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import PartitionSpec as P
 
 from tests import helpers
 from zoo import config as config_lib
@@ -120,18 +120,17 @@ def test_two_steps_match_a_float64_reference_with_adamw_on_the_rest():
 
 
 def test_the_iteration_moves_a_matrix_s_shards_to_its_batch_dim_where_that_divides():
-  mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ('fsdp', 'tensor'))
-  stack = muon.Matrix((0,), (1,), (2,))
-  sharding = NamedSharding(mesh, P(None, 'fsdp', 'tensor'))
+  sizes = {'fsdp': 4, 'tensor': 2}
+  stack, spec = muon.Matrix((0,), (1,), (2,)), P(None, 'fsdp', 'tensor')
   # 8 layers take both axes: every device orthogonalizes one whole layer
-  assert muon.placement((8, 16, 32), stack, sharding) == P(('fsdp', 'tensor'), None, None)
+  assert muon.placement((8, 16, 32), stack, spec, sizes) == P(('fsdp', 'tensor'), None, None)
   # 4 layers take fsdp; tensor stays on the columns (the iteration runs sharded there)
-  assert muon.placement((4, 16, 32), stack, sharding) == P(('fsdp',), None, ('tensor',))
-  assert muon.placement((4, 16, 32), stack, sharding, gather=False) == P(
+  assert muon.placement((4, 16, 32), stack, spec, sizes) == P(('fsdp',), None, ('tensor',))
+  assert muon.placement((4, 16, 32), stack, spec, sizes, gather=False) == P(
       None, ('fsdp',), ('tensor',))
-  experts = NamedSharding(mesh, P(None, 'tensor', 'fsdp', None))  # [layers, expert, ...]
-  assert muon.placement((2, 4, 16, 32), muon.Matrix((0, 1), (2,), (3,)), experts) == P(
-      ('tensor', 'fsdp'), None, None)
+  experts = P(None, 'tensor', 'fsdp', None)  # [layers, expert, ...]
+  assert muon.placement((2, 4, 16, 32), muon.Matrix((0, 1), (2,), (3,)), experts,
+                        sizes) == P(('tensor', 'fsdp'), None, None)
 
 
 def test_muon_refuses_a_tree_with_no_matrix_before_compiling():
@@ -164,3 +163,65 @@ def test_muon_on_fsdp_tensor_expert_gives_one_devices_parameters(gather):
   wi = momentum['layers']['block_0']['moe']['wi_0']
   assert wi.sharding.spec == initial['params']['layers']['block_0']['moe']['wi_0'].sharding.spec
   assert tuple(wi.sharding.spec)[1:] == ('expert', 'fsdp', 'tensor')
+
+
+def _first_layer_max_logits(model, variables, params, batch, stack):
+  _, sown = model.apply({**variables, 'params': params}, batch, mutable=['logits'])
+  return sown['logits'], np.asarray(sown['logits'][stack]['attention']['max_logit'][0])[0]
+
+
+@pytest.mark.parametrize('name, overrides, stack', [
+    ('gpt_shakespeare', ['model.num_kv_heads=2'], 'layers'),  # 4 query heads, 2 key heads
+    # latent attention (its rotary query part, the shared rotary key); the dense layer first
+    ('deepseek_v3', [], 'layers_dense'),
+])
+def test_qk_clip_brings_each_heads_max_logit_down_to_the_threshold(name, overrides, stack):
+  """K2's clip is exact where nothing before the layer moved: the first layer's heads
+  over the threshold land on it, the others keep theirs."""
+  config = helpers.smoke(name, *overrides, 'model.attention.log_max_logit=True')
+  model = families.build(config.model)
+  batch = helpers.family_batch(config, 8, 0)  # some rows padding: masked
+  variables = nn.unbox(jax.jit(model.init)(jax.random.PRNGKey(0), batch))
+  variables.pop('logits', None)
+  params = variables['params']
+  sown, before = _first_layer_max_logits(model, variables, params, batch, stack)
+  threshold = float(np.median(before))
+  assert (before > threshold * 1.01).any() and (before < threshold).any()
+  clipped = muon.qk_clip(params, sown, threshold)
+  _, after = _first_layer_max_logits(model, variables, clipped, batch, stack)
+  np.testing.assert_allclose(after, np.minimum(before, threshold), rtol=2e-5)
+  # the latent attention's shared rotary key and the values are left alone
+  moved = jax.tree.map(lambda a, b: bool(np.any(a != b)), params, clipped)
+  flat = dict(jax.tree_util.tree_flatten_with_path(moved)[0])
+  changed = {jax.tree_util.keystr(k) for k, v in flat.items() if v}
+  assert changed and all(('query' in k or 'key' in k) and 'down' not in k for k in changed)
+
+
+def _muon_run(tmp_path, clip):
+  from zoo import run as run_lib
+  from zoo.train import loop, metrics as metrics_lib
+  overrides = ['optim.name=muon', 'model.attention.log_max_logit=True', 'train.steps=40',
+               'optim.learning_rate=0.1', 'optim.weight_decay=0', 'optim.warmup_steps=1',
+               'optim.schedule=constant', 'train.eval_every=100', 'train.checkpoint_every=40',
+               f'optim.muon.qk_clip={clip}']
+  workdir = str(tmp_path / f'clip{clip}')
+  loop.train(run_lib.load(helpers.config_file('gpt_shakespeare'), overrides), workdir)
+  return [r['max_logit'] for r in metrics_lib.read(workdir) if 'max_logit' in r]
+
+
+def test_muon_clip_holds_the_max_logit_where_plain_muon_lets_it_grow(tmp_path):
+  """The default job's smoke at learning rate 0.1 (constant, no weight decay): plain Muon's
+  logits grow tenfold past the threshold; MuonClip's stay near it (each logged max is the
+  step's batch after the previous update, before this step's clip)."""
+  threshold = 8.0
+  plain, clipped = _muon_run(tmp_path, 0), _muon_run(tmp_path, threshold)
+  assert plain[-1] > 10 * threshold
+  assert max(clipped) < 2 * threshold and np.mean(clipped[-10:]) < 1.6 * threshold
+
+
+def test_qk_clip_refuses_what_it_cannot_clip():
+  with pytest.raises(config_lib.ConfigError, match='set model.attention.log_max_logit=True'):
+    helpers.smoke('gpt_shakespeare', 'optim.name=muon', 'optim.muon.qk_clip=100')
+  with pytest.raises(config_lib.ConfigError, match='model.qk_norm normalises away'):
+    helpers.smoke('qwen3_8b', 'optim.name=muon', 'optim.muon.qk_clip=100',
+                  'model.attention.log_max_logit=True')

@@ -65,21 +65,22 @@ def matrices(logical_specs):
   return [matrix_dims(path, spec) for path, spec in flat]
 
 
-def _sizes(shape, dims):
-  return tuple(math.prod(shape[d] for d in ds) for ds in dims)
+def stack_shape(shape, matrix):
+  """[matrices, rows, cols] of a parameter of `shape`."""
+  return tuple(math.prod(shape[d] for d in ds) for ds in matrix)
 
 
-def placement(shape, matrix, sharding, gather=True):
-  """The PartitionSpec of the [batch, rows, cols] stack the iteration runs on: the batch
-  dims' mesh axes, then (gather=True) each axis of the rows and columns moved to the batch
-  where the batch size still divides; the others stay where they are."""
-  spec = tuple(sharding.spec) + (None,) * (len(shape) - len(sharding.spec))
-  sizes = sharding.mesh.shape
+def placement(shape, matrix, spec, sizes, gather=True):
+  """The PartitionSpec of the [batch, rows, cols] stack the iteration runs on, from the
+  parameter's mesh PartitionSpec (`sizes`: the mesh axes' sizes): the batch dims' axes,
+  then (gather=True) each axis of the rows and columns moved to the batch where the batch
+  size still divides; the others stay where they are."""
+  spec = tuple(spec) + (None,) * (len(shape) - len(spec))
   names = lambda dims: [a for d in dims for a in
                         (() if spec[d] is None else (spec[d],) if isinstance(spec[d], str)
                          else spec[d])]
   batch, rows, cols = names(matrix.batch), names(matrix.rows), names(matrix.cols)
-  count = _sizes(shape, matrix)[0]
+  count = stack_shape(shape, matrix)[0]
   if gather:
     for axis in rows + cols:
       if count % (math.prod(sizes[a] for a in batch) * sizes[axis]) == 0:
@@ -92,13 +93,14 @@ def placement(shape, matrix, sharding, gather=True):
 def _placed(stack, shape, matrix, sharding, gather):
   if sharding is None:
     return stack
-  target = NamedSharding(sharding.mesh, placement(shape, matrix, sharding, gather))
+  target = NamedSharding(sharding.mesh, placement(shape, matrix, sharding.spec,
+                                                  sharding.mesh.shape, gather))
   return jax.lax.with_sharding_constraint(stack, target)
 
 
 def _to_stack(x, matrix):
   order = matrix.batch + matrix.rows + matrix.cols
-  return jnp.transpose(x, order).reshape(_sizes(x.shape, matrix))
+  return jnp.transpose(x, order).reshape(stack_shape(x.shape, matrix))
 
 
 def _from_stack(stack, matrix, shape):
@@ -125,7 +127,7 @@ def orthogonalize(stack, steps, eps=1e-7):
 
 def ns_flops(shape, matrix, steps):
   """FLOPs of one step's iteration on one parameter (all of its matrices)."""
-  count, m, n = _sizes(shape, matrix)
+  count, m, n = stack_shape(shape, matrix)
   small, large = min(m, n), max(m, n)
   return count * steps * (4 * small * small * large + 2 * small ** 3)
 
@@ -170,3 +172,58 @@ def scale_by_muon(m, matrix_leaves, sharding_leaves=None):
             MuonState(jax.tree.unflatten(treedef, [o[1] for o in out])))
 
   return optax.GradientTransformation(init, update)
+
+
+# ------------------------------------------------------------------------------ QK-clip
+
+def qk_clip(params, max_logits, threshold):
+  """MuonClip's QK-clip (Kimi K2, sec. 2.1), after the step: each head h whose max logit S
+  exceeded `threshold` gets gamma = threshold / S, its logits scaled by gamma through its
+  query and key weights. Multi-head attention: key head g scaled by sqrt(gamma_g), gamma_g
+  the smallest of its query heads' (K2's sqrt(gamma) on each side when each key has one
+  query head), each query head by gamma_h / sqrt(gamma_g), biases alike. Latent attention:
+  the query's and key_up's non-rotary parts by sqrt(gamma), the query's rotary part by
+  gamma, the rotary key (shared by all heads) untouched. max_logits: the 'logits'
+  collection (each attention module's max_logit [..., H], leading dims its stack's)."""
+  params = jax.tree.map(lambda x: x, params)  # a copy whose dicts this may replace
+  for path, found in jax.tree_util.tree_flatten_with_path(
+      max_logits, is_leaf=lambda x: isinstance(x, tuple))[0]:
+    keys = [k.key for k in path][:-1]  # the attention module's path
+    gamma = jnp.minimum(1.0, threshold / jnp.maximum(found[0], 1e-30))
+    owner = params
+    for k in keys[:-1]:
+      owner = owner[k]
+    owner[keys[-1]] = _clipped_attention(owner[keys[-1]], gamma)
+  return params
+
+
+def _scaled(leaf, factor_H, head_axis, lead):
+  """leaf times factor [*lead, H] broadcast along the leaf's head axis."""
+  shape = [1] * leaf.ndim
+  shape[:lead] = leaf.shape[:lead]
+  shape[head_axis] = leaf.shape[head_axis]
+  return (leaf * factor_H.reshape(shape)).astype(leaf.dtype)
+
+
+def _clipped_attention(module, gamma):
+  lead = gamma.ndim - 1
+  module = dict(module)
+  if 'key_up' in module:  # latent attention: [..., in, H, N + R] queries, [..., C, H, N] keys
+    query = 'query_up' if 'query_up' in module else 'query'
+    kernel = module[query]['kernel']
+    nope = module['key_up'].shape[-1]
+    root = jnp.sqrt(gamma)
+    factor = jnp.concatenate([jnp.broadcast_to(root[..., None], (*gamma.shape, nope)),
+                              jnp.broadcast_to(gamma[..., None], (*gamma.shape,
+                                                                  kernel.shape[-1] - nope))], -1)
+    module[query] = dict(module[query], kernel=(kernel * jnp.expand_dims(
+        factor, tuple(range(lead, kernel.ndim - 2)))).astype(kernel.dtype))
+    module['key_up'] = _scaled(module['key_up'], root, module['key_up'].ndim - 2, lead)
+    return module
+  heads, kv_heads = gamma.shape[-1], module['key']['kernel'].shape[-2]
+  gamma_g = jnp.min(gamma.reshape(*gamma.shape[:-1], kv_heads, heads // kv_heads), -1)
+  per_query = gamma / jnp.repeat(jnp.sqrt(gamma_g), heads // kv_heads, axis=-1)
+  for name, factor in (('query', per_query), ('key', jnp.sqrt(gamma_g))):
+    module[name] = {leaf: _scaled(value, factor, value.ndim - 2, lead)
+                    for leaf, value in module[name].items()}
+  return module

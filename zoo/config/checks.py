@@ -438,6 +438,8 @@ def _validate_muon(o):
     raise ConfigError(f'optim.muon.momentum={m.momentum} must be in [0, 1)')
   _positive('optim.muon.ns_steps', m.ns_steps)
   _positive('optim.muon.update_rms', m.update_rms)
+  if m.qk_clip < 0:
+    raise ConfigError(f'optim.muon.qk_clip={m.qk_clip} must be >= 0 (0 = off; Kimi K2: 100)')
 
 
 def _validate_adafactor(o):

@@ -166,6 +166,9 @@ def _attention_and_matmuls(m):
       'query_scale': 0.0,
       'block_q': 0,  # splash/flash_bias blocks; 0 = min(512, length); must divide it
       'block_kv': 0,
+      # log each layer's max logit q k^T x scale per head (max_logit, max_logit_per_layer):
+      # one more logits pass per layer; MuonClip (optim.muon.qk_clip) reads it
+      'log_max_logit': False,
   })
   # multi-head latent attention (DeepSeek-V2/V3, zoo/models/mla.py): kv_lora_rank > 0 turns
   # it on; keys and values from a kv_lora_rank latent, queries through a q_lora_rank one
@@ -380,6 +383,10 @@ def optim():
       'ns_steps': 5,  # Newton-Schulz iterations (Jordan's quintic)
       'update_rms': 0.2,  # update x this x sqrt(max(rows, cols)): AdamW's RMS (Moonlight eq. 4)
       'gather': True,  # each matrix's shards moved to its layer/expert dim for the iteration
+      # MuonClip (Kimi K2): after each step, heads whose max logit passed this get their
+      # query and key weights scaled back to it (K2: 100); 0 = off. Needs
+      # model.attention.log_max_logit=True
+      'qk_clip': 0.0,
   })
   return o
 

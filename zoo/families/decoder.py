@@ -86,6 +86,7 @@ def loss(model, config, variables, batch, rng=None, whole=None, step=None):
   if applied.mtp:
     total = _with_mtp(total, applied.mtp, batch, config, variables, whole['tokens'], chunk,
                       step)
+  total = loss_lib.with_max_logits(total, applied.max_logits)
   return loss_lib.with_moe(total, applied.moe, applied.state, config.model.moe,
                            batch['targets'].shape[0] / whole['rows'])
 

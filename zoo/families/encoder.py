@@ -68,7 +68,8 @@ def loss(model, config, variables, batch, rng=None, whole=None, step=None):
   if 'labels' in batch:
     return tasks.label_loss(model, config, variables, batch, rng, whole)
   chunk = loss_lib.chunk_len(config, batch['targets'].shape[1])
-  outputs, moe, state, _ = loss_lib.apply(model, variables, batch, rng, head=not chunk)
+  outputs, moe, state, _, max_logits = loss_lib.apply(model, variables, batch, rng,
+                                                       head=not chunk)
   total = loss_lib.token_loss(outputs['hidden' if chunk else 'logits'], batch['targets'],
                               batch['loss_weights'], config, variables, whole['tokens'], chunk)
   if 'nsp_logits' in outputs:
@@ -76,6 +77,7 @@ def loss(model, config, variables, batch, rng=None, whole=None, step=None):
     nsp_nll, _, _ = loss_lib.cross_entropy(
         outputs['nsp_logits'][:, None], batch['next_sentence_labels'][:, None], real_B[:, None])
     total = loss_lib.add(total, 'nsp_loss', nsp_nll / jnp.maximum(whole['real_rows'], 1.0))
+  total = loss_lib.with_max_logits(total, max_logits)
   return loss_lib.with_moe(total, moe, state, config.model.moe,
                            batch['targets'].shape[0] / whole['rows'])
 

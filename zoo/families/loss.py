@@ -31,6 +31,9 @@ class Loss(NamedTuple):
   nll_sum: jax.Array  # summed token NLL and weight, so eval batches combine exactly
   weight_sum: jax.Array
   predictions: jax.Array | None = None  # a label head's, per row (zoo/families/tasks.py)
+  # model.attention.log_max_logit: the 'logits' collection, each attention's max logit
+  # per head (a scanned stack's [layers, H]); microbatches take the max, not the sum
+  max_logits: dict | None = None
 
 
 def cross_entropy(logits_BLV, targets_BL, weights_BL, z_loss=0.0):
@@ -97,6 +100,7 @@ class Applied(NamedTuple):
   moe: dict | None  # moe_stats of the MoE layers, None without experts
   state: dict  # the state collections it moved
   mtp: list  # multi-token prediction's hidden states [B, L, D], one per depth
+  max_logits: dict | None  # the 'logits' collection (model.attention.log_max_logit)
 
 
 def apply(model, variables, batch, rng=None, head=True):
@@ -106,17 +110,19 @@ def apply(model, variables, batch, rng=None, head=True):
   train = rng is not None
   rngs = {'dropout': rng} if train else None
   m = model.config
-  sown = ['moe'] * bool(m.moe.num_experts) + ['mtp'] * bool(m.mtp.depth)
+  sown = (['moe'] * bool(m.moe.num_experts) + ['mtp'] * bool(m.mtp.depth) +
+          ['logits'] * (m.attention.log_max_logit and train))
   if not sown:
     return Applied(model.apply(variables, batch, train=train, head=head, rngs=rngs), None, {},
-                   [])
+                   [], None)
   moved = [k for k in models.STATE_COLLECTIONS if train and k in variables]
   outputs, collections = model.apply(variables, batch, train=train, head=head, rngs=rngs,
                                      mutable=[*sown, *moved])
   mtp = collections.get('mtp', {})
   return Applied(outputs, moe_stats(collections['moe']) if 'moe' in collections else None,
                  {k: collections[k] for k in moved},
-                 [mtp[f'depth_{k}'][0] for k in range(1, len(mtp) + 1)])
+                 [mtp[f'depth_{k}'][0] for k in range(1, len(mtp) + 1)],
+                 collections.get('logits'))
 
 
 def token_loss(outputs, targets_BL, weights_BL, config, variables, tokens, chunk=0):
@@ -140,6 +146,11 @@ def token_loss(outputs, targets_BL, weights_BL, config, variables, tokens, chunk
 def add(loss, name, value):
   """`loss` with `value` added to the total and logged as `name`."""
   return loss._replace(total=loss.total + value, metrics={**loss.metrics, name: value})
+
+
+def with_max_logits(loss, max_logits):
+  """`loss` carrying the attention max logits (None when not logged)."""
+  return loss if max_logits is None else loss._replace(max_logits=max_logits)
 
 
 def with_moe(loss, stats, state, moe_config, share=1.0):

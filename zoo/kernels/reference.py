@@ -40,3 +40,20 @@ def dot_product_attention(query, key, value, mask=None, bias=None, scale=None, s
   probs_BGQLS = jax.nn.softmax(logits_BHLS, axis=-1).reshape(logits_BGQLS.shape)
   out_BLGQK = jnp.einsum('BGQLS,BSGK->BLGQK', probs_BGQLS.astype(v_BSGK.dtype), v_BSGK)
   return out_BLGQK.reshape(B, L, H, K).astype(q_BLHK.dtype)
+
+
+def max_logits(query, key, mask=None, scale=None):
+  """Each query head's largest logit q k^T * scale over the positions it may attend
+  (before any cap or bias), float32 [H], not differentiated: what MuonClip's QK-clip reads
+  (zoo/muon.py). query [B,L,H,K], key [B,S,G,K]; one more logits pass, as this kernel's."""
+  q_BLHK, k_BSGK = jax.lax.stop_gradient(query), jax.lax.stop_gradient(key)
+  B, L, H, K = q_BLHK.shape
+  G = k_BSGK.shape[2]
+  scale = K ** -0.5 if scale is None else scale
+  logits_BGQLS = jnp.einsum('BLGQK,BSGK->BGQLS', q_BLHK.reshape(B, L, G, H // G, K), k_BSGK,
+                            preferred_element_type=jnp.float32) * scale
+  logits_BHLS = logits_BGQLS.reshape(B, H, L, -1)
+  if mask is not None:
+    logits_BHLS = jnp.where(mask, logits_BHLS, -jnp.inf)
+  return jnp.max(logits_BHLS, axis=(0, 2, 3))
+

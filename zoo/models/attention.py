@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from zoo import kernels
 from zoo.kernels import bias as bias_lib
 from zoo.kernels import mask as mask_lib
+from zoo.kernels import reference
 from zoo.models import layers
 from zoo.models import lora as lora_lib
 from zoo.models import quant as quant_lib
@@ -46,6 +47,7 @@ class MultiHeadAttention(nn.Module):
   cache_kv_input: bool = False  # cross-attention while decoding: project kv_BSD once
   kernel: str = 'xla'  # model.attention.kernel (zoo/kernels)
   block_sizes: tuple = (0, 0)  # splash (block_q, block_kv); 0 = min(512, length)
+  log_max_logit: bool = False  # sow each head's max logit into 'logits' (training)
   quant: quant_lib.Recipe = quant_lib.Recipe()  # the projections' (model.quant)
   lora: lora_lib.Spec = lora_lib.Spec()  # adapters on the projections it targets
   dtype: jnp.dtype = jnp.float32
@@ -84,6 +86,8 @@ class MultiHeadAttention(nn.Module):
       else:
         k_BSGK, v_BSGK, mask = self._cached(k_BSGK, v_BSGK, mask)
     scale = 1.0 if self.fold_scale else (self.query_scale or K) ** -0.5
+    if self.log_max_logit and not (isinstance(mask, mask_lib.Mask) and mask.kv_cache):
+      sow_max_logits(self, q_BLHK, k_BSGK, mask, scale)
     out_BLHK = kernels.attention(q_BLHK, k_BSGK, v_BSGK, mask, bias=bias, scale=scale,
                                  kernel=kernel, block_sizes=self.block_sizes,
                                  softcap=self.softcap)
@@ -184,6 +188,12 @@ class RelativePositionBias(nn.Module):
     return bias_lib.PositionBias(q_positions_BL, kv_positions_BS, table, kind='t5',
                                  bidirectional=self.bidirectional,
                                  max_distance=self.max_distance)
+
+
+def sow_max_logits(module, q_BLHK, k_BSGK, mask, scale):
+  """Each head's max logit [H] into the 'logits' collection (model.attention.log_max_logit)."""
+  dense = mask.dense() if isinstance(mask, mask_lib.Mask) else mask
+  module.sow('logits', 'max_logit', reference.max_logits(q_BLHK, k_BSGK, dense, scale))
 
 
 def alibi_bias(q_positions_BL, kv_positions_BS, num_heads):

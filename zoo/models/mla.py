@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from zoo import kernels
 from zoo.kernels import reference
+from zoo.models import attention
 from zoo.models import layers
 from zoo.models import lora as lora_lib
 from zoo.models import rope
@@ -106,6 +107,8 @@ class LatentAttention(nn.Module):
     k_BLHK = jnp.concatenate([k_nope_BLHN, k_rope_BLHR.astype(k_nope_BLHN.dtype)], -1)
     q_BLHK = nn.with_logical_constraint(q_BLHK, ('batch', 'length', 'heads', 'head_dim'))
     K = q_BLHK.shape[-1]
+    if m.attention.log_max_logit:
+      attention.sow_max_logits(self, q_BLHK, k_BLHK, mask, scale)
     # the kernels take one head dim: values zero-padded to it, the output cut back
     v_BLHK = jnp.pad(v_BLHV, ((0, 0), (0, 0), (0, 0), (0, K - V)))
     out = kernels.attention(q_BLHK, k_BLHK, v_BLHK, mask, scale=scale,

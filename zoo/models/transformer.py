@@ -78,7 +78,8 @@ class Block(nn.Module):
         softcap=m.attention.softcap, qk_norm=(m.norm, m.norm_eps) if m.qk_norm else (),
         init_std=m.kernel_init_std,
         out_init_scale=_out_init_scale(m), kernel=m.attention.kernel,
-        block_sizes=(m.attention.block_q, m.attention.block_kv), quant=m.quant,
+        block_sizes=(m.attention.block_q, m.attention.block_kv),
+        log_max_logit=m.attention.log_max_logit, quant=m.quant,
         lora=adapters, name=name, **dtypes(m))
     if m.mla.kv_lora_rank:  # DeepSeek's multi-head latent attention
       attend = mla.LatentAttention(m, out_init_scale=_out_init_scale(m),
@@ -223,7 +224,7 @@ def _body(m, train, unit, length, name, owner, adapters):
   if unit is Block:  # a group remats its layers itself
     unit = rematted(unit, m, scan_body=True)
   if m.scan_layers:
-    scanned = nn.scan(unit, variable_axes={'params': 0, 'moe': 0, 'moe_bias': 0, 'cache': 0},
+    scanned = nn.scan(unit, variable_axes={'params': 0, 'moe': 0, 'moe_bias': 0, 'cache': 0, 'logits': 0},
                       split_rngs={'params': True, 'dropout': True},
                       in_axes=(nn.broadcast,) * 5, length=length, unroll=m.scan_unroll,
                       metadata_params={nn.PARTITION_NAME: 'layers'})

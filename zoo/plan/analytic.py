@@ -183,6 +183,41 @@ def state_bytes(boxed, rules, sizes, optim_config, trainable=None):
   return total, per_device, not_divisible, {k: int(v) for k, v in by_optimizer.items()}
 
 
+def muon_plan(boxed, rules, sizes, muon_config):
+  """Muon's Newton-Schulz per training step and device (zoo/muon.py): its FLOPs (each
+  device's share: a matrix's work splits over the mesh axes it is placed on and repeats
+  over the others), the matrices orthogonalized whole on a device (their shards moved to
+  the layer/expert dim) and those left sharded (the iteration's products then need XLA's
+  collectives), and the largest float32 stack slice one device holds (the iteration keeps
+  about four)."""
+  specs = jax.tree.leaves(nn.get_partition_spec(boxed),
+                          is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+  leaves = jax.tree_util.tree_flatten_with_path(nn.unbox(boxed))[0]
+  flops, whole, sharded, largest = 0.0, 0, 0, 0
+  for (path, leaf), spec in zip(leaves, specs):
+    matrix = muon.matrix_dims(path, spec)
+    if matrix is None:
+      continue
+    mesh_spec = [None if leaf.shape[i] % _split(a, sizes) else a
+                 for i, a in enumerate(nn.logical_to_mesh_axes(tuple(spec), rules))]
+    placed = muon.placement(leaf.shape, matrix, mesh_spec, sizes, muon_config.gather)
+    split = math.prod(_split(a, sizes) for a in placed)
+    flops += muon.ns_flops(leaf.shape, matrix, muon_config.ns_steps) / split
+    count = muon.stack_shape(leaf.shape, matrix)[0]
+    if placed[1] is None and placed[2] is None:
+      whole += count
+    else:
+      sharded += count
+    largest = max(largest, 4 * int(np.prod(leaf.shape)) // split)
+  return {'flops_per_step_per_device': flops, 'matrices_whole_on_a_device': whole,
+          'matrices_sharded': sharded, 'largest_stack_bytes_per_device': largest}
+
+
+def _split(axes, sizes):
+  axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+  return math.prod(sizes.get(a, 1) for a in axes)
+
+
 def stacked_param_bytes(boxed, rules, sizes):
   """Per-device bytes of the parameters stacked on the layer axis (what a pipeline's
   stages hold; the embedding tables are not)."""
@@ -273,6 +308,8 @@ def plan(run, num_devices=None, mesh_sizes=None, boxed=None):
         'params_trainable': sum(int(np.prod(x.shape)) for x, t in zip(
             jax.tree.leaves(nn.unbox(boxed)), jax.tree.leaves(trainable)) if t),
         'bytes_saved_per_device': full['total'] - per_device['total']}
+  if config.optim.name == 'muon':
+    result['muon'] = muon_plan(boxed, sharding.rules(config), sizes, config.optim.muon)
   if m.moe.num_experts:
     result['moe'] = moe_communication(m, sizes.get('expert', 1))
   if sizes.get('context', 1) > 1:
@@ -351,6 +388,12 @@ def _model_lines(result):
         if 'attention_kernel' in result else []),
       'per device: ' + ', '.join(f'{k} {_gib(v)}' for k, v in result['per_device_bytes'].items()),
   ]
+  if 'muon' in result:
+    u = result['muon']
+    lines.append(f"muon: Newton-Schulz {u['flops_per_step_per_device']:.4g} FLOPs/step per "
+                 f"device; {u['matrices_whole_on_a_device']:,} matrices whole on a device, "
+                 f"{u['matrices_sharded']:,} sharded; largest stack "
+                 f"{_gib(u['largest_stack_bytes_per_device'])} per device")
   return lines
 
 

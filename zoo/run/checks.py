@@ -34,7 +34,28 @@ def check(config):
   _validate_lora(config.train.lora, m)
   _validate_context(config.mesh.context, m, d, family)
   _validate_stage(config.mesh, m, family, config.train.batch_size)
+  _validate_qk_clip(config)
   return family
+
+
+def _validate_qk_clip(config):
+  """MuonClip reads each head's max logit and scales its query and key weights."""
+  m, clip = config.model, config.optim.muon.qk_clip
+  if m.attention.log_max_logit and config.mesh.stage > 1:
+    raise ConfigError('model.attention.log_max_logit is not carried through a pipeline '
+                      f'(mesh.stage={config.mesh.stage}): set mesh.stage=1 or drop it')
+  if not clip:
+    return
+  if not m.attention.log_max_logit:
+    raise ConfigError(f'optim.muon.qk_clip={clip:g} reads each head\'s max logit: set '
+                      'model.attention.log_max_logit=True')
+  if m.qk_norm:
+    raise ConfigError(f'optim.muon.qk_clip={clip:g} scales query and key weights, which '
+                      'model.qk_norm normalises away: set optim.muon.qk_clip=0 (QK-norm '
+                      'bounds the logits itself)')
+  if config.train.lora.rank:
+    raise ConfigError(f'optim.muon.qk_clip={clip:g} rescales query and key weights that '
+                      f'train.lora.rank={config.train.lora.rank} freezes: set one of them to 0')
 
 
 def _validate_dims(m):

@@ -298,7 +298,8 @@ class ModelState:
                                     families.counts_fn(config),
                                     tuple(config.train.fault.nonfinite),
                                     state_lib.trainable(config.train.lora.rank,
-                                                        self.abstract['params']))
+                                                        self.abstract['params']),
+                                    config.optim.muon.qk_clip)
 
 
 def model_state(run, mesh):

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from zoo import muon
 from zoo.train import state as state_lib
 
 
@@ -34,11 +35,17 @@ def _accumulated(grad_fn, params, batch, rng, whole, k):
     return loss, jax.tree.map(lambda g: g.astype(jnp.float32), grads)
 
   def add(sums, inputs):
-    return jax.tree.map(jnp.add, sums, run(*inputs)), None
+    (loss, grads), (sum_loss, sum_grads) = run(*inputs), sums
+    total = jax.tree.map(jnp.add, sum_loss._replace(max_logits=None),
+                         loss._replace(max_logits=None))
+    highest = jax.tree.map(jnp.maximum, sum_loss.max_logits, loss.max_logits)
+    return (total._replace(max_logits=highest), jax.tree.map(jnp.add, sum_grads, grads)), None
 
   micro = _deal(batch, k)
-  zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
-                       jax.eval_shape(run, 0, jax.tree.map(lambda x: x[0], micro)))
+  shapes = jax.eval_shape(run, 0, jax.tree.map(lambda x: x[0], micro))
+  zero_loss, zero_grads = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+  zeros = (zero_loss._replace(max_logits=jax.tree.map(
+      lambda s: jnp.full(s.shape, -jnp.inf, s.dtype), shapes[0].max_logits)), zero_grads)
   (loss, grads), _ = jax.lax.scan(add, zeros, (jnp.arange(k), micro))
   return loss._replace(state=jax.tree.map(lambda v: v / k, loss.state)), grads
 
@@ -65,14 +72,25 @@ def _differentiated(params, trainable):
           lambda g: join(iter(g), [jnp.zeros_like(x) for x in leaves]))
 
 
+def _max_logit_metrics(max_logits):
+  """The largest logit over all heads, and per attention layer (in tree order, a stack's
+  layers in turn)."""
+  per_layer = jnp.concatenate([jnp.max(x[0], axis=-1).reshape(-1)
+                               for x in jax.tree.leaves(max_logits, is_leaf=lambda x:
+                                                        isinstance(x, tuple))])
+  return {'max_logit': jnp.max(per_layer), 'max_logit_per_layer': per_layer}
+
+
 def make_train_step(loss_fn, optimizer, learning_rate_fn, microbatches=1, counts_fn=None,
-                    nonfinite=(0, 0), trainable=None):
+                    nonfinite=(0, 0), trainable=None, qk_clip=0.0):
   """(state, batch) -> (state, metrics); a NaN/Inf loss or gradient leaves state unchanged.
   metrics: the loss's rows + grad_norm, learning_rate, nonfinite_streak, nonfinite_total.
   microbatches > 1: gradient accumulation; counts_fn(batch) gives the whole batch's loss
   normalisers (families.counts_fn). nonfinite: an injected fault (tests), see _poisoned.
   trainable: a tree of bools like the parameters (train.lora), None = all: only those are
-  differentiated (the others' gradients are zeros the optimizer ignores)."""
+  differentiated (the others' gradients are zeros the optimizer ignores). qk_clip > 0
+  (optim.muon.qk_clip): MuonClip's QK-clip at that threshold after each update
+  (zoo/muon.py); logged max logits (model.attention.log_max_logit) join the metrics."""
 
   def objective(params, others, batch, rng, whole, step):
     loss = loss_fn({'params': params, **others}, batch, rng, whole, step=step)
@@ -95,6 +113,8 @@ def make_train_step(loss_fn, optimizer, learning_rate_fn, microbatches=1, counts
     grad_norm = optax.tree.norm(grads)
     updates, opt_state = optimizer.update(grads, state['opt_state'], state['params'])
     params = optax.apply_updates(state['params'], updates)
+    if qk_clip:
+      params = muon.qk_clip(params, loss.max_logits, qk_clip)
 
     finite = jnp.isfinite(loss.total) & jnp.isfinite(grad_norm)
     keep_if_finite = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
@@ -107,6 +127,7 @@ def make_train_step(loss_fn, optimizer, learning_rate_fn, microbatches=1, counts
         nonfinite_streak=streak,
         nonfinite_total=state['nonfinite_total'] + (~finite).astype(jnp.int32))
     metrics = {**loss.metrics, 'grad_norm': grad_norm,
+               **(_max_logit_metrics(loss.max_logits) if loss.max_logits else {}),
                'learning_rate': learning_rate_fn(state['step']),
                'nonfinite_streak': streak, 'nonfinite_total': new_state['nonfinite_total']}
     return new_state, metrics
