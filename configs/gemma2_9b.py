@@ -4,6 +4,12 @@
     python -m zoo.launch --config=configs/gemma2_9b.py --mode=plan
     python -m zoo.launch --config=configs/gemma2_9b.py:smoke --workdir=/tmp/zoo/gemma2_9b
 
+Distilled from Gemma 2 27B, as the report trained it (:distill; the teacher imported first):
+
+    python -m zoo.convert.hf --hf_dir=path/to/gemma-2-27b --workdir=runs/gemma2_27b
+    python -m zoo.launch --config=configs/gemma2_9b.py:distill --workdir=runs/gemma2_9b \
+      --config.data.tokenizer.path=runs/gemma2_27b/tokenizer/tokenizer.json
+
 Source: google/gemma-2-9b config.json; Gemma Team 2024, "Gemma 2", Table 1 (917,504,000
 embedding and 8,324,201,984 non-embedding parameters: 9,241,705,984, "9B") and sec. 3 (8T
 training tokens, an 8192-token context).
@@ -33,4 +39,6 @@ def get_config(arg=None):
   # the report gives no optimizer settings (the 9B was distilled from a larger model):
   # Llama 2's (Touvron et al. 2023, sec. 2.2) stand in, with its 8T tokens
   recipes.llama(c, learning_rate=3e-4, tokens=8e12)
+  if arg == 'distill':
+    return recipes.gemma_distillation(c, teacher='runs/gemma2_27b')
   return presets.variant(c, arg)

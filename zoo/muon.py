@@ -19,6 +19,9 @@ matrix. `placement` says which, plan mode prints it.
 optax.contrib.muon orthogonalizes the same way, but offers no hook to place the iteration
 on a mesh and bias-corrects its momentum as an average (Moonlight's is a plain sum), so the
 zoo keeps its own; tests/muon_test.py checks the iteration against optax's.
+
+MuonClip (Kimi K2, optim.muon.qk_clip): `qk_clip` rescales the query and key weights of
+heads whose max logit passed the threshold, after the step (zoo/train/step.py).
 """
 
 import math

@@ -214,3 +214,35 @@ def deepseek_moe(c):
   c.model.dropout_rate = 0.0  # 4.1: no dropout
   c.train.steps = _steps_for(c, 100e9)  # 4.1: 100B tokens
   return c
+
+
+def moonlight_muon(c, learning_rate):
+  """Liu et al. 2025, "Muon is Scalable for LLM Training" (Moonlight), sec. 2 and
+  Algorithm 1, as MoonshotAI's released Muon runs it: the optimizer only; the schedule,
+  batch and steps stay the config's."""
+  c.optim.name = 'muon'
+  c.optim.learning_rate = learning_rate  # sec. 2: AdamW's rate carries over (the scale)
+  c.optim.muon.update(
+      momentum=0.95,  # Algorithm 1: mu 0.95
+      nesterov=True,  # the released Muon's default (Algorithm 1 writes plain momentum)
+      ns_steps=5,  # Newton-Schulz iterations, Jordan's quintic coefficients
+      update_rms=0.2)  # sec. 2: update x 0.2 sqrt(max(A, B)), AdamW's typical RMS
+  # sec. 2: weight decay on Muon's matrices too, as AdamW's (decoupled, times the rate);
+  # c.optim.weight_decay stays the config's. AdamW (b1, b2, eps) takes the embeddings,
+  # norms and heads, at the same rate (sec. 2; the zoo's split: zoo/muon.py).
+  return c
+
+
+def gemma_distillation(c, teacher):
+  """Gemma Team 2024, "Gemma 2", sec. 3.2: the small models learn from a larger teacher's
+  probability of each token given its context, the cross-entropy to them in place of
+  next-token prediction; Gemma Team 2025, "Gemma 3", sec. 2.3: 256 logits a token. The
+  teacher is read from the workdir `teacher` (an import: python -m zoo.convert.hf)."""
+  t = c.train.teacher
+  t.workdir = teacher  # the reports do not name the teacher
+  t.weight = 1.0  # Gemma 2 sec. 3.2: the teacher's distribution replaces the targets
+  t.temperature = 1.0  # not stated: the teacher's own probabilities
+  # Gemma 3 sec. 2.3 samples 256 logits a token by the teacher's probabilities; the zoo
+  # takes the 256 most likely, renormalised (deterministic, the bulk of the mass)
+  t.top_k = 256
+  return c

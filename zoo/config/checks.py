@@ -23,6 +23,7 @@ def check(config):
   _validate_task(config.data.task, m)
   _validate_train(config.train, config.optim, config.data)
   _validate_lora(config.train.lora)
+  _validate_teacher(config.train.teacher, m)
   _validate_generate(config.generate, m)
   _validate_mesh(config.mesh, config.sharding)
   _validate_pipeline(config.mesh, m)
@@ -74,6 +75,17 @@ def _validate_mla(m):
     raise ConfigError(f'model.mla.v_head_dim={a.v_head_dim} must be at most qk_nope_head_dim + '
                       f'qk_rope_head_dim = {a.qk_nope_head_dim + a.qk_rope_head_dim} (the '
                       'kernels pad values to the query and key head dim)')
+
+
+def _validate_teacher(teacher, m):
+  if not teacher.workdir:
+    return
+  if not 0 < teacher.weight <= 1 or teacher.temperature <= 0:
+    raise ConfigError(f'train.teacher.weight={teacher.weight} must be in (0, 1] and '
+                      f'train.teacher.temperature={teacher.temperature} > 0')
+  if not 0 <= teacher.top_k <= m.vocab_size:
+    raise ConfigError(f'train.teacher.top_k={teacher.top_k} must be in [0, model.vocab_size='
+                      f'{m.vocab_size}] (0 = the whole vocabulary)')
 
 
 def _validate_lora(lora):

@@ -295,6 +295,13 @@ def _train():
   # a b x alpha / rank
   t.lora = ml_collections.ConfigDict({'rank': 0, 'alpha': 16.0, 'dropout': 0.0,
                                       'targets': 'query,value'})
+  # logit distillation (zoo/families/distill.py): a frozen teacher (a zoo workdir, an
+  # imported Hugging Face checkpoint included: zoo.convert.hf) run in the same step on the
+  # same mesh; the loss is (1 - weight) x cross-entropy + weight x temperature^2 x KL to
+  # the teacher's distribution at that temperature, over its top_k ids (0 = the whole
+  # vocabulary); a decoder teacher of the student's vocabulary and tokenizer
+  t.teacher = ml_collections.ConfigDict({'workdir': '', 'weight': 0.5, 'temperature': 1.0,
+                                         'top_k': 0})
   # gradient accumulation: each step's global batch runs as this many microbatches (rows
   # j, j+k, j+2k, ... of every stream's share), gradients summed in float32, one update
   t.microbatches = 1

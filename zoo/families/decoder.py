@@ -13,6 +13,7 @@ import numpy as np
 
 from zoo.errors import ConfigError
 from zoo.families import decoding
+from zoo.families import distill
 from zoo.families import loss as loss_lib
 from zoo.families import tasks
 from zoo.models import head as head_lib
@@ -71,11 +72,12 @@ def counts(batch):
   return {'rows': batch['targets'].shape[0], 'tokens': jnp.sum(batch['loss_weights'])}
 
 
-def loss(model, config, variables, batch, rng=None, whole=None, step=None):
+def loss(model, config, variables, batch, rng=None, whole=None, step=None, teacher=None):
   """Next-token cross-entropy over the weighted tokens (+ z-loss, + MoE terms, + multi-token
   prediction's); whole: the counts of the batch this one is a microbatch of; step: the
-  train step (MTP's loss weight schedule; None: its first weight). A task with a label
-  head: its loss (zoo/families/tasks.py)."""
+  train step (MTP's loss weight schedule; None: its first weight); teacher: (its model,
+  its variables) to distil from (train.teacher). A task with a label head: its loss
+  (zoo/families/tasks.py)."""
   whole = whole or counts(batch)
   if 'labels' in batch:
     return tasks.label_loss(model, config, variables, batch, rng, whole)
@@ -83,6 +85,9 @@ def loss(model, config, variables, batch, rng=None, whole=None, step=None):
   applied = loss_lib.apply(model, variables, batch, rng, head=not chunk)
   total = loss_lib.token_loss(applied.outputs, batch['targets'], batch['loss_weights'], config,
                               variables, whole['tokens'], chunk)
+  if teacher is not None:
+    total = distill.with_teacher(total, applied.outputs, teacher, batch, config, variables,
+                                 whole['tokens'], chunk)
   if applied.mtp:
     total = _with_mtp(total, applied.mtp, batch, config, variables, whole['tokens'], chunk,
                       step)

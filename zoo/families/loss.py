@@ -75,22 +75,30 @@ def chunk_len(config, length):
 
 
 def chunked_cross_entropy(project, x_BLD, targets_BL, weights_BL, z_loss, chunk):
-  """cross_entropy(project(x), ...) computed `chunk` positions at a time: a scan whose body
-  is rematerialised, so neither pass holds more than one chunk's logits [B, C, V]."""
-  B, L, D = x_BLD.shape
-  N = L // chunk
-  split = lambda a: a.reshape(B, N, chunk, *a.shape[2:]).swapaxes(0, 1)
+  """cross_entropy(project(x), ...) computed `chunk` positions at a time (over_chunks)."""
+  def term(x_BCD, targets_BC, weights_BC):
+    return cross_entropy(vocab_logits(project, x_BCD), targets_BC, weights_BC, z_loss)
+  zero = jnp.zeros((), jnp.float32)
+  return over_chunks(term, (x_BLD, targets_BL, weights_BL), chunk, (zero, zero, zero))
+
+
+def vocab_logits(project, x_BCD):
+  """A chunk's logits [B, C, V], split over the vocabulary as the head's."""
+  return nn.with_logical_constraint(project(x_BCD), ('batch', 'length', 'vocab'))
+
+
+def over_chunks(term, inputs, chunk, zeros):
+  """The sums term(one chunk of each input) returns, added over the sequence's chunks of
+  `chunk` positions: a scan whose body is rematerialised, so neither pass holds more than
+  one chunk's logits [B, C, V]. inputs: arrays [B, L, ...]."""
+  B, L = inputs[0].shape[:2]
+  split = lambda a: a.reshape(B, L // chunk, chunk, *a.shape[2:]).swapaxes(0, 1)
 
   @jax.checkpoint
   def body(sums, chunk_inputs):
-    x_BCD, targets_BC, weights_BC = chunk_inputs
-    logits_BCV = nn.with_logical_constraint(project(x_BCD), ('batch', 'length', 'vocab'))
-    step = cross_entropy(logits_BCV, targets_BC, weights_BC, z_loss)
-    return tuple(a + b for a, b in zip(sums, step)), None
+    return tuple(a + b for a, b in zip(sums, term(*chunk_inputs))), None
 
-  zero = jnp.zeros((), jnp.float32)
-  sums, _ = jax.lax.scan(body, (zero, zero, zero),
-                         (split(x_BLD), split(targets_BL), split(weights_BL)))
+  sums, _ = jax.lax.scan(body, zeros, tuple(split(a) for a in inputs))
   return sums
 
 

@@ -35,6 +35,7 @@ from zoo.models import transformer
 from zoo import muon
 from zoo import optim
 from zoo.train import state as state_lib
+from zoo.train import teacher as teacher_lib
 
 
 def mesh_sizes_for(mesh_config, num_devices):
@@ -213,6 +214,17 @@ def muon_plan(boxed, rules, sizes, muon_config):
           'matrices_sharded': sharded, 'largest_stack_bytes_per_device': largest}
 
 
+def teacher_plan(config, sizes):
+  """train.teacher: its parameters, laid out by the student's rules on the same mesh (it
+  keeps no optimizer state or gradients)."""
+  teacher_config = teacher_lib.config_for(config)
+  boxed = counting.abstract_params(teacher_config)
+  total, held, _, _ = state_bytes(boxed, sharding.rules(config), sizes, teacher_config.optim)
+  return {'params': total, 'params_bytes_per_device': held['params'],
+          # its forward pass: a third of training's FLOPs (zoo/counting.py's convention)
+          'forward_flops_per_token': counting.flops_per_token(teacher_config, boxed) / 3}
+
+
 def _split(axes, sizes):
   axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
   return math.prod(sizes.get(a, 1) for a in axes)
@@ -310,6 +322,11 @@ def plan(run, num_devices=None, mesh_sizes=None, boxed=None):
         'bytes_saved_per_device': full['total'] - per_device['total']}
   if config.optim.name == 'muon':
     result['muon'] = muon_plan(boxed, sharding.rules(config), sizes, config.optim.muon)
+  if config.train.teacher.workdir:
+    result['teacher'] = teacher_plan(config, sizes)
+    per_device.pop('total')
+    per_device['teacher'] = result['teacher']['params_bytes_per_device']
+    per_device['total'] = sum(per_device.values())
   if m.moe.num_experts:
     result['moe'] = moe_communication(m, sizes.get('expert', 1))
   if sizes.get('context', 1) > 1:
@@ -388,6 +405,10 @@ def _model_lines(result):
         if 'attention_kernel' in result else []),
       'per device: ' + ', '.join(f'{k} {_gib(v)}' for k, v in result['per_device_bytes'].items()),
   ]
+  if 'teacher' in result:
+    lines.append(f"teacher (train.teacher): {result['teacher']['params']:,} parameters, "
+                 f"{_gib(result['teacher']['params_bytes_per_device'])} per device, its "
+                 f"forward {result['teacher']['forward_flops_per_token']:.4g} FLOPs/token")
   if 'muon' in result:
     u = result['muon']
     lines.append(f"muon: Newton-Schulz {u['flops_per_step_per_device']:.4g} FLOPs/step per "

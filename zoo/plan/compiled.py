@@ -49,12 +49,14 @@ def lower(run, mesh):
   parts = runtime.model_state(run, mesh)
   batch_sharding = sharding.batch_sharding(mesh)
   batch = families.abstract_batch(config, batch_sharding)
-  step = jax.jit(parts.train_step(config), in_shardings=(parts.shardings, batch_sharding),
+  teacher = (parts.teacher.shardings, parts.teacher.abstract) if parts.teacher else ()
+  step = jax.jit(parts.train_step(config),
+                 in_shardings=(parts.shardings, batch_sharding, *teacher[:1]),
                  out_shardings=(parts.shardings, sharding.replicated(mesh)),
                  donate_argnums=(0,))
   with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.rules(config)), kernels.target(
       mesh.devices.flat[0].platform):
-    return step.lower(parts.abstract, batch)
+    return step.lower(parts.abstract, batch, *teacher[1:])
 
 
 def _cost(compiled):

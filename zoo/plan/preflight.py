@@ -45,7 +45,7 @@ def check(run, devices=None):
     return
   parts = ', '.join(f'{name.replace("_", " ")} {needed[name] / GIB:.2f}'
                     for name in ('params', 'optimizer_state', 'gradients', 'update',
-                                 'activations', 'gathered') if needed[name])
+                                 'activations', 'gathered', 'teacher') if needed[name])
   answer = suggest.smallest(run)
   slice_ = (f'the smallest {suggest.GENERATION} slice it fits by the sweep\'s estimate is '
             f'{suggest.describe(answer)} (--mode=plan --plan_topology='

@@ -167,7 +167,8 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None):
   runs on platform `on` -> {'params', 'optimizer_state', 'gradients', 'update' (its
   temporaries; with microbatches the accumulated gradients too), 'activations' (what the
   backward keeps and the largest working set), 'gathered' (the weights fsdp gathers for a
-  layer, a circular pipeline's regrouped copy), 'total'}: the module docstring's memory
+  layer, a circular pipeline's regrouped copy), 'teacher' (train.teacher's parameters),
+  'total'}: the module docstring's memory
   model. traced: residuals.measure's for the mesh's context (the sweep's, computed once)."""
   m, t = config.model, config.train
   data, fsdp, tensor = sizes['data'], sizes['fsdp'], sizes['tensor']
@@ -212,8 +213,16 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None):
   update = held['gradients'] * (UPDATE + (t.microbatches > 1))
   out = {'params': held['params'], 'optimizer_state': held['optimizer_state'],
          'gradients': held['gradients'], 'update': update, 'activations': activations,
-         'gathered': gathered}
+         'gathered': gathered, 'teacher': _teacher_bytes(config, sizes)}
   return {**out, 'total': sum(out.values())}
+
+
+def _teacher_bytes(config, sizes):
+  """train.teacher's parameters per device (its forward's activations come and go before
+  the student's backward: not counted)."""
+  if not config.train.teacher.workdir:
+    return 0
+  return analytic.teacher_plan(config, sizes)['params_bytes_per_device']
 
 
 def _largest_layer_weight(boxed, tensor, expert):

@@ -44,6 +44,7 @@ def check(config, place, state, batch):
   None when nothing changed); Mismatch when no placement matches one device."""
   f32 = config.copy_and_resolve_references()
   f32.model.dtype = 'float32'
+  f32.train.teacher.workdir = ''  # the student's own step: a teacher's forward adds no split
   parts = runtime.model_state(run_lib.resolve(f32), place.mesh)
   one = _one_device(f32, parts, place, state, batch)
   got = _on_mesh(f32, parts, place, state, batch)
@@ -72,9 +73,7 @@ def _metrics(jitted, state, batch):
 
 
 def _on_mesh(config, parts, place, state, batch):
-  step = place.jit(parts.train_step(config), (parts.shardings, sharding.batch_sharding(place.mesh)),
-                   (parts.shardings, sharding.replicated(place.mesh)))
-  return _metrics(step, state, batch)
+  return _metrics(parts.jit_train_step(place, config), state, batch)
 
 
 def _one_device(config, parts, place, state, batch):

@@ -32,6 +32,7 @@ from zoo.train import runtime
 from zoo.train import spikes as spikes_lib
 from zoo.train import state as state_lib
 from zoo.train import stop as stop_lib
+from zoo.train import teacher as teacher_lib
 from zoo.train import watchdog as watchdog_lib
 
 
@@ -193,6 +194,7 @@ class _Built:
   data_iter: Any
   step: int
   state: dict
+  teacher: dict | None  # train.teacher's variables, read once
 
 
 def _build(run, workdir, place):
@@ -206,6 +208,8 @@ def _build(run, workdir, place):
   streams = runtime.input_streams(config, place.mesh)
   corpus = runtime.corpus(config, workdir)
   parts = runtime.model_state(run, place.mesh)
+  if parts.teacher:
+    teacher_lib.check_tokenizer(config, workdir, parts.teacher.config)
   run_config.check_shapes(changed, workdir, parts.abstract['params'])  # before a restore
   init = runtime.init_plan(config, parts)
   saved, local = runtime.checkpointer(config, workdir), runtime.local_tier(config)
@@ -215,7 +219,7 @@ def _build(run, workdir, place):
   run_config.write(config, workdir)
   return _Built(place, cache, streams, corpus, parts, init, saved, local,
                 run_config.describe(changed, previous, run, step), rollbacks, data_iter, step,
-                state)
+                state, parts.teacher and teacher_lib.restore(parts.teacher))
 
 
 def _start(config, place, state, saved, local, data_iter):
@@ -318,10 +322,8 @@ def _first_step(run, workdir, b, log, goodput, writer, task_eval):
     evaluate = evaluate_lib.evaluator(config, b.place, b.streams, b.corpus, b.parts, task_eval)
   header = _describe(run, workdir, b.place, b.streams, b.corpus, b.state['params'], b.step,
                      b.cache, b.init, b.notes + canary)
-  steps = _Steps(b.place.jit(
-      b.parts.train_step(config), (b.parts.shardings, sharding.batch_sharding(b.place.mesh)),
-      (b.parts.shardings, sharding.replicated(b.place.mesh)), donate_argnums=(0,)),
-      goodput, log, b.cache)
+  steps = _Steps(b.parts.jit_train_step(b.place, config, b.teacher, donate=True), goodput,
+                 log, b.cache)
   steps(b.state, batch[0])
   writer.write({**header, 'compile_seconds': round(steps.seconds, 2)})
   return steps, evaluate, batch

@@ -49,6 +49,7 @@ from zoo.train import local_tier as local_tier_lib
 from zoo.train import run_config
 from zoo.train import state as state_lib
 from zoo.train import step as step_lib
+from zoo.train import teacher as teacher_lib
 
 
 # ------------------------------------------------------------------- compile cache
@@ -287,26 +288,56 @@ class ModelState:
   init_fn: Callable  # rng -> state, to jit with out_shardings=shardings
   abstract: dict  # the train state as ShapeDtypeStructs with shardings
   shardings: dict
+  teacher: Any = None  # train.teacher: zoo/train/teacher.py's Teacher (nothing read yet)
 
   def loss_fn(self, config):
     return families.loss_fn(self.model, config)
 
   def train_step(self, config):
-    """The (unjitted) train step: loss, optimizer, schedule, train.microbatches."""
+    """The (unjitted) train step: loss, optimizer, schedule, train.microbatches; with a
+    teacher, (state, batch, teacher variables)."""
     return step_lib.make_train_step(self.loss_fn(config), self.optimizer,
                                     self.learning_rate_fn, config.train.microbatches,
                                     families.counts_fn(config),
                                     tuple(config.train.fault.nonfinite),
                                     state_lib.trainable(config.train.lora.rank,
                                                         self.abstract['params']),
-                                    config.optim.muon.qk_clip)
+                                    config.optim.muon.qk_clip,
+                                    self.teacher and self.teacher.model)
+
+  def jit_train_step(self, place, config, teacher_variables=None, donate=False):
+    """The train step jitted on `place`: (state, batch) -> (state, metrics), with the
+    teacher's variables (teacher_lib.restore) bound as its third argument."""
+    mesh = place.mesh
+    in_shardings = (self.shardings, sharding.batch_sharding(mesh))
+    if self.teacher:
+      in_shardings += (self.teacher.shardings,)
+    jitted = place.jit(self.train_step(config), in_shardings,
+                       (self.shardings, sharding.replicated(mesh)),
+                       donate_argnums=(0,) if donate else ())
+    return jitted if self.teacher is None else WithTeacher(jitted, teacher_variables)
+
+
+@dataclasses.dataclass(frozen=True)
+class WithTeacher:
+  """A jitted train step called (or compiled) with the teacher's variables appended."""
+  jitted: Any
+  teacher_variables: dict
+
+  def __call__(self, state, batch):
+    return self.jitted(state, batch, self.teacher_variables)
+
+  def compile(self, state, batch):
+    compiled = self.jitted.compile(state, batch, self.teacher_variables)
+    return lambda state, batch: compiled(state, batch, self.teacher_variables)
 
 
 def model_state(run, mesh):
   config = run.config
   model = families.build(config.model, config.train.lora)
   optimizer, init_fn, abstract, shardings = state_lib.make(model, config, mesh, run.schedule)
-  return ModelState(model, optimizer, run.schedule, init_fn, abstract, shardings)
+  teacher = teacher_lib.prepare(config, mesh) if config.train.teacher.workdir else None
+  return ModelState(model, optimizer, run.schedule, init_fn, abstract, shardings, teacher)
 
 
 def checkpointer(config, workdir):

@@ -82,7 +82,7 @@ def _max_logit_metrics(max_logits):
 
 
 def make_train_step(loss_fn, optimizer, learning_rate_fn, microbatches=1, counts_fn=None,
-                    nonfinite=(0, 0), trainable=None, qk_clip=0.0):
+                    nonfinite=(0, 0), trainable=None, qk_clip=0.0, teacher_model=None):
   """(state, batch) -> (state, metrics); a NaN/Inf loss or gradient leaves state unchanged.
   metrics: the loss's rows + grad_norm, learning_rate, nonfinite_streak, nonfinite_total.
   microbatches > 1: gradient accumulation; counts_fn(batch) gives the whole batch's loss
@@ -90,13 +90,16 @@ def make_train_step(loss_fn, optimizer, learning_rate_fn, microbatches=1, counts
   trainable: a tree of bools like the parameters (train.lora), None = all: only those are
   differentiated (the others' gradients are zeros the optimizer ignores). qk_clip > 0
   (optim.muon.qk_clip): MuonClip's QK-clip at that threshold after each update
-  (zoo/muon.py); logged max logits (model.attention.log_max_logit) join the metrics."""
+  (zoo/muon.py); logged max logits (model.attention.log_max_logit) join the metrics.
+  teacher_model (train.teacher): the step takes the teacher's variables as a third
+  argument and the loss distils from it (zoo/families/distill.py)."""
 
-  def objective(params, others, batch, rng, whole, step):
-    loss = loss_fn({'params': params, **others}, batch, rng, whole, step=step)
+  def objective(params, others, batch, rng, whole, step, teacher):
+    extra = {} if teacher is None else {'teacher': (teacher_model, teacher)}
+    loss = loss_fn({'params': params, **others}, batch, rng, whole, step=step, **extra)
     return loss.total, loss
 
-  def train_step(state, batch):
+  def train_step(state, batch, teacher=None):
     rng = jax.random.fold_in(state['rng'], state['step'])
     others = {k: v for k, v in state_lib.model_variables(state).items() if k != 'params'}
     params = state['params']
@@ -104,7 +107,8 @@ def make_train_step(loss_fn, optimizer, learning_rate_fn, microbatches=1, counts
       params = _poisoned(params, state['step'] + 1, nonfinite)
     chosen, whole, whole_grads = _differentiated(params, trainable)
     grad_fn = jax.value_and_grad(
-        lambda p, b, r, w: objective(whole(p), others, b, r, w, state['step']), has_aux=True)
+        lambda p, b, r, w: objective(whole(p), others, b, r, w, state['step'], teacher),
+        has_aux=True)
     if microbatches == 1:
       (_, loss), grads = grad_fn(chosen, batch, rng, None)
     else:
