@@ -225,3 +225,22 @@ def test_qk_clip_refuses_what_it_cannot_clip():
   with pytest.raises(config_lib.ConfigError, match='model.qk_norm normalises away'):
     helpers.smoke('qwen3_8b', 'optim.name=muon', 'optim.muon.qk_clip=100',
                   'model.attention.log_max_logit=True')
+
+
+def test_plan_counts_the_iteration_per_device_by_hand():
+  # one [6, 10] matrix, 5 iterations on its wide side: 4 x 6^2 x 10 + 2 x 6^3 FLOPs each
+  assert muon.ns_flops((2, 6, 10), muon.Matrix((0,), (1,), (2,)), 5) == 2 * 5 * (
+      4 * 36 * 10 + 2 * 216)
+  from zoo import counting
+  from zoo import sharding as sharding_lib
+  from zoo.plan import analytic
+  config = helpers.smoke('gpt_shakespeare', 'optim.name=muon')
+  boxed = counting.abstract_params(config)
+  rules = sharding_lib.rules(config)
+  one = analytic.muon_plan(boxed, rules, {'fsdp': 1}, config.optim.muon)
+  two = analytic.muon_plan(boxed, rules, {'fsdp': 2}, config.optim.muon)
+  # 2 layers x 7 projections; fsdp 2 moves to the layer dim: each device does half
+  assert one['matrices_whole_on_a_device'] == two['matrices_whole_on_a_device'] == 14
+  assert two['flops_per_step_per_device'] == pytest.approx(one['flops_per_step_per_device'] / 2)
+  four = analytic.muon_plan(boxed, rules, {'fsdp': 4}, config.optim.muon)
+  assert four['matrices_sharded'] == 14  # 2 layers cannot take 4 shards: fsdp stays on them

@@ -86,7 +86,7 @@ def placement(shape, matrix, spec, sizes, gather=True):
   count = stack_shape(shape, matrix)[0]
   if gather:
     for axis in rows + cols:
-      if count % (math.prod(sizes[a] for a in batch) * sizes[axis]) == 0:
+      if count % (math.prod(sizes.get(a, 1) for a in batch) * sizes.get(axis, 1)) == 0:
         batch.append(axis)
     rows = [a for a in rows if a not in batch]
     cols = [a for a in cols if a not in batch]

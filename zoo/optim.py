@@ -287,4 +287,5 @@ def _muon(o, learning_rate, param_specs, trainable, shardings):
                                _decayed_weights(o, learning_rate),
                                optax.scale_by_learning_rate(learning_rate))
   return _clipped(o, optax.multi_transform(
-      {'muon': orthogonalized, 'adamw': _adamw(o, learning_rate)}, labels))
+      {'muon': orthogonalized,
+       'adamw': _adamw(o, lambda step: o.muon.adamw_rate * learning_rate(step))}, labels))

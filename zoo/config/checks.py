@@ -450,6 +450,7 @@ def _validate_muon(o):
     raise ConfigError(f'optim.muon.momentum={m.momentum} must be in [0, 1)')
   _positive('optim.muon.ns_steps', m.ns_steps)
   _positive('optim.muon.update_rms', m.update_rms)
+  _positive('optim.muon.adamw_rate', m.adamw_rate)
   if m.qk_clip < 0:
     raise ConfigError(f'optim.muon.qk_clip={m.qk_clip} must be >= 0 (0 = off; Kimi K2: 100)')
 

@@ -390,6 +390,8 @@ def optim():
       'ns_steps': 5,  # Newton-Schulz iterations (Jordan's quintic)
       'update_rms': 0.2,  # update x this x sqrt(max(rows, cols)): AdamW's RMS (Moonlight eq. 4)
       'gather': True,  # each matrix's shards moved to its layer/expert dim for the iteration
+      # the AdamW leaves' rate, as a share of optim.learning_rate (Moonlight: 1, one rate)
+      'adamw_rate': 1.0,
       # MuonClip (Kimi K2): after each step, heads whose max logit passed this get their
       # query and key weights scaled back to it (K2: 100); 0 = off. Needs
       # model.attention.log_max_logit=True

@@ -101,6 +101,16 @@ def read(workdir):
   return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def finished_eval_loss(workdir):
+  """The last eval loss of a run that ended (benchmarks read finished runs), else None."""
+  if not storage.exists(storage.join(workdir, METRICS)):
+    return None
+  rows = read(workdir)
+  if not any(r.get('event') == 'end' for r in rows):
+    return None
+  return [r['eval_loss'] for r in rows if 'eval_loss' in r][-1]
+
+
 class CollapseWatch:
   """Warns when one expert of a MoE layer is chosen by more than moe.collapse_share of the
   tokens in moe.collapse_rows logged rows in a row (routing collapse)."""
