@@ -244,3 +244,14 @@ def test_plan_counts_the_iteration_per_device_by_hand():
   assert two['flops_per_step_per_device'] == pytest.approx(one['flops_per_step_per_device'] / 2)
   four = analytic.muon_plan(boxed, rules, {'fsdp': 4}, config.optim.muon)
   assert four['matrices_sharded'] == 14  # 2 layers cannot take 4 shards: fsdp stays on them
+
+
+def test_microbatches_log_the_batchs_max_logit_not_a_sum():
+  config = helpers.smoke('gpt_shakespeare', 'model.attention.log_max_logit=True')
+  sizes = {'data': 1, 'fsdp': 1, 'tensor': 1}
+  whole = helpers.train_steps(config, sizes, steps=1)[0][0]
+  config.train.microbatches = 2
+  split = helpers.train_steps(config, sizes, steps=1)[0][0]
+  np.testing.assert_allclose(split['max_logit_per_layer'], whole['max_logit_per_layer'],
+                             rtol=1e-6)
+  assert float(whole['max_logit']) == pytest.approx(max(whole['max_logit_per_layer']))
