@@ -124,3 +124,15 @@ def test_plan_counts_the_teacher_and_bad_teachers_get_one_line(teacher_dir):
   with pytest.raises(config_lib.ConfigError, match='no config.json .* or config.py'):
     teacher_lib.config_for(helpers.smoke('gpt_shakespeare',
                                          f'train.teacher.workdir={teacher_dir}/nothing'))
+
+
+def test_the_preflight_refuses_a_teacher_that_does_not_fit_beside_the_student(tmp_path):
+  """A 70B teacher (its config alone: the preflight reads no weights) beside the smoke."""
+  from zoo.plan import preflight
+  from zoo.train import run_config
+  big = helpers.load(helpers.config_file('llama3_70b', arg=None), ['model.vocab_size=512'])
+  run_config.write(big, str(tmp_path))
+  run = run_lib.load(helpers.config_file('gpt_shakespeare'),
+                     [f'train.teacher.workdir={tmp_path}'])
+  with pytest.raises(config_lib.ConfigError, match=r'needs ~\d+\.\d GiB per device \(.*teacher '):
+    preflight.check(run, jax.devices()[:1])
