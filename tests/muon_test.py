@@ -12,9 +12,15 @@ from jax.sharding import PartitionSpec as P
 
 from tests import helpers
 from zoo import config as config_lib
+from zoo import counting
 from zoo import families
 from zoo import muon
 from zoo import optim
+from zoo import run as run_lib
+from zoo import sharding as sharding_lib
+from zoo.plan import analytic
+from zoo.train import loop
+from zoo.train import metrics as metrics_lib
 
 
 def _numpy_newton_schulz(x, steps):
@@ -198,8 +204,6 @@ def test_qk_clip_brings_each_heads_max_logit_down_to_the_threshold(name, overrid
 
 
 def _muon_run(tmp_path, clip):
-  from zoo import run as run_lib
-  from zoo.train import loop, metrics as metrics_lib
   overrides = ['optim.name=muon', 'model.attention.log_max_logit=True', 'train.steps=40',
                'optim.learning_rate=0.1', 'optim.weight_decay=0', 'optim.warmup_steps=1',
                'optim.schedule=constant', 'train.eval_every=100', 'train.checkpoint_every=40',
@@ -231,9 +235,6 @@ def test_plan_counts_the_iteration_per_device_by_hand():
   # one [6, 10] matrix, 5 iterations on its wide side: 4 x 6^2 x 10 + 2 x 6^3 FLOPs each
   assert muon.ns_flops((2, 6, 10), muon.Matrix((0,), (1,), (2,)), 5) == 2 * 5 * (
       4 * 36 * 10 + 2 * 216)
-  from zoo import counting
-  from zoo import sharding as sharding_lib
-  from zoo.plan import analytic
   config = helpers.smoke('gpt_shakespeare', 'optim.name=muon')
   boxed = counting.abstract_params(config)
   rules = sharding_lib.rules(config)

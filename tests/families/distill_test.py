@@ -3,6 +3,8 @@ numpy, chunked against whole, a distilled student against one trained from scrat
 same step on a mesh and on one device, the plan's count, and the teacher refused in one
 line where it cannot teach."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,11 +14,14 @@ from tests import helpers
 from zoo import config as config_lib
 from zoo import run as run_lib
 from zoo import sharding
+from zoo.data import corpus as corpus_lib
 from zoo.families import distill
 from zoo.families import loss as loss_lib
 from zoo.plan import analytic
+from zoo.plan import preflight
 from zoo.train import loop
 from zoo.train import metrics as metrics_lib
+from zoo.train import run_config
 from zoo.train import runtime
 from zoo.train import teacher as teacher_lib
 
@@ -128,11 +133,19 @@ def test_plan_counts_the_teacher_and_bad_teachers_get_one_line(teacher_dir):
 
 def test_the_preflight_refuses_a_teacher_that_does_not_fit_beside_the_student(tmp_path):
   """A 70B teacher (its config alone: the preflight reads no weights) beside the smoke."""
-  from zoo.plan import preflight
-  from zoo.train import run_config
   big = helpers.load(helpers.config_file('llama3_70b', arg=None), ['model.vocab_size=512'])
   run_config.write(big, str(tmp_path))
   run = run_lib.load(helpers.config_file('gpt_shakespeare'),
                      [f'train.teacher.workdir={tmp_path}'])
   with pytest.raises(config_lib.ConfigError, match=r'needs ~\d+\.\d GiB per device \(.*teacher '):
     preflight.check(run, jax.devices()[:1])
+
+
+def test_a_teacher_that_read_another_tokenizer_is_refused(teacher_dir, tmp_path):
+  config = helpers.smoke('gpt_shakespeare', f'train.teacher.workdir={teacher_dir}')
+  mine = corpus_lib.tokenizer_path(config.data, str(tmp_path))
+  os.makedirs(os.path.dirname(mine))
+  with open(mine, 'wb') as f:
+    f.write(b'another tokenizer')
+  with pytest.raises(config_lib.ConfigError, match="its tokenizer .* is not the student's"):
+    teacher_lib.check_tokenizer(config, str(tmp_path), teacher_lib.config_for(config))
