@@ -14,6 +14,7 @@ from tests import helpers
 from zoo import config as config_lib
 from zoo import run as run_lib
 from zoo import sharding
+from zoo.convert import hf
 from zoo.data import corpus as corpus_lib
 from zoo.families import distill
 from zoo.families import loss as loss_lib
@@ -92,9 +93,9 @@ def test_a_distilled_student_beats_the_same_student_from_scratch(teacher_dir, tm
   assert taught < scratch - 0.05
 
 
-def _distilled_steps(teacher_dir, sizes):
+def _distilled_steps(teacher_dir, sizes, *overrides):
   config = helpers.smoke('gpt_shakespeare', f'train.teacher.workdir={teacher_dir}',
-                         'train.teacher.temperature=2.0')
+                         'train.teacher.temperature=2.0', *overrides)
   config.mesh.update(sizes)
   run = run_lib.resolve(config_lib.check(config))
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:int(np.prod(list(sizes.values())))])
@@ -149,3 +150,16 @@ def test_a_teacher_that_read_another_tokenizer_is_refused(teacher_dir, tmp_path)
     f.write(b'another tokenizer')
   with pytest.raises(config_lib.ConfigError, match="its tokenizer .* is not the student's"):
     teacher_lib.check_tokenizer(config, str(tmp_path), teacher_lib.config_for(config))
+
+
+def test_a_teacher_imported_from_hugging_face_teaches(tmp_path):
+  """zoo.convert.hf's workdir (config.py, the weights its train.init_params names) as the
+  teacher: its parameters are read as imported, and the KL to it is finite and positive."""
+  fixture = os.path.join(helpers.REPO, 'tests', 'fixtures', 'hf', 'llama')
+  hf.write_workdir(fixture, str(tmp_path))
+  teacher_config = teacher_lib.config_for(helpers.smoke(
+      'gpt_shakespeare', f'train.teacher.workdir={tmp_path}', 'model.vocab_size=384'))
+  assert teacher_config.train.init_params == os.path.join(str(tmp_path), 'imported')
+  rows = _distilled_steps(str(tmp_path), {'data': 1, 'fsdp': 1, 'tensor': 1},
+                          'model.vocab_size=384')
+  assert all(np.isfinite(loss) and kl > 0 for loss, kl in rows)
