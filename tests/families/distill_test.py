@@ -115,6 +115,11 @@ def test_distillation_on_a_mesh_gives_one_devices_losses(teacher_dir):
   mesh = _distilled_steps(teacher_dir, {'data': 2, 'fsdp': 2, 'tensor': 2})
   assert np.all(np.array(one)[:, 1] > 0)
   np.testing.assert_allclose(mesh, one, rtol=2e-5)
+  # the teacher's matmuls in int8: its distribution, so the KL, moves only a little
+  int8 = _distilled_steps(teacher_dir, {'data': 1, 'fsdp': 1, 'tensor': 1},
+                          'train.teacher.quant=int8')
+  np.testing.assert_allclose(np.array(int8)[:, 1], np.array(one)[:, 1], rtol=0.05)
+  assert not np.allclose(np.array(int8)[:, 1], np.array(one)[:, 1], rtol=1e-6)
 
 
 def test_plan_counts_the_teacher_and_bad_teachers_get_one_line(teacher_dir):

@@ -83,6 +83,8 @@ def _validate_teacher(teacher, m):
   if not 0 < teacher.weight <= 1 or teacher.temperature <= 0:
     raise ConfigError(f'train.teacher.weight={teacher.weight} must be in (0, 1] and '
                       f'train.teacher.temperature={teacher.temperature} > 0')
+  if teacher.quant:
+    _one_of('train.teacher.quant', teacher.quant, ('none', 'int8', 'fp8'))
   if not 0 <= teacher.top_k <= m.vocab_size:
     raise ConfigError(f'train.teacher.top_k={teacher.top_k} must be in [0, model.vocab_size='
                       f'{m.vocab_size}] (0 = the whole vocabulary)')

@@ -299,9 +299,10 @@ def _train():
   # imported Hugging Face checkpoint included: zoo.convert.hf) run in the same step on the
   # same mesh; the loss is (1 - weight) x cross-entropy + weight x temperature^2 x KL to
   # the teacher's distribution at that temperature, over its top_k ids (0 = the whole
-  # vocabulary); a decoder teacher of the student's vocabulary and tokenizer
+  # vocabulary); a decoder teacher of the student's vocabulary and tokenizer; quant: its
+  # forward's matmuls in 'int8' or 'fp8' (model.quant's), '' = as its config has them
   t.teacher = ml_collections.ConfigDict({'workdir': '', 'weight': 0.5, 'temperature': 1.0,
-                                         'top_k': 0})
+                                         'top_k': 0, 'quant': ''})
   # gradient accumulation: each step's global batch runs as this many microbatches (rows
   # j, j+k, j+2k, ... of every stream's share), gradients summed in float32, one update
   t.microbatches = 1

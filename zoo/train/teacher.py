@@ -63,6 +63,8 @@ def config_for(config):
     teacher.model.dropout_rate = 0.0
     teacher.model.attention.log_max_logit = False
     teacher.train.lora.rank = 0
+    if t.quant:
+      teacher.model.quant.mode = t.quant
   return teacher
 
 
