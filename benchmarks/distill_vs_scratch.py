@@ -25,6 +25,8 @@ STUDENTS = {
     'distilled (weight 0.5, whole vocabulary)': ['--config.train.teacher.weight=0.5'],
     'distilled (weight 1, the teacher\'s top 64)': ['--config.train.teacher.weight=1.0',
                                                    '--config.train.teacher.top_k=64'],
+    'distilled (weight 0.5, the teacher\'s top 64)': ['--config.train.teacher.weight=0.5',
+                                                     '--config.train.teacher.top_k=64'],
 }
 
 
