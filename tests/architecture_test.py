@@ -11,7 +11,7 @@ LAYERS = (
     ('errors', 'platform', 'progress'),
     ('cli', 'sharding', 'storage'),
     ('config', 'kernels'),
-    ('collectives',),
+    ('collectives', 'muon'),
     ('models',),
     ('families',),
     ('phases',),

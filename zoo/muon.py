@@ -200,12 +200,13 @@ def qk_clip(params, max_logits, threshold):
   return params
 
 
-def _scaled(leaf, factor_H, head_axis, lead):
-  """leaf times factor [*lead, H] broadcast along the leaf's head axis."""
+def _scaled(leaf, factor, head_axis, lead):
+  """leaf times factor (leading dims `lead` of the leaf's, then its heads) broadcast along
+  the leaf's head axis."""
   shape = [1] * leaf.ndim
   shape[:lead] = leaf.shape[:lead]
   shape[head_axis] = leaf.shape[head_axis]
-  return (leaf * factor_H.reshape(shape)).astype(leaf.dtype)
+  return (leaf * factor.reshape(shape)).astype(leaf.dtype)
 
 
 def _clipped_attention(module, gamma):

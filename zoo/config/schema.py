@@ -295,14 +295,7 @@ def _train():
   # a b x alpha / rank
   t.lora = ml_collections.ConfigDict({'rank': 0, 'alpha': 16.0, 'dropout': 0.0,
                                       'targets': 'query,value'})
-  # logit distillation (zoo/families/distill.py): a frozen teacher (a zoo workdir, an
-  # imported Hugging Face checkpoint included: zoo.convert.hf) run in the same step on the
-  # same mesh; the loss is (1 - weight) x cross-entropy + weight x temperature^2 x KL to
-  # the teacher's distribution at that temperature, over its top_k ids (0 = the whole
-  # vocabulary); a decoder teacher of the student's vocabulary and tokenizer; quant: its
-  # forward's matmuls in 'int8' or 'fp8' (model.quant's), '' = as its config has them
-  t.teacher = ml_collections.ConfigDict({'workdir': '', 'weight': 0.5, 'temperature': 1.0,
-                                         'top_k': 0, 'quant': ''})
+  t.teacher = _teacher()  # logit distillation (its fields: _teacher below)
   # gradient accumulation: each step's global batch runs as this many microbatches (rows
   # j, j+k, j+2k, ... of every stream's share), gradients summed in float32, one update
   t.microbatches = 1
@@ -353,6 +346,16 @@ def _train():
   t.fault = ml_collections.ConfigDict({'hang_step': 0, 'spike_step': 0, 'nonfinite': (0, 0),
                                        'kill_in_save': 0})
   return t
+
+def _teacher():
+  # logit distillation (zoo/families/distill.py): a frozen teacher (a zoo workdir, an
+  # imported Hugging Face checkpoint included: zoo.convert.hf) run in the same step on the
+  # same mesh; the loss is (1 - weight) x cross-entropy + weight x temperature^2 x KL to
+  # the teacher's distribution at that temperature, over its top_k ids (0 = the whole
+  # vocabulary); a decoder teacher of the student's vocabulary and tokenizer; quant: its
+  # forward's matmuls in 'int8' or 'fp8' (model.quant's), '' = as its config has them
+  return ml_collections.ConfigDict({'workdir': '', 'weight': 0.5, 'temperature': 1.0,
+                                   'top_k': 0, 'quant': ''})
 
 def optim():
   o = ml_collections.ConfigDict()
