@@ -19,7 +19,9 @@ from zoo import muon
 from zoo import phases as phases_lib
 from zoo.errors import ConfigError
 
-NO_DECAY_LEAVES = ('scale', 'bias')  # norm gains and biases; Flax names them so
+# norm gains, biases (Flax names them so; the experts' are wi_0_bias, ..., router_bias) and
+# attention sinks
+NO_DECAY_LEAVES = ('scale', 'bias', 'sinks')
 PARAM_SCALE_FLOOR = 1e-3  # Adafactor's epsilon_2: the smallest parameter RMS a step scales by
 
 
@@ -76,9 +78,11 @@ def wsd_decay_steps(optim_config, total):
 # ---------------------------------------------------------------------------- AdamW
 
 def decay_mask(params):
-  """True where weight decay applies: every leaf but norm scales and biases."""
-  return jax.tree_util.tree_map_with_path(
-      lambda path, _: getattr(path[-1], 'key', None) not in NO_DECAY_LEAVES, params)
+  """True where weight decay applies: every leaf but norm scales, biases and sinks."""
+  def decays(path, _):
+    name = str(getattr(path[-1], 'key', ''))
+    return name not in NO_DECAY_LEAVES and not name.endswith('_bias')
+  return jax.tree_util.tree_map_with_path(decays, params)
 
 
 def _decayed_weights(o, learning_rate):

@@ -48,6 +48,29 @@ def deepseek(c, max_length=163_840):
   return c
 
 
+def gpt_oss(c):
+  """gpt-oss (OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card"; the models' config.json
+  and transformers' GptOss): Llama's pre-RMSNorm block (eps 1e-5) with 64 query heads of 64
+  sharing 8, biases on the attention projections, a learned sink logit per head, layers
+  alternating a 128-token sliding window and full attention (the window first), YaRN x32
+  over a 4,096-token original context (RoPE base 150,000, not truncated) on every layer,
+  and in every layer a dropless MoE of clamped-SwiGLU experts (limit 7, alpha 1.702) with
+  biases, top-4 of a biased router's softmax, renormalised; a 201,088-token vocabulary
+  (o200k_harmony), untied, a 131,072-token context."""
+  llama(c, rope_theta=150_000.0, max_length=131_072, norm_eps=1e-5)
+  m = c.model
+  m.vocab_size, m.d_model, m.num_heads, m.num_kv_heads, m.head_dim = 201_088, 2880, 64, 8, 64
+  m.activation, m.swiglu_limit, m.swiglu_alpha = 'clamped_swiglu', 7.0, 1.702
+  m.rope_scaling.update(type='yarn', factor=32.0, original_max_length=4096, beta_fast=32.0,
+                        beta_slow=1.0, truncate=False)
+  a = m.attention
+  a.pattern, a.window, a.sinks, a.use_bias = 'LG', 128, True, True
+  o = m.moe
+  o.top_k, o.every, o.expert_mlp_dim, o.use_bias = 4, 1, 2880, True
+  o.normalize_top_k, o.capacity_factor, o.router = True, 0.0, 'softmax'
+  return c
+
+
 def gemma(c, version, max_length):
   """Gemma 2 / 3 (Gemma Team 2024, 2025; the models' config.json): pre- and post-RMSNorm
   around each sublayer (eps 1e-6), GeGLU (tanh GELU), RoPE, no biases, embeddings x

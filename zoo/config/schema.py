@@ -8,7 +8,7 @@ import os
 
 import ml_collections
 
-ACTIVATIONS = ('relu', 'gelu', 'gelu_tanh', 'swiglu', 'geglu')
+ACTIVATIONS = ('relu', 'gelu', 'gelu_tanh', 'swiglu', 'geglu', 'clamped_swiglu')
 NORMS = ('layernorm', 'rmsnorm')
 NORM_POSITIONS = ('pre', 'post')
 BLOCKS = ('sequential', 'parallel')
@@ -88,6 +88,9 @@ def _model():
   m.head_dim = 0  # 0 = d_model // num_heads
   m.mlp_dim = 2048
   m.activation = 'swiglu'
+  # 'clamped_swiglu' (gpt-oss): min(g, limit) sigmoid(alpha min(g, limit)) (clip(u, +-limit) + 1)
+  m.swiglu_limit = 7.0  # gpt-oss config.swiglu_limit
+  m.swiglu_alpha = 1.702  # gpt-oss config.swiglu_alpha
   m.norm = 'rmsnorm'
   m.norm_position = 'pre'
   m.norm_eps = 1e-6
@@ -107,7 +110,8 @@ def _model():
       'original_max_length': 8192, 'beta_fast': 32.0, 'beta_slow': 1.0,
       'attention_factor': 0.0, 'mscale': 0.0, 'mscale_all_dim': 0.0, 'truncate': True})
   # with model.attention.pattern: the local layers' RoPE base (Gemma 3: 10,000 where global
-  # layers have 1,000,000), without rope_scaling, which is the global layers'; 0 = rope_theta
+  # layers have 1,000,000), without rope_scaling, which is the global layers'; 0 = rotated
+  # as the global layers, rope_scaling included (gpt-oss)
   m.rope_local_theta = 0.0
   m.relative_buckets = 32  # t5_bias: buckets per stack's table
   m.relative_max_distance = 128  # t5_bias: offsets beyond share the last bucket
@@ -162,6 +166,10 @@ def _attention_and_matmuls(m):
       # RoPE base), 'G' global; Gemma 2 'LG', Gemma 3 'LLLLLG'; '' = every layer alike
       'pattern': '',
       'softcap': 0.0,  # Gemma 2: attention logits cap x tanh(logits / cap); 0 = none
+      # gpt-oss: a learned logit per head that joins each row's softmax normalizer (the row
+      # may give its probability to no key); splash and xla take it, flash_bias and gpu not
+      'sinks': False,
+      'use_bias': False,  # biases on the q, k, v and out projections (gpt-oss); or model.use_bias
       # logits x query_scale^-0.5 (Gemma: query_pre_attn_scalar); 0 = head_dim
       'query_scale': 0.0,
       'block_q': 0,  # splash/flash_bias blocks; 0 = min(512, length); must divide it
@@ -192,6 +200,7 @@ def _attention_and_matmuls(m):
 def _moe():
   return ml_collections.ConfigDict({
       'num_experts': 0,  # 0 = dense MLPs
+      'use_bias': False,  # gpt-oss: biases on the router's logits and the experts' matmuls
       'top_k': 2,
       # top-k gates renormalised to sum to 1 (Mixtral, Qwen 3's norm_topk_prob); False: the
       # router's probabilities as they are (top_k = 1 always keeps them: Switch)

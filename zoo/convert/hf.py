@@ -6,7 +6,9 @@
 Architectures: GPT-2, BERT (ForPreTraining and ForMaskedLM), T5 v1.0 / v1.1 / mT5 / umT5,
 Llama (1/2/3/3.1+: GQA, any rope_theta, the 'llama3', 'linear', 'dynamic' and 'yarn' rope
 scalings), Mistral, Mixtral, Qwen 3 (dense and MoE), Gemma 2, Gemma 3 (ForCausalLM, and the
-text model of a ForConditionalGeneration: zoo/convert/hf_gemma.py); the
+text model of a ForConditionalGeneration: zoo/convert/hf_gemma.py), DeepSeek-V3
+(zoo/convert/hf_deepseek.py), gpt-oss (its MXFP4 experts dequantized on import:
+zoo/convert/hf_gpt_oss.py); the
 ForSequenceClassification heads of BERT, GPT-2, Llama and Mistral (model.num_labels,
 model.label_names: a decoder reads each row's last token, as transformers' last non-pad
 token on right-padded rows whose text holds no pad id). Each is a table
@@ -37,6 +39,7 @@ from zoo import storage
 from zoo.config import ConfigError
 from zoo.convert import hf_deepseek
 from zoo.convert import hf_gemma
+from zoo.convert import hf_gpt_oss
 from zoo.convert.hf_rules import ConvertError
 from zoo.convert.hf_rules import attention as _attention
 from zoo.convert.hf_rules import dense as _dense
@@ -303,6 +306,10 @@ def _deepseek(hf, names):
   return _imported(hf_deepseek.config(hf, names))
 
 
+def _gpt_oss(hf, names):
+  return _imported(hf_gpt_oss.config(hf, names))
+
+
 def _t5gemma(hf, names):
   return _imported(hf_gemma.t5gemma_config(hf, names))
 
@@ -356,6 +363,9 @@ ARCHITECTURES = {
                                 hf_deepseek.from_rules, state=hf_deepseek.routing_bias,
                                 state_tensors=hf_deepseek.routing_bias_tensors,
                                 others=('DeepseekV3Model',)),
+    'gpt_oss': Architecture(_gpt_oss, hf_gpt_oss.rules, ('GptOssForCausalLM',),
+                            hf_gpt_oss.to_rules, hf_gpt_oss.from_rules,
+                            others=('GptOssModel',)),
     't5gemma': Architecture(_t5gemma, hf_gemma.t5gemma_rules,
                             ('T5GemmaForConditionalGeneration',)),
     'gemma3': Architecture(_gemma, hf_gemma.rules, ('Gemma3ForConditionalGeneration',),
@@ -592,6 +602,8 @@ def _hf_config(config):
     return hf_gemma.t5gemma_hf_config(config)
   if family == 'deepseek_v3':
     return hf_deepseek.hf_config(config)
+  if family == 'gpt_oss':
+    return hf_gpt_oss.hf_config(config)
   hf = {'model_type': family, 'vocab_size': m.vocab_size, 'hidden_size': m.d_model,
         'num_hidden_layers': m.num_layers, 'num_attention_heads': m.num_heads,
         'num_key_value_heads': dims.kv_heads(m), 'head_dim': dims.head_dim(m),
@@ -640,7 +652,7 @@ def save(config, params, path, moe_bias=None):
   if m.moe.num_experts and family != 'deepseek_v3' and (
       m.moe.every != 1 or m.moe.num_shared_experts or m.moe.capacity_factor):
     raise ConvertError('save: only Mixtral-style experts (every layer, dropless, no shared '
-                       'experts) and DeepSeek-V3\'s have a Hugging Face layout')
+                       'experts; gpt-oss\'s too) and DeepSeek-V3\'s have a Hugging Face layout')
   hf = _hf_config(config)
   hf.setdefault('architectures', list(arch.architectures))
   if m.num_labels:

@@ -148,6 +148,8 @@ def hf_model_type(m):
     return 'gpt2'
   if m.mla.kv_lora_rank:
     return 'deepseek_v3'
+  if m.attention.sinks:
+    return 'gpt_oss'
   if m.sandwich_norm:
     return 'gemma3_text' if m.qk_norm else 'gemma2'
   if m.qk_norm:

@@ -15,6 +15,11 @@
   xla on CPU; xla where the chosen kernel cannot take the call (lengths it cannot block,
   float32 on GPU). `resolve` says what ran and why.
 
+Attention sinks (gpt-oss: a learned logit per head in every row's softmax normalizer) run
+in the reference, the CPU causal blocks, splash (its own `sinks` argument), both rings and
+the decoding paths; flash_bias and cuDNN take none, so 'auto' passes over them to xla and
+says why, as for soft-capping.
+
 On a mesh with a `context` axis (mesh.context > 1) self-attention over a sequence that
 splits evenly runs ring attention instead, with no position bias: its local blocks in
 splash (zoo/kernels/ring_splash.py) where 'splash', or 'auto' on TPU, takes the chunk
@@ -46,6 +51,7 @@ from zoo.kernels import splash
 
 KERNELS = ('auto', 'xla', 'splash', 'flash_bias', 'gpu')
 SOFTCAP_REFUSED = ('flash_bias', 'gpu')  # kernels without logit soft-capping
+SINKS_REFUSED = ('flash_bias', 'gpu')  # kernels without attention sinks
 _target = []
 
 
@@ -63,18 +69,25 @@ def platform():
   return _target[-1] if _target else jax.default_backend()
 
 
-def resolve(kernel, has_bias=False, dtype=None, lengths=None, on=None, softcap=False):
+def resolve(kernel, has_bias=False, dtype=None, lengths=None, on=None, softcap=False,
+            sinks=False):
   """-> (kernel that runs, why) for the requested kernel on platform `on` (default: now);
-  `lengths` = (query length, key length) when known; softcap: the logits are soft-capped."""
+  `lengths` = (query length, key length) when known; softcap: the logits are soft-capped;
+  sinks: the softmax has attention sinks."""
   on = on or platform()
   if kernel == 'auto':
     chosen, why = _auto(has_bias, dtype, lengths, on)
     if softcap and chosen in SOFTCAP_REFUSED:
       return 'xla', f'auto on {on}: {chosen} cannot soft-cap the logits'
+    if sinks and chosen in SINKS_REFUSED:
+      return 'xla', f'auto on {on}: {chosen} takes no attention sinks'
     return chosen, why
   if softcap and kernel in SOFTCAP_REFUSED:
     raise ValueError(f'model.attention.kernel={kernel!r} cannot soft-cap the logits '
                      "(model.attention.softcap); use 'auto', 'splash' or 'xla'")
+  if sinks and kernel in SINKS_REFUSED:
+    raise ValueError(f'model.attention.kernel={kernel!r} takes no attention sinks '
+                     "(model.attention.sinks); use 'auto', 'splash' or 'xla'")
   if kernel == 'gpu' and on != 'gpu':
     raise ValueError(f"model.attention.kernel='gpu' needs a GPU, this is {on}; use 'auto' or "
                      "'xla'")
@@ -122,21 +135,22 @@ def prepare_bias(kernel, bias, dtype, kv_cache=False):
 
 
 def attention(query, key, value, mask=None, bias=None, scale=None, kernel='xla',
-              block_sizes=(0, 0), softcap=0.0):
+              block_sizes=(0, 0), softcap=0.0, sinks=None):
   """query [B, L, H, K], key/value [B, S, G, K]; `mask` a mask.Mask (or, for 'xla', a boolean
   array or None); `bias` None, a bias.PositionBias (flash_bias) or an array broadcastable to
-  [B, H, L, S]; softcap > 0: the scaled logits soft-capped (Gemma 2). -> [B, L, H, K]."""
+  [B, H, L, S]; softcap > 0: the scaled logits soft-capped (Gemma 2); sinks None or [H]
+  (gpt-oss). -> [B, L, H, K]."""
   scale = query.shape[-1] ** -0.5 if scale is None else scale
   if _rings(query, key, mask):
     if bias is not None:
       raise ValueError('ring attention (mesh.context > 1) takes no position bias; use '
                        'mesh.context=1 for t5_bias or alibi')
-    return _ring(query, key, value, mask, scale, kernel, block_sizes, softcap)
+    return _ring(query, key, value, mask, scale, kernel, block_sizes, softcap, sinks)
   if isinstance(mask, mask_lib.Mask) and mask.kv_cache:  # decoding: a few queries, the cache
     name = 'xla'
   else:
     name, _ = resolve(kernel, bias is not None, query.dtype, (query.shape[1], key.shape[1]),
-                      softcap=bool(softcap))
+                      softcap=bool(softcap), sinks=sinks is not None)
   if name != 'xla' and not isinstance(mask, mask_lib.Mask):
     raise ValueError(f'kernel {name!r} needs a zoo.kernels.mask.Mask (segment ids, causal, '
                      "window), not a dense mask; use kernel 'xla' for arbitrary masks")
@@ -153,14 +167,14 @@ def attention(query, key, value, mask=None, bias=None, scale=None, kernel='xla',
     bias = bias.dense()
   if name == 'splash':
     return splash.attention(query, key, value, mask, scale, block_sizes, interpret=interpret,
-                            softcap=softcap)
+                            softcap=softcap, sinks=sinks)
   if name == 'gpu':
     return gpu.attention(query, key, value, mask, bias, scale)
   if (platform() == 'cpu' and isinstance(mask, mask_lib.Mask) and
       causal.supports(mask, query.shape[1], key.shape[1])):
-    return causal.attention(query, key, value, mask, bias, scale, softcap)
+    return causal.attention(query, key, value, mask, bias, scale, softcap, sinks)
   dense = mask.dense() if isinstance(mask, mask_lib.Mask) else mask
-  return reference.dot_product_attention(query, key, value, dense, bias, scale, softcap)
+  return reference.dot_product_attention(query, key, value, dense, bias, scale, softcap, sinks)
 
 
 def _rings(query, key, mask):
@@ -185,27 +199,30 @@ def ring_blocks(kernel, causal, local_length, on=None):
   return 'splash' if kernel == 'splash' or (kernel == 'auto' and on_tpu) else 'xla'
 
 
-def _ring(query, key, value, mask, scale, kernel, block_sizes, softcap=0.0):
+def _ring(query, key, value, mask, scale, kernel, block_sizes, softcap=0.0, sinks=None):
   if mask.window and not mask.causal:
     raise ValueError('ring attention (mesh.context > 1) takes causal windows only, not a '
                      "bidirectional stack's two-sided one; use mesh.context=1")
   local_length = query.shape[1] // sharding.axis_size('context')
+  heads = () if sinks is None else (sinks,)
   balanced = mask.slots is not None  # splash's causal blocks assume ring.balance's layout
   if (balanced or not mask.causal) and ring_blocks(kernel, mask.causal,
                                                     local_length) == 'splash':
     interpret = jax.default_backend() == 'cpu' and platform() == 'cpu'
-    local = lambda q, k, v, q_segments, kv_segments: ring_splash.ring_attention(
-        q, k, v, q_segments, kv_segments, axis='context', causal=mask.causal,
+    local = lambda q, k, v, q_segments, kv_segments, *sinks: ring_splash.ring_attention(
+        q, k, v, q_segments, kv_segments, *sinks, axis='context', causal=mask.causal,
         window=mask.window, scale=scale, blocks=block_sizes, interpret=interpret,
         softcap=softcap)
     return shard.over_mesh(local, query, key, value,
-                           rows=(mask.q_segment_ids, mask.kv_segment_ids), sequence=True)
+                           rows=(mask.q_segment_ids, mask.kv_segment_ids), sequence=True,
+                           head_params=heads)
   slots = mask.slots
   if slots is None:
     slots = jnp.broadcast_to(jnp.arange(query.shape[1], dtype=jnp.int32), query.shape[:2])
-  local = lambda q, k, v, q_slots, kv_slots, q_segments, kv_segments: ring.ring_attention(
-      q, k, v, q_slots, kv_slots, q_segments, kv_segments, axis='context',
-      causal=mask.causal, window=mask.window, scale=scale, softcap=softcap)
+  local = lambda q, k, v, q_slots, kv_slots, q_segments, kv_segments, *sinks: (
+      ring.ring_attention(q, k, v, q_slots, kv_slots, q_segments, kv_segments, *sinks,
+                          axis='context', causal=mask.causal, window=mask.window, scale=scale,
+                          softcap=softcap))
   return shard.over_mesh(local, query, key, value,
                          rows=(slots, slots, mask.q_segment_ids, mask.kv_segment_ids),
-                         sequence=True)
+                         sequence=True, head_params=heads)

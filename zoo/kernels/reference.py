@@ -16,12 +16,15 @@ def soft_cap(logits, cap):
   return cap * jnp.tanh(logits / cap) if cap else logits
 
 
-def dot_product_attention(query, key, value, mask=None, bias=None, scale=None, softcap=0.0):
+def dot_product_attention(query, key, value, mask=None, bias=None, scale=None, softcap=0.0,
+                          sinks=None):
   """softmax(soft_cap(q k^T * scale) + bias, masked) v with query [B,L,H,K], key/value
   [B,S,G,K].
 
   G must divide H (GQA; G = 1 is MQA). scale defaults to K^-0.5. Logits and softmax run in
-  float32; the result has the query's dtype.
+  float32; the result has the query's dtype. sinks [H] (gpt-oss): a learned logit per head
+  that joins every row's softmax normalizer and takes its share of probability to no value,
+  so a row may attend to nothing (a padding query's output is 0).
   """
   q_BLHK, k_BSGK, v_BSGK = query, key, value
   B, L, H, K = q_BLHK.shape
@@ -37,9 +40,20 @@ def dot_product_attention(query, key, value, mask=None, bias=None, scale=None, s
     logits_BHLS = logits_BHLS + bias.astype(jnp.float32)
   if mask is not None:
     logits_BHLS = jnp.where(mask, logits_BHLS, MASKED)
-  probs_BGQLS = jax.nn.softmax(logits_BHLS, axis=-1).reshape(logits_BGQLS.shape)
+  probs_BGQLS = softmax(logits_BHLS, sinks).reshape(logits_BGQLS.shape)
   out_BLGQK = jnp.einsum('BGQLS,BSGK->BLGQK', probs_BGQLS.astype(v_BSGK.dtype), v_BSGK)
   return out_BLGQK.reshape(B, L, H, K).astype(q_BLHK.dtype)
+
+
+def softmax(logits_BHLS, sinks=None):
+  """Softmax over the keys; with sinks [H], exp(sink) joins each row's normalizer."""
+  if sinks is None:
+    return jax.nn.softmax(logits_BHLS, axis=-1)
+  sinks_1H11 = sinks.astype(jnp.float32).reshape(1, -1, 1, 1)
+  top_BHL1 = jnp.maximum(jnp.max(logits_BHLS, axis=-1, keepdims=True), sinks_1H11)
+  top_BHL1 = jax.lax.stop_gradient(top_BHL1)
+  exp_BHLS = jnp.exp(logits_BHLS - top_BHL1)
+  return exp_BHLS / (jnp.sum(exp_BHLS, axis=-1, keepdims=True) + jnp.exp(sinks_1H11 - top_BHL1))
 
 
 def max_logits(query, key, mask=None, scale=None):

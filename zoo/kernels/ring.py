@@ -13,7 +13,8 @@ sequence: `balance` lays a causal sequence out so device i holds chunks i and 2n
 A masked logit is the reference kernel's finite MASKED, not -inf: a block its queries see
 nothing of adds weight that the first block they do see clears (its correction factor
 underflows to 0), and a query that sees nothing at all averages the values as the
-reference does. Gradients flow through the scan and the ppermutes (each step
+reference does. Attention sinks (a logit per head in every row's normalizer) start the
+running max and sum, as a block of one key whose value is 0 would. Gradients flow through the scan and the ppermutes (each step
 rematerialised, so the backward pass holds one block of logits at a time).
 
 Glossary: B batch, L local queries, S local keys, H heads, G kv heads, Q = H // G, K head
@@ -60,11 +61,12 @@ def unbalance(x_BL, n, axis=1):
 
 
 def ring_attention(q_BLHK, k_BSGK, v_BSGK, q_slots_BL, kv_slots_BS, q_segments_BL,
-                   kv_segments_BS, *, axis, causal=False, window=0, scale=None, softcap=0.0):
+                   kv_segments_BS, *sinks, axis, causal=False, window=0, scale=None,
+                   softcap=0.0):
   """Inside shard_map over `axis` (check_vma=False, as zoo/kernels/shard.py runs it):
-  this device's chunk of queries, keys and values (with their slots and segment ids) ->
-  its queries' attention output [B, L, H, K], equal to the reference kernel on the whole
-  sequence."""
+  this device's chunk of queries, keys and values (with their slots and segment ids, and
+  the sinks [H] of its heads, if any) -> its queries' attention output [B, L, H, K], equal
+  to the reference kernel on the whole sequence."""
   n = jax.lax.axis_size(axis)
   B, L, H, K = q_BLHK.shape
   G = k_BSGK.shape[2]
@@ -96,7 +98,13 @@ def ring_attention(q_BLHK, k_BSGK, v_BSGK, q_slots_BL, kv_slots_BS, q_segments_B
     return (new_max_BGQL, sum_BGQL, out_BGQLK, *passed), None
 
   stats = (B, G, H // G, L)
-  start = (jnp.full(stats, reference.MASKED, jnp.float32), jnp.zeros(stats, jnp.float32),
+  if sinks:  # the sink's logit, whose exp(0) = 1 and value 0
+    max_start = jnp.broadcast_to(sinks[0].astype(jnp.float32).reshape(G, H // G, 1), stats)
+    sum_start = jnp.ones(stats, jnp.float32)
+  else:
+    max_start = jnp.full(stats, reference.MASKED, jnp.float32)
+    sum_start = jnp.zeros(stats, jnp.float32)
+  start = (max_start, sum_start,
            jnp.zeros((*stats, K), jnp.float32), k_BSGK, v_BSGK, kv_slots_BS, kv_segments_BS)
   (_, sum_BGQL, out_BGQLK, *_), _ = jax.lax.scan(step, start, None, length=n,
                                                   unroll=bool(_unrolled))

@@ -23,6 +23,12 @@ after the n-th hop. That backward function is splash's module-private
 `_splash_attention_bwd` (jax 0.10's signature; tests/kernels/ring_splash_test.py checks it
 against the reference on every run).
 
+Attention sinks (a logit per head in every row's normalizer) start the running log-sum-exp
+as a block whose output is 0. Given the sink-inclusive output and log-sum-exp, splash's
+backward kernels compute the queries', keys' and values' gradients unchanged (its
+probabilities exp(logit - lse) are then the sink softmax's); the sinks' own gradient is
+-sum over rows of exp(sink - lse) (d_out . out).
+
 Segment ids go to splash as they are: padding queries (segment 0) attend padding keys,
 which the reference masks; no real token sees padding either way. GQA/MQA: splash's MQA
 kernel per kv head over its Q query heads.
@@ -147,7 +153,7 @@ def _ring(axis, causal, window, make_kernels):
     n = jax.lax.axis_size(axis)
     return [jax.lax.ppermute(x, axis, [(i, (i + 1) % n) for i in range(n)]) for x in xs]
 
-  def forward(q, k, v, q_seg, kv_seg):
+  def forward(q, k, v, q_seg, kv_seg, sinks):
     pieces = q.shape[0]
     kernels = make_kernels()
     forwards = [_empty_forward] + [_forward(kernel) for kernel in kernels]
@@ -163,19 +169,21 @@ def _ring(axis, causal, window, make_kernels):
         lse[a] = new
       return (jnp.stack(out), jnp.stack(lse), *hop((k, v, kv_seg))), None
 
-    start = (jnp.zeros(q.shape, jnp.float32), jnp.full(q.shape[:-1], MASKED, jnp.float32),
-             k, v, kv_seg)
+    lse_start = jnp.full(q.shape[:-1], MASKED, jnp.float32)
+    if sinks is not None:  # [G, Q]
+      lse_start = jnp.broadcast_to(sinks.astype(jnp.float32)[..., None], q.shape[:-1])
+    start = (jnp.zeros(q.shape, jnp.float32), lse_start, k, v, kv_seg)
     # not unrolled for plan mode's FLOP count (ring.unrolled): the compiler counts none of
     # the kernels' FLOPs, which the plan adds from the analytic count
     (out, lse, *_), _ = jax.lax.scan(step, start, jnp.arange(jax.lax.axis_size(axis)))
     return out.astype(q.dtype), lse
 
-  def forward_rule(q, k, v, q_seg, kv_seg):
-    out, lse = forward(q, k, v, q_seg, kv_seg)
-    return out, (q, k, v, q_seg, kv_seg, out, lse)
+  def forward_rule(q, k, v, q_seg, kv_seg, sinks):
+    out, lse = forward(q, k, v, q_seg, kv_seg, sinks)
+    return out, (q, k, v, q_seg, kv_seg, sinks, out, lse)
 
   def backward_rule(res, d_out):
-    q, k, v, q_seg, kv_seg, out, lse = res
+    q, k, v, q_seg, kv_seg, sinks, out, lse = res
     pieces = q.shape[0]
     kernels = make_kernels()
     backwards = [_empty_backward] + [_backward(kernel) for kernel in kernels]
@@ -192,18 +200,24 @@ def _ring(axis, causal, window, make_kernels):
     zeros = lambda x: jnp.zeros(x.shape, jnp.float32)
     start = (zeros(q), k, v, kv_seg, zeros(k), zeros(v))
     (dq, _, _, _, dk, dv), _ = jax.lax.scan(step, start, jnp.arange(jax.lax.axis_size(axis)))
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None
+    d_sinks = None
+    if sinks is not None:
+      rows = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
+      d_sinks = -jnp.sum(jnp.exp(sinks.astype(jnp.float32)[None, None, ..., None] - lse) * rows,
+                         axis=(0, 1, 4)).astype(sinks.dtype)
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None, d_sinks
 
   run = jax.custom_vjp(lambda *a: forward(*a)[0])
   run.defvjp(forward_rule, backward_rule)
   return run
 
 
-def ring_attention(q_BLHK, k_BLGK, v_BLGK, q_segments_BL, kv_segments_BL, *, axis,
+def ring_attention(q_BLHK, k_BLGK, v_BLGK, q_segments_BL, kv_segments_BL, *sinks, axis,
                    causal=False, window=0, scale=None, blocks=(0, 0), interpret=False,
                    softcap=0.0):
   """Inside shard_map over `axis` (check_vma=False): this device's queries, keys and values
-  (a causal sequence laid out by ring.balance) -> its queries' output [B, L, H, K]."""
+  (a causal sequence laid out by ring.balance), and its heads' sinks [H] if any -> its
+  queries' output [B, L, H, K]."""
   B, L, H, K = q_BLHK.shape
   G = k_BLGK.shape[2]
   Q = H // G
@@ -216,5 +230,6 @@ def ring_attention(q_BLHK, k_BLGK, v_BLGK, q_segments_BL, kv_segments_BL, *, axi
   kv = lambda x: x.reshape(B, P, c, G, K).transpose(1, 0, 3, 2, 4)
   segments = lambda s: s.astype(jnp.int32).reshape(B, P, c).transpose(1, 0, 2)
   out = _ring(axis, causal, window, kernels)(q, kv(k_BLGK), kv(v_BLGK),
-                                             segments(q_segments_BL), segments(kv_segments_BL))
+                                             segments(q_segments_BL), segments(kv_segments_BL),
+                                             sinks[0].reshape(G, Q) if sinks else None)
   return out.transpose(1, 0, 4, 2, 3, 5).reshape(B, L, H, K)

@@ -8,6 +8,8 @@ queries (segment 0) attend other padding keys here while the reference masks the
 entirely; no real token ever sees padding either way, and padding carries no loss.
 GQA/MQA: the MQA kernel per kv head over its N query heads; MHA: the MHA kernel.
 The softmax scale is applied to q before the kernel (splash takes unscaled logits).
+Attention sinks (gpt-oss: a logit per head in every row's normalizer) are splash's own
+`sinks` argument, forward and backward, split over `tensor` with their heads.
 On CPU the kernel runs in Pallas interpret mode (slow, exact: for tests). On TPU with
 bfloat16 it needs the default matmul precision: Mosaic rejects bfloat16 operands when
 jax_default_matmul_precision is 'highest' ("Bad lhs type").
@@ -53,9 +55,11 @@ def _base_mask(length, kv_length, causal, window):
   return splash.FullMask((length, kv_length))
 
 
-def _local(q_BLHK, k_BSGK, v_BSGK, q_segment_BL, kv_segment_BS, *, causal, window, scale,
+def _local(q_BLHK, k_BSGK, v_BSGK, q_segment_BL, kv_segment_BS, *sinks, causal, window, scale,
            blocks, interpret, softcap=0.0):
-  """One shard: [B, L, H, K] queries against [B, S, G, K] keys/values."""
+  """One shard: [B, L, H, K] queries against [B, S, G, K] keys/values (and the shard's
+  sinks [H], if any)."""
+  sinks_H = sinks[0].astype(jnp.float32) if sinks else None
   B, L, H, K = q_BLHK.shape
   S, G = k_BSGK.shape[1], k_BSGK.shape[2]
   N = H // G
@@ -72,25 +76,28 @@ def _local(q_BLHK, k_BSGK, v_BSGK, q_segment_BL, kv_segment_BS, *, causal, windo
     kernel = splash.make_splash_mha(splash.MultiHeadMask([base] * H), block_sizes=sizes,
                                     head_shards=1, q_seq_shards=1, interpret=interpret,
                                     attn_logits_soft_cap=softcap or None)
-    out_BHLK = jax.vmap(lambda q, k, v, qs, ks: kernel(q, k, v, segment_ids=segments(qs, ks)))(
+    out_BHLK = jax.vmap(lambda q, k, v, qs, ks: kernel(q, k, v, segment_ids=segments(qs, ks),
+                                                       sinks=sinks_H))(
         q_BHLK, k_BGSK, v_BGSK, q_segment_BL, kv_segment_BS)
   else:  # GQA / MQA: each kv head serves its N query heads
     kernel = splash.make_splash_mqa(splash.MultiHeadMask([base] * N), block_sizes=sizes,
                                     head_shards=1, q_seq_shards=1, interpret=interpret,
                                     attn_logits_soft_cap=softcap or None)
-    per_group = lambda q, k, v, seg: kernel(q, k, v, segment_ids=seg)
-    per_batch = lambda q, k, v, qs, ks: jax.vmap(per_group, in_axes=(0, 0, 0, None))(
-        q.reshape(G, N, L, K), k, v, segments(qs, ks)).reshape(H, L, K)
+    per_group = lambda q, k, v, seg, sinks_N: kernel(q, k, v, segment_ids=seg, sinks=sinks_N)
+    sinks_GN = None if sinks_H is None else sinks_H.reshape(G, N)
+    per_batch = lambda q, k, v, qs, ks: jax.vmap(per_group, in_axes=(0, 0, 0, None, 0))(
+        q.reshape(G, N, L, K), k, v, segments(qs, ks), sinks_GN).reshape(H, L, K)
     out_BHLK = jax.vmap(per_batch)(q_BHLK, k_BGSK, v_BGSK, q_segment_BL, kv_segment_BS)
   return out_BHLK.transpose(0, 2, 1, 3).astype(q_BLHK.dtype)
 
 
 def attention(q_BLHK, k_BSGK, v_BSGK, mask, scale, blocks=(0, 0), interpret=False,
-              softcap=0.0):
+              softcap=0.0, sinks=None):
   """Splash attention with `mask` (zoo.kernels.mask.Mask), logits soft-capped at `softcap`
-  (0 = none); batch split over the batch mesh axes and heads over `tensor` under shard_map
-  when a mesh is set."""
+  (0 = none), sinks [H] or None; batch split over the batch mesh axes and heads over
+  `tensor` under shard_map when a mesh is set."""
   fn = functools.partial(_local, causal=mask.causal, window=mask.window, scale=scale,
                          blocks=tuple(blocks), interpret=interpret, softcap=softcap)
   return shard.over_mesh(fn, q_BLHK, k_BSGK, v_BSGK, rows=(
-      mask.q_segment_ids.astype(jnp.int32), mask.kv_segment_ids.astype(jnp.int32)))
+      mask.q_segment_ids.astype(jnp.int32), mask.kv_segment_ids.astype(jnp.int32)),
+      head_params=() if sinks is None else (sinks,))

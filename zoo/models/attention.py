@@ -42,6 +42,7 @@ class MultiHeadAttention(nn.Module):
   query_scale: float = 0.0  # logits x query_scale^-0.5 (Gemma's query_pre_attn_scalar); 0 = K
   softcap: float = 0.0  # logits soft-capped (Gemma 2); 0 = none
   qk_norm: tuple = ()  # (norm kind, eps): queries and keys normalised per head (Qwen 3)
+  sinks: bool = False  # a learned logit per head in each row's softmax normalizer (gpt-oss)
   init_std: float = 0.0
   out_init_scale: float = 1.0
   cache_kv_input: bool = False  # cross-attention while decoding: project kv_BSD once
@@ -86,11 +87,16 @@ class MultiHeadAttention(nn.Module):
       else:
         k_BSGK, v_BSGK, mask = self._cached(k_BSGK, v_BSGK, mask)
     scale = 1.0 if self.fold_scale else (self.query_scale or K) ** -0.5
+    sinks_H = None
+    if self.sinks:
+      sinks_H = self.param('sinks', nn.with_logical_partitioning(nn.initializers.zeros,
+                                                                 ('heads',)), (H,),
+                           self.param_dtype).astype(jnp.float32)
     if self.log_max_logit and not (isinstance(mask, mask_lib.Mask) and mask.kv_cache):
       sow_max_logits(self, q_BLHK, k_BSGK, mask, scale)
     out_BLHK = kernels.attention(q_BLHK, k_BSGK, v_BSGK, mask, bias=bias, scale=scale,
                                  kernel=kernel, block_sizes=self.block_sizes,
-                                 softcap=self.softcap)
+                                 softcap=self.softcap, sinks=sinks_H)
     out_BLHK = nn.with_logical_constraint(out_BLHK, ('batch', 'length', 'heads', 'head_dim'))
     return dense('out', x_BLD.shape[-1], ('heads', 'head_dim', 'embed'), num_in=2,
                  scale=self.out_init_scale)(out_BLHK)

@@ -116,7 +116,19 @@ ACTIVATION_FNS = {
     'swiglu': jax.nn.silu,  # gated: act(x W0) * (x W1)
     'geglu': lambda x: jax.nn.gelu(x, approximate=True),
 }
-GATED = ('swiglu', 'geglu')
+GATED = ('swiglu', 'geglu', 'clamped_swiglu')
+# gpt-oss's gate: min(g, limit) sigmoid(alpha min(g, limit)) (clip(u, -limit, limit) + 1)
+ACTIVATION_FNS['clamped_swiglu'] = jax.nn.silu  # its unclamped form, for the MLM transform
+
+
+def gated(activation, gate, up, clamp=(7.0, 1.702)):
+  """A gated activation: act(gate) * up, or gpt-oss's clamped form with clamp = (limit,
+  alpha) (model.swiglu_limit, model.swiglu_alpha)."""
+  if activation == 'clamped_swiglu':
+    limit, alpha = clamp
+    gate = jnp.minimum(gate, limit)
+    return gate * jax.nn.sigmoid(alpha * gate) * (jnp.clip(up, -limit, limit) + 1)
+  return ACTIVATION_FNS[activation](gate) * up
 
 
 class MLP(nn.Module):
@@ -124,6 +136,7 @@ class MLP(nn.Module):
   mlp_dim: int
   activation: str
   use_bias: bool = False
+  clamp: tuple = (7.0, 1.702)  # clamped_swiglu's (limit, alpha)
   init_std: float = 0.0
   out_init_scale: float = 1.0
   quant: quant_lib.Recipe = quant_lib.Recipe()
@@ -136,12 +149,11 @@ class MLP(nn.Module):
     dense = lambda name, f, axes, scale=1.0: DenseGeneral(
         f, axes, use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype,
         init_std=self.init_std, init_scale=scale, quant=self.quant, lora=self.lora, name=name)
-    act = ACTIVATION_FNS[self.activation]
     if self.activation in GATED:
-      h_BLF = act(dense('wi_0', self.mlp_dim, ('embed', 'mlp'))(x_BLD))
-      h_BLF = h_BLF * dense('wi_1', self.mlp_dim, ('embed', 'mlp'))(x_BLD)
+      h_BLF = gated(self.activation, dense('wi_0', self.mlp_dim, ('embed', 'mlp'))(x_BLD),
+                    dense('wi_1', self.mlp_dim, ('embed', 'mlp'))(x_BLD), self.clamp)
     else:
-      h_BLF = act(dense('wi', self.mlp_dim, ('embed', 'mlp'))(x_BLD))
+      h_BLF = ACTIVATION_FNS[self.activation](dense('wi', self.mlp_dim, ('embed', 'mlp'))(x_BLD))
     h_BLF = nn.with_logical_constraint(h_BLF, ('batch', 'length', 'mlp'))
     return dense('wo', x_BLD.shape[-1], ('mlp', 'embed'), self.out_init_scale)(h_BLF)
 

@@ -116,19 +116,25 @@ def slot_positions(experts_LA, num_experts):
   return jnp.sum(before * one_hot, axis=-1).reshape(order_AL.shape).T
 
 
-def _expert_mlp(x_MD, w, cfg, group_sizes=None):
-  """Experts on their tokens: x [E, M, D] (batched) or sorted x [M, D] with group sizes."""
+def _expert_mlp(x_MD, w, cfg, group_sizes=None, experts_M=None):
+  """Experts on their tokens: x [E, M, D] (batched) or sorted x [M, D] with group sizes and
+  each row's expert (for the experts' biases, moe.use_bias)."""
   r = cfg['quant']
   if group_sizes is None:
     matmul = lambda x, kernel: quant.expert_matmul(x, kernel.astype(x.dtype), r)
+    bias = lambda b_EF: b_EF[:, None, :]
   else:
     matmul = lambda x, kernel: quant.ragged_dot(r)(x, kernel.astype(x.dtype), group_sizes)
+    rows = jnp.clip(experts_M, 0, group_sizes.shape[0] - 1)  # rows past the groups: dropped
+    bias = lambda b_EF: b_EF[rows]
+  dense = lambda x, name: matmul(x, w[name]) + (
+      bias(w[name + '_bias']).astype(x.dtype) if name + '_bias' in w else 0)
   activation = cfg['activation']
-  act = layers.ACTIVATION_FNS[activation]
-  h = act(matmul(x_MD, w['wi_0']))
   if activation in layers.GATED:
-    h = h * matmul(x_MD, w['wi_1'])
-  return matmul(h, w['wo'])
+    h = layers.gated(activation, dense(x_MD, 'wi_0'), dense(x_MD, 'wi_1'), cfg['clamp'])
+  else:
+    h = layers.ACTIVATION_FNS[activation](dense(x_MD, 'wi_0'))
+  return dense(h, 'wo')
 
 
 def _capacity_experts(x_BLD, gates_BLA, experts_BLA, w, cfg, num_shards):
@@ -163,7 +169,7 @@ def _grouped_mlp(x_MD, experts_M, num_groups, w, cfg):
   ragged_dot, sorted and back; -> [M, D] in the rows' order (skipped rows 0)."""
   order_M = jnp.argsort(experts_M, stable=True)
   group_sizes = jnp.bincount(experts_M, length=num_groups).astype(jnp.int32)
-  y_MD = _expert_mlp(x_MD[order_M], w, cfg, group_sizes)
+  y_MD = _expert_mlp(x_MD[order_M], w, cfg, group_sizes, experts_M[order_M])
   return jnp.zeros_like(y_MD).at[order_M].set(y_MD)
 
 
@@ -217,12 +223,15 @@ def _expert_parallel_mlp(x_MD, experts_M, w, cfg, num_shards):
   return jnp.zeros_like(y_MD).at[order_M].set(y_MD)
 
 
-def _moe_shard(x_BLD, router_DE, bias_E, w, cfg, num_shards, batch_axes):
+def _moe_shard(x_BLD, router, bias_E, w, cfg, num_shards, batch_axes):
   """One shard's tokens (and its experts' weights) -> (y, SUMS over the global batch);
-  batch_axes: the mesh axes the tokens are split over (rows, and the sequence's chunks)."""
+  router: {'kernel': [D, E]} and with moe.use_bias {'bias': [E]} (gpt-oss); batch_axes: the
+  mesh axes the tokens are split over (rows, and the sequence's chunks)."""
   B, L, _ = x_BLD.shape
   E, A = cfg['num_experts'], cfg['top_k']
-  logits_BLE = jnp.einsum('bld,de->ble', x_BLD.astype(jnp.float32), router_DE)
+  logits_BLE = jnp.einsum('bld,de->ble', x_BLD.astype(jnp.float32), router['kernel'])
+  if 'bias' in router:
+    logits_BLE = logits_BLE + router['bias'].astype(jnp.float32)[None, None, :]
   probs_BLE, gates_BLA, experts_BLA = route(
       logits_BLE, A, bias_E, cfg['normalize_top_k'], cfg['router'], cfg['num_groups'],
       cfg['top_groups'], cfg['routed_scale'])
@@ -282,16 +291,23 @@ class MoE(nn.Module):
         (std or fan_in ** -0.5) * scale ** 0.5)
     param = lambda name, shape, axes, fan_in, scale=1.0: self.param(
         name, nn.with_logical_partitioning(init(fan_in, scale), axes), shape, param_dtype)
-    router_DE = param('router', (D, E), ('embed', None), D).astype(jnp.float32)
+    router = {'kernel': param('router', (D, E), ('embed', None), D).astype(jnp.float32)}
     w = {'wi_0': param('wi_0', (E, D, F), ('expert', 'embed', 'mlp'), D),
          'wo': param('wo', (E, F, D), ('expert', 'mlp', 'embed'), F, self.out_init_scale)}
     if m.activation in layers.GATED:
       w['wi_1'] = param('wi_1', (E, D, F), ('expert', 'embed', 'mlp'), D)
+    if moe.use_bias:  # gpt-oss: biases on the router's logits and the experts' matmuls
+      zeros = lambda name, shape, axes: self.param(
+          name, nn.with_logical_partitioning(nn.initializers.zeros, axes), shape, param_dtype)
+      for name in list(w):
+        w[name + '_bias'] = zeros(name + '_bias', (E, w[name].shape[-1]), ('expert', 'mlp')
+                                  if name != 'wo' else ('expert', 'embed'))
+      router['bias'] = zeros('router_bias', (E,), (None,))
     cfg = {'num_experts': E, 'top_k': moe.top_k, 'normalize_top_k': moe.normalize_top_k,
            'capacity_factor': moe.capacity_factor, 'activation': m.activation,
            'router': moe.router, 'num_groups': moe.num_groups, 'top_groups': moe.top_groups,
            'routed_scale': moe.routed_scale, 'balance_scope': moe.balance_scope,
-           'quant': m.quant}
+           'quant': m.quant, 'clamp': (m.swiglu_limit, m.swiglu_alpha)}
 
     rate, bias, bias_E = moe.bias_update_rate, None, None
     if rate:
@@ -306,7 +322,7 @@ class MoE(nn.Module):
         mesh.shape[a] for a in batch_axes) or (
             'context' in length_axes and x_BLD.shape[1] % mesh.shape['context']):
       # no mesh, or init's one-row example batch
-      y_BLD, sums = _moe_shard(x_BLD, router_DE, bias_E, w, cfg, 1, ())
+      y_BLD, sums = _moe_shard(x_BLD, router, bias_E, w, cfg, 1, ())
     else:
       num_shards = mesh.shape.get('expert', 1)
       expert_spec = P('expert') if num_shards > 1 else P()
@@ -316,7 +332,7 @@ class MoE(nn.Module):
                             batch_axes=batch_axes + length_axes),
           mesh=mesh, in_specs=(token_spec, P(), P(), {k: expert_spec for k in w}),
           out_specs=(token_spec, P()), check_vma=False)
-      y_BLD, sums = fn(x_BLD, router_DE, bias_E, w)
+      y_BLD, sums = fn(x_BLD, router, bias_E, w)
     for name in sums:
       self.sow('moe', name, sums[name])
     if bias is not None and self.is_mutable_collection('moe_bias') and (
@@ -325,7 +341,8 @@ class MoE(nn.Module):
 
     if moe.num_shared_experts:
       y_BLD = y_BLD + layers.MLP(
-          F * moe.num_shared_experts, m.activation, use_bias=m.use_bias, init_std=std,
+          F * moe.num_shared_experts, m.activation, use_bias=m.use_bias,
+          clamp=(m.swiglu_limit, m.swiglu_alpha), init_std=std,
           out_init_scale=self.out_init_scale, quant=cfg['quant'], name='shared', dtype=dtype,
           param_dtype=param_dtype)(x_BLD)
     return y_BLD.astype(dtype)

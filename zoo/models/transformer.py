@@ -45,7 +45,8 @@ class Block(nn.Module):
   """One layer: attention (+ cross-attention when given `encoded`) and MLP; sequential
   (pre- or post-norm, with model.sandwich_norm a norm after each sublayer too) or
   PaLM-parallel. kind (model.attention.pattern): 'local' attends within
-  model.attention.window with the local RoPE base, 'global' attends everything with
+  model.attention.window with the local RoPE base (model.rope_local_theta, unscaled; 0 =
+  rotated as the global layers, gpt-oss), 'global' attends everything with
   model.rope_theta and model.rope_scaling; '' = no pattern (the window, if any, everywhere)."""
   config: Any  # frozen model config
   train: bool = False
@@ -69,13 +70,16 @@ class Block(nn.Module):
     adapters = self.adapters.for_training(self.train)
     if self.kind and isinstance(mask, mask_lib.Mask):
       mask = mask.replace(window=m.attention.window if local else 0)
-    attention_module = lambda name, rope, cache_kv_input=False: attention.MultiHeadAttention(
-        m.num_heads, dims.kv_heads(m), dims.head_dim(m), use_bias=m.use_bias,
+    attention_module = lambda name, self_attention, cache_kv_input=False: attention.MultiHeadAttention(
+        m.num_heads, dims.kv_heads(m), dims.head_dim(m),
+        use_bias=m.use_bias or m.attention.use_bias,
         rope_theta=((m.rope_local_theta or m.rope_theta) if local else m.rope_theta)
-        if rope and m.position == 'rope' else None,
-        rope_scaling=() if local else dims.rope_scaling(m), cache_kv_input=cache_kv_input,
+        if self_attention and m.position == 'rope' else None,
+        rope_scaling=() if local and m.rope_local_theta else dims.rope_scaling(m),
+        cache_kv_input=cache_kv_input,
         fold_scale=m.position == 't5_bias', query_scale=m.attention.query_scale,
         softcap=m.attention.softcap, qk_norm=(m.norm, m.norm_eps) if m.qk_norm else (),
+        sinks=m.attention.sinks and self_attention,
         init_std=m.kernel_init_std,
         out_init_scale=_out_init_scale(m), kernel=m.attention.kernel,
         block_sizes=(m.attention.block_q, m.attention.block_kv),
@@ -86,18 +90,18 @@ class Block(nn.Module):
                                    rope_scaling=dims.rope_scaling(m), lora=adapters,
                                    name='attention', **dtypes(m))
     else:
-      attend = attention_module('attention', rope=True)
+      attend = attention_module('attention', self_attention=True)
     if self.moe:
       mlp = moe_lib.MoE(m, out_init_scale=_out_init_scale(m), name='moe')
     else:
       mlp = layers.MLP(m.mlp_dim, m.activation, use_bias=m.use_bias,
-                       init_std=m.kernel_init_std, out_init_scale=_out_init_scale(m),
+                       clamp=(m.swiglu_limit, m.swiglu_alpha), init_std=m.kernel_init_std, out_init_scale=_out_init_scale(m),
                        quant=m.quant, lora=adapters, name='mlp', **dtypes(m))
     drop = lambda y: nn.Dropout(m.dropout_rate)(y, deterministic=not self.train)
     self_attend = lambda h: attend(h, mask=mask, q_positions_BL=positions_BL,
                                    kv_positions_BS=positions_BL, bias=bias)
     # decoding: the encoder output's keys and values are projected once, into the cache
-    cross_attend = lambda h: attention_module('cross_attention', rope=False,
+    cross_attend = lambda h: attention_module('cross_attention', self_attention=False,
                                               cache_kv_input=decoding)(
         h, encoded_BSD, mask=cross_mask)
 

@@ -199,6 +199,9 @@ def _validate_attention(m, d, family):
     raise ConfigError(f"model.attention.kernel='splash' takes no additive bias, which "
                       f"model.position={m.position!r} adds; use 'flash_bias' (TPU), 'auto' or "
                       "'xla'")
+  if a.sinks and a.kernel in kernels.SINKS_REFUSED:
+    raise ConfigError(f'model.attention.kernel={a.kernel!r} takes no attention sinks '
+                      "(model.attention.sinks); use 'auto', 'splash' or 'xla'")
   if a.kernel == 'flash_bias':
     if not dims.has_position_bias(m):
       raise ConfigError(f"model.attention.kernel='flash_bias' computes a position bias, and "
@@ -221,6 +224,9 @@ def _validate_attention(m, d, family):
   if a.softcap and a.kernel in kernels.SOFTCAP_REFUSED:
     raise ConfigError(f'model.attention.kernel={a.kernel!r} cannot soft-cap the logits '
                       f"(model.attention.softcap={a.softcap}); use 'auto', 'splash' or 'xla'")
+  if a.sinks and m.mla.kv_lora_rank:
+    raise ConfigError('model.attention.sinks is for multi-head attention; latent attention '
+                      '(model.mla.kv_lora_rank > 0) has none: set sinks=False')
   _validate_pattern(m, family)
 
 
