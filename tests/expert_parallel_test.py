@@ -59,6 +59,9 @@ def test_experts_on_a_circular_pipeline_over_a_split_sequence_give_the_data_loss
                                                             'model.mtp.depth=0']),
     # with V3's multi-token prediction module (its MoE block) added
     ('deepseek_v2_lite', {'data': 2, 'tensor': 2, 'expert': 2}, ['model.mtp.depth=1']),
+    # gpt-oss: sinks split over tensor with their heads (one kv head, replicated), windows
+    # and full layers, biased router and experts over the expert axis, the clamped SwiGLU
+    ('gpt_oss_20b', {'data': 2, 'tensor': 2, 'expert': 2}, []),
 ])
 def test_moe_smokes_on_a_mesh_give_one_devices_losses(name, mesh, overrides):
   """Four steps on the mesh against the same steps on one device, in float32 (the batches

@@ -57,8 +57,12 @@ def _full_logits(model, variables, tokens):
     # DeepSeek's latent attention: the cache holds the latent and the rotary key
     dict(position='rope', mla=dict(kv_lora_rank=16, q_lora_rank=12, qk_nope_head_dim=8,
                                    qk_rope_head_dim=4, v_head_dim=6)),
+    # gpt-oss: sinks in the ring of the local layers and in the global ones' cache, biased
+    # projections, the clamped SwiGLU (its biased experts decode as any: 'moe')
+    dict(position='rope', window=3, num_layers=3, activation='clamped_swiglu', swiglu_limit=0.5,
+         attention=dict(pattern='LG', sinks=True, use_bias=True)),
 ], ids=['rope_gqa', 'learned', 'sinusoidal_mqa', 'alibi', 'window', 'parallel', 'moe',
-        'gemma_pattern', 'mla'])
+        'gemma_pattern', 'mla', 'gpt_oss'])
 def test_cached_decoding_gives_the_full_forward_logits(overrides):
   model, variables = _decoder(**overrides)
   ids, segments = decoding.left_pad(PROMPTS, pad_id=0)

@@ -4,7 +4,8 @@ simulated CPU devices (--plan_compile) or a TPU slice described by libtpu (--pla
 What comes back is the compiler's: per-device memory (memory_analysis) and per-device FLOPs
 and HBM bytes (cost_analysis). cost_analysis counts the body of the layer scan once, so the
 FLOPs and bytes are corrected by compiling the same step with 1 and 2 unrolled layers (per
-stack): cost(L layers) = cost(1) + (L - 1) x (cost(2) - cost(1)); ring attention's hops
+stack): cost(L layers) = cost(1) + (L - 1) x (cost(2) - cost(1)), or with a layer pattern of
+p layers its repeats: cost(p) + (L / p - 1) x (cost(2p) - cost(p)); ring attention's hops
 (mesh.context) are unrolled in those compiles for the same reason. Unrolled layers run no
 pipeline (mesh.stage): the plan adds the bubble to the step time itself.
 """
@@ -68,9 +69,11 @@ def _cost(compiled):
 def _unrolled_cost(run, mesh):
   """Per-device (flops, bytes) of the full depth, from 1- and 2-layer unrolled compiles
   (with model.moe.first_dense = k dense layers: k + 1 and k + 2, the dense ones counted
-  once)."""
+  once; with model.attention.pattern of p layers: p and 2p, each repeat's cost times the
+  repeats, a tail of t layers as t / p of one)."""
   config, fields = run.config, run.family.LAYER_FIELDS
   dense = config.model.moe.first_dense if config.model.moe.num_experts else 0
+  unit = len(config.model.attention.pattern) or 1
 
   def cost(layers):
     variant = config.copy_and_resolve_references()
@@ -81,12 +84,12 @@ def _unrolled_cost(run, mesh):
     with ring.unrolled():  # every hop's block counted
       return _cost(lower(run_lib.resolve(variant), mesh).compile())
 
-  base = cost([dense + 1] * len(fields))
+  base = cost([dense + unit] * len(fields))
   total = base.copy()
   for i, field in enumerate(fields):
-    layers = [dense + 1] * len(fields)
-    layers[i] = dense + 2
-    total += (config.model[field] - dense - 1) * (cost(layers) - base)
+    layers = [dense + unit] * len(fields)
+    layers[i] = dense + 2 * unit
+    total += (config.model[field] - dense - unit) / unit * (cost(layers) - base)
   return total
 
 
@@ -149,8 +152,9 @@ def compile_step(run, devices, scan_corrected_cost=True):
   corrected = config.model.scan_layers and scan_corrected_cost
   if corrected:
     start = time.time()
-    print(f'compiling {len(run.family.LAYER_FIELDS) + 1} more steps with 1 '
-          'and 2 layers unrolled, to count the FLOPs of every layer', flush=True)
+    unit = len(config.model.attention.pattern) or 1
+    print(f'compiling {len(run.family.LAYER_FIELDS) + 1} more steps with {unit} '
+          f'and {2 * unit} layers unrolled, to count the FLOPs of every layer', flush=True)
   with progress.heartbeat('compiling the unrolled steps'):
     flops, bytes_accessed = _unrolled_cost(run, mesh) if corrected else _cost(compiled)
   if corrected:
