@@ -71,6 +71,27 @@ def gpt_oss(c):
   return c
 
 
+def llama4(c, max_length):
+  """Llama 4 (Meta 2025, the Llama 4 model cards; the models' config.json and transformers'
+  Llama4): Llama's pre-RMSNorm block (eps 1e-5), 40 query heads of 128 sharing 8, RoPE base
+  500,000 on three layers of four, which attend their own 8,192-token chunk, and every
+  fourth layer global without RoPE (NoPE) with its temperature tuning (floor 8,192, scale
+  0.1); dropless top-1 experts of width 8,192 gated by the sigmoid of the router's logit,
+  the gate scaling the token going in, beside one shared expert of the same width; dense
+  MLPs of width 16,384; a 202,048-token vocabulary, untied."""
+  llama(c, rope_theta=500_000.0, max_length=max_length, norm_eps=1e-5)
+  m = c.model
+  m.vocab_size, m.d_model, m.num_heads, m.num_kv_heads, m.head_dim = 202_048, 5120, 40, 8, 128
+  m.mlp_dim = 16_384  # intermediate_size_mlp: the dense layers'
+  a = m.attention
+  a.pattern, a.chunk, a.nope_scale, a.nope_floor = 'CCCN', 8192, 0.1, 8192
+  o = m.moe
+  o.top_k, o.router, o.normalize_top_k, o.gate_input = 1, 'sigmoid', False, True
+  o.expert_mlp_dim, o.num_shared_experts, o.capacity_factor = 8192, 1, 0.0
+  o.balance_loss, o.z_loss = 0.001, 0.0  # config.json router_aux_loss_coef
+  return c
+
+
 def gemma(c, version, max_length):
   """Gemma 2 / 3 (Gemma Team 2024, 2025; the models' config.json): pre- and post-RMSNorm
   around each sublayer (eps 1e-6), GeGLU (tanh GELU), RoPE, no biases, embeddings x
@@ -205,6 +226,8 @@ def smoke(c):
       m[field] = len(m.attention.pattern) + 1
   if m.attention.query_scale:
     m.attention.query_scale = 16.0
+  if m.attention.chunk:  # Llama 4: chunks and the NoPE temperature's floor that bite at 64
+    m.attention.chunk, m.attention.nope_floor = 16, 16
   if m.moe.num_experts:  # keep the routing (experts, top-k, every), shrink the widths
     m.moe.num_experts = min(m.moe.num_experts, 16)
     m.moe.top_k = min(m.moe.top_k, m.moe.num_experts)

@@ -163,8 +163,20 @@ def _attention_and_matmuls(m):
       'kernel': 'auto',  # 'auto' | 'xla' | 'splash' | 'flash_bias' | 'gpu' (zoo/kernels)
       'window': 0,  # causal sliding window (keys back, the query included); 0 = none
       # per-layer kinds, repeated over the layers: 'L' local (attention.window, the local
-      # RoPE base), 'G' global; Gemma 2 'LG', Gemma 3 'LLLLLG'; '' = every layer alike
+      # RoPE base), 'G' global, 'C' chunked (attention.chunk, RoPE), 'N' global without RoPE
+      # (NoPE); Gemma 2 'LG', Gemma 3 'LLLLLG', gpt-oss 'LG', Llama 4 'CCCN'; '' = every
+      # layer alike
       'pattern': '',
+      # Llama 4: each query attends its own chunk of this many tokens, causally, on the 'C'
+      # layers (every layer without a pattern); 0 = none
+      'chunk': 0,
+      # Llama 4's temperature tuning on the 'N' layers: queries x (log(floor((position + 1) /
+      # nope_floor) + 1) nope_scale + 1), for long contexts; nope_scale 0 = off
+      'nope_scale': 0.0,
+      'nope_floor': 8192,
+      # Llama 4: queries and keys of the rotary layers RMS-normalised per head without a
+      # gain (transformers' L2Norm, eps model.norm_eps); model.qk_norm is the learned one
+      'qk_l2_norm': False,
       'softcap': 0.0,  # Gemma 2: attention logits cap x tanh(logits / cap); 0 = none
       # gpt-oss: a learned logit per head that joins each row's softmax normalizer (the row
       # may give its probability to no key); splash and xla take it, flash_bias and gpu not
@@ -219,6 +231,9 @@ def _moe():
       # (DeepSeek-V3's sequence-wise loss)
       'balance_scope': 'batch',
       'every': 1,  # a mixture of experts in every k-th layer (the last of each k)
+      # Llama 4: the gates scale the tokens going into the experts, not what comes out
+      # (dropless only)
+      'gate_input': False,
       'capacity_factor': 0.0,  # slots per expert = ceil(k L cf / E) per sequence; 0 = dropless
       'expert_mlp_dim': 0,  # 0 = model.mlp_dim
       'num_shared_experts': 0,  # always-on experts beside the routed ones (DeepSeek)

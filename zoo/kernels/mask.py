@@ -36,6 +36,13 @@ def sliding_window_mask(length, window, kv_length=None, q_start=0):
   return (jnp.arange(kv_length or length)[None, :] > q_slot_L1 - window)[None, None]
 
 
+def chunk_mask(length, chunk, kv_length=None, q_start=0):
+  """[1, 1, L, S]: query i (at key slot q_start + i) attends keys in its own chunk of
+  `chunk` slots (slot // chunk equal; combine with causal: Llama 4's chunked attention)."""
+  q_chunk_L1 = ((q_start + jnp.arange(length)) // chunk)[:, None]
+  return (jnp.arange(kv_length or length)[None, :] // chunk == q_chunk_L1)[None, None]
+
+
 def two_sided_window_mask(length, window, kv_length=None):
   """[1, 1, L, S]: query i attends keys j with |i - j| <= window (a bidirectional stack's
   window, T5Gemma's encoder: 2 window + 1 keys)."""
@@ -49,7 +56,9 @@ class Mask:
   `causal`, and, when window > 0, within the window: a causal mask's last `window` keys
   (the query's own included; Mistral, Gemma), a bidirectional one's keys at most `window`
   away on either side (|q - k| <= window, T5Gemma's encoder). The window's sides follow
-  `causal`, so a causal stack cannot be given a two-sided window.
+  `causal`, so a causal stack cannot be given a two-sided window. When chunk > 0 a query
+  attends only keys of its own chunk of `chunk` slots (Llama 4's chunked layers; causal
+  within it).
 
   Query i sits at key slot q_start + i (0 when queries and keys are the same tokens; the
   cache index when decoding). `kv_cache`: the keys are the self-attention layer's cache of
@@ -67,6 +76,7 @@ class Mask:
   # [B, L] int: each token's place in the sequence when the tokens are laid out in another
   # order (self-attention only; ring attention's balanced layout); None = in order
   slots: jax.Array | None = None
+  chunk: int = flax.struct.field(pytree_node=False, default=0)
 
   def dense(self):
     """[B, 1, L, S] boolean."""
@@ -79,6 +89,9 @@ class Mask:
       if self.window:
         mask &= (distance_BLS < self.window if self.causal else
                  jnp.abs(distance_BLS) <= self.window)[:, None]
+      if self.chunk:
+        mask &= (self.slots[:, :, None] // self.chunk ==
+                 self.slots[:, None, :] // self.chunk)[:, None]
       return mask
     lengths = dict(length=self.q_segment_ids.shape[1], kv_length=self.kv_segment_ids.shape[1],
                    q_start=self.q_start)
@@ -89,4 +102,6 @@ class Mask:
     elif self.window:
       mask &= two_sided_window_mask(self.q_segment_ids.shape[1], self.window,
                                     self.kv_segment_ids.shape[1])
+    if self.chunk:
+      mask &= chunk_mask(chunk=self.chunk, **lengths)
     return mask

@@ -43,6 +43,10 @@ class MultiHeadAttention(nn.Module):
   softcap: float = 0.0  # logits soft-capped (Gemma 2); 0 = none
   qk_norm: tuple = ()  # (norm kind, eps): queries and keys normalised per head (Qwen 3)
   sinks: bool = False  # a learned logit per head in each row's softmax normalizer (gpt-oss)
+  qk_l2_norm: float = 0.0  # eps > 0: q and k RMS-normalised per head, no gain, after RoPE
+  # (floor, scale): queries x (log(floor((position + 1) / floor) + 1) scale + 1) (Llama 4's
+  # temperature tuning on its NoPE layers); () = none
+  temperature: tuple = ()
   init_std: float = 0.0
   out_init_scale: float = 1.0
   cache_kv_input: bool = False  # cross-attention while decoding: project kv_BSD once
@@ -78,10 +82,18 @@ class MultiHeadAttention(nn.Module):
     if self.rope_theta is not None:
       q_BLHK = rope.apply(q_BLHK, q_positions_BL, self.rope_theta, self.rope_scaling)
       k_BSGK = rope.apply(k_BSGK, kv_positions_BS, self.rope_theta, self.rope_scaling)
+    if self.qk_l2_norm:
+      q_BLHK, k_BSGK = rms(q_BLHK, self.qk_l2_norm), rms(k_BSGK, self.qk_l2_norm)
+    if self.temperature:
+      floor, scale = self.temperature
+      positions_BL = q_positions_BL.astype(jnp.float32)
+      factor_BL = jnp.log1p(jnp.floor((positions_BL + 1.0) / floor)) * scale + 1.0
+      q_BLHK = (q_BLHK * factor_BL[:, :, None, None]).astype(q_BLHK.dtype)
     q_BLHK = nn.with_logical_constraint(q_BLHK, ('batch', 'length', 'heads', 'head_dim'))
     kernel = self.kernel
     if isinstance(mask, mask_lib.Mask) and mask.kv_cache:
-      if 0 < mask.window < mask.kv_segment_ids.shape[1]:  # a local layer keeps its window
+      span = mask.window or mask.chunk
+      if 0 < span < mask.kv_segment_ids.shape[1]:  # a local or chunked layer keeps a ring
         k_BSGK, v_BSGK, mask = self._rolling(k_BSGK, v_BSGK, mask)
         kernel = 'xla'  # a dense mask over the ring and the new keys
       else:
@@ -137,15 +149,16 @@ class MultiHeadAttention(nn.Module):
 
 
   def _rolling(self, k_BLGK, v_BLGK, mask):
-    """A local layer's cache: the last R = W + mask.lookahead cache slots' keys and values
-    in a ring (slot t at t mod R; W = mask.window). The L new queries attend the ring's
-    slots and their own keys within the window -> (R + L keys, values, the dense mask
-    [B, 1, L, R + L]); then the last min(L, R) new keys and values overwrite the ring.
+    """A local or chunked layer's cache: the last R = W + mask.lookahead cache slots' keys
+    and values in a ring (slot t at t mod R; W = mask.window, or mask.chunk: a chunked
+    query's keys are at most the chunk's W slots back). The L new queries attend the ring's
+    slots and their own keys within the window (or chunk) -> (R + L keys, values, the dense
+    mask [B, 1, L, R + L]); then the last min(L, R) new keys and values overwrite the ring.
     Equal to the whole cache: the window holds the same keys. Moving the cache index back
     by up to `lookahead` slots (rejected speculative tokens) leaves the ring right: the
     slots it overwrote are R apart from what it kept, outside every later query's window."""
     B, L, G, K = k_BLGK.shape
-    W = mask.window
+    W = mask.window or mask.chunk
     R = W + mask.lookahead
     slot = lambda name, shape: self.variable('cache', name, jnp.zeros, shape, k_BLGK.dtype)
     key = slot('cached_key', (B, G, K, R))
@@ -163,6 +176,8 @@ class MultiHeadAttention(nn.Module):
                  (kv_segments_BS[:, None, :] > 0) &
                  (kv_slots_S[None, None, :] <= q_slots_L[None, :, None]) &
                  (kv_slots_S[None, None, :] > q_slots_L[None, :, None] - W))
+    if mask.chunk:  # the query's own chunk (the ring holds at most that)
+      dense_BLS &= kv_slots_S[None, None, :] // W == q_slots_L[None, :, None] // W
     keys_BSGK = jnp.concatenate([key.value.transpose(0, 3, 1, 2), k_BLGK.astype(key.value.dtype)],
                                 axis=1)
     values_BSGK = jnp.concatenate([value.value.transpose(0, 2, 1, 3),
@@ -194,6 +209,12 @@ class RelativePositionBias(nn.Module):
     return bias_lib.PositionBias(q_positions_BL, kv_positions_BS, table, kind='t5',
                                  bidirectional=self.bidirectional,
                                  max_distance=self.max_distance)
+
+
+def rms(x, eps):
+  """x / RMS(x) over the last axis, in float32, no gain (Llama 4's L2Norm)."""
+  x32 = x.astype(jnp.float32)
+  return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)).astype(x.dtype)
 
 
 def sow_max_logits(module, q_BLHK, k_BSGK, mask, scale):

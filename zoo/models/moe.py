@@ -18,7 +18,8 @@ the partitioner's choice. Routing is per token and capacity per sequence, so res
 depend on the mesh.
 
 Gates: top-k probabilities renormalised to sum to 1 (Mixtral); with top_k = 1 the raw
-probability (Switch), so the router still gets a gradient. DeepSeek-V3 (`route`): sigmoid
+probability (Switch), so the router still gets a gradient. They scale the experts' outputs,
+or with moe.gate_input (Llama 4, dropless) their inputs. DeepSeek-V3 (`route`): sigmoid
 affinities, experts chosen within each token's best groups, gates renormalised and scaled.
 Auxiliary losses over the global batch (Switch, Fedus et al. eq. 4; ST-MoE z-loss):
 balance = E x sum_i f_i P_i with f_i the share of (token, choice) pairs sent to expert i and
@@ -179,11 +180,15 @@ def _dropless_experts(x_BLD, gates_BLA, experts_BLA, w, cfg, num_shards):
   A = cfg['top_k']
   experts_M = experts_BLA.reshape(-1)  # M = B*L*A pairs, token-major
   x_MD = jnp.repeat(x_BLD.reshape(B * L, D), A, axis=0)
+  gates_M1 = gates_BLA.reshape(-1, 1)
+  if cfg['gate_input']:  # Llama 4: the gate scales what goes in
+    x_MD = x_MD * gates_M1.astype(x_MD.dtype)
   if num_shards == 1:
     y_MD = _grouped_mlp(x_MD, experts_M, cfg['num_experts'], w, cfg)
   else:
     y_MD = _expert_parallel_mlp(x_MD, experts_M, w, cfg, num_shards)
-  y_MD = y_MD * gates_BLA.reshape(-1, 1).astype(y_MD.dtype)
+  if not cfg['gate_input']:
+    y_MD = y_MD * gates_M1.astype(y_MD.dtype)
   return jnp.sum(y_MD.reshape(B, L, A, D), axis=2), jnp.zeros((), jnp.int32)
 
 
@@ -307,7 +312,8 @@ class MoE(nn.Module):
            'capacity_factor': moe.capacity_factor, 'activation': m.activation,
            'router': moe.router, 'num_groups': moe.num_groups, 'top_groups': moe.top_groups,
            'routed_scale': moe.routed_scale, 'balance_scope': moe.balance_scope,
-           'quant': m.quant, 'clamp': (m.swiglu_limit, m.swiglu_alpha)}
+           'quant': m.quant, 'clamp': (m.swiglu_limit, m.swiglu_alpha),
+           'gate_input': moe.gate_input}
 
     rate, bias, bias_E = moe.bias_update_rate, None, None
     if rate:

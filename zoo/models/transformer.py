@@ -47,7 +47,9 @@ class Block(nn.Module):
   PaLM-parallel. kind (model.attention.pattern): 'local' attends within
   model.attention.window with the local RoPE base (model.rope_local_theta, unscaled; 0 =
   rotated as the global layers, gpt-oss), 'global' attends everything with
-  model.rope_theta and model.rope_scaling; '' = no pattern (the window, if any, everywhere)."""
+  model.rope_theta and model.rope_scaling, 'chunked' attends its model.attention.chunk
+  (rotated as global), 'nope' attends everything without a rotary embedding (Llama 4,
+  with its temperature tuning); '' = no pattern (the window and chunk, if any, everywhere)."""
   config: Any  # frozen model config
   train: bool = False
   moe: bool = False  # a mixture of experts in place of the MLP
@@ -69,17 +71,23 @@ class Block(nn.Module):
     local = self.kind == 'local'
     adapters = self.adapters.for_training(self.train)
     if self.kind and isinstance(mask, mask_lib.Mask):
-      mask = mask.replace(window=m.attention.window if local else 0)
+      mask = mask.replace(window=m.attention.window if local else 0,
+                          chunk=m.attention.chunk if self.kind == 'chunked' else 0)
+    rotary = m.position == 'rope' and self.kind != 'nope'
+    a = m.attention
     attention_module = lambda name, self_attention, cache_kv_input=False: attention.MultiHeadAttention(
         m.num_heads, dims.kv_heads(m), dims.head_dim(m),
-        use_bias=m.use_bias or m.attention.use_bias,
+        use_bias=m.use_bias or a.use_bias,
         rope_theta=((m.rope_local_theta or m.rope_theta) if local else m.rope_theta)
-        if self_attention and m.position == 'rope' else None,
+        if self_attention and rotary else None,
         rope_scaling=() if local and m.rope_local_theta else dims.rope_scaling(m),
         cache_kv_input=cache_kv_input,
-        fold_scale=m.position == 't5_bias', query_scale=m.attention.query_scale,
-        softcap=m.attention.softcap, qk_norm=(m.norm, m.norm_eps) if m.qk_norm else (),
-        sinks=m.attention.sinks and self_attention,
+        fold_scale=m.position == 't5_bias', query_scale=a.query_scale,
+        softcap=a.softcap, qk_norm=(m.norm, m.norm_eps) if m.qk_norm else (),
+        qk_l2_norm=m.norm_eps if a.qk_l2_norm and self_attention and rotary else 0.0,
+        temperature=(a.nope_floor, a.nope_scale) if self.kind == 'nope' and a.nope_scale
+        else (),
+        sinks=a.sinks and self_attention,
         init_std=m.kernel_init_std,
         out_init_scale=_out_init_scale(m), kernel=m.attention.kernel,
         block_sizes=(m.attention.block_q, m.attention.block_kv),
@@ -125,8 +133,9 @@ class Block(nn.Module):
 
 
 class PatternGroup(nn.Module):
-  """One repeat of model.attention.pattern: a Block per letter ('L' local, 'G' global), the
-  unit scanned in patterned stacks."""
+  """One repeat of model.attention.pattern: a Block per letter ('L' local, 'G' global, 'C'
+  chunked, 'N' no RoPE; experts in every moe.every-th), the unit scanned in patterned
+  stacks."""
   config: Any
   train: bool = False
   adapters: lora.Spec = lora.Spec()  # train.lora's (zoo.families.build)
@@ -137,12 +146,17 @@ class PatternGroup(nn.Module):
     m = self.config
     for i, letter in enumerate(m.attention.pattern):
       x_BLD, _ = rematted(Block, m, self.remat, scan_body=len(m.attention.pattern) == 1)(
-          m, self.train, moe=bool(m.moe.num_experts), kind=KINDS[letter],
+          m, self.train, moe=has_experts(m, i), kind=KINDS[letter],
           adapters=self.adapters, name=f'block_{i}')(x_BLD, *args)
     return x_BLD, None
 
 
-KINDS = {'L': 'local', 'G': 'global'}
+KINDS = {'L': 'local', 'G': 'global', 'C': 'chunked', 'N': 'nope'}
+
+
+def has_experts(m, i):
+  """Whether layer i of a patterned stack has a mixture of experts (every moe.every-th)."""
+  return bool(m.moe.num_experts) and (i + 1) % m.moe.every == 0
 
 
 def layer_kind(m, i):
@@ -193,7 +207,7 @@ def stack(m, train, num_layers, name, owner, adapters=lora.Spec()):
     period = len(m.attention.pattern)
     unit, length = PatternGroup, num_layers // period
     block = rematted(Block, m)
-    tail = [block(m, train, moe=bool(m.moe.num_experts), kind=layer_kind(m, i),
+    tail = [block(m, train, moe=has_experts(m, i), kind=layer_kind(m, i),
                   name=f'{name}_tail_{i - length * period}')
             for i in range(length * period, num_layers)]
   body = _body(m, train, unit, length, name, owner, adapters)
@@ -464,7 +478,7 @@ class Decoder(nn.Module):
     kv_positions_BS = batch['kv_positions'] if kv_cache else positions_BL
     mask = mask_lib.Mask(segment_ids_BL, kv_segment_ids_BS, causal=True,
                           window=m.attention.window, kv_cache=kv_cache, slots=slots_BL,
-                          lookahead=batch.get('lookahead', 0))
+                          lookahead=batch.get('lookahead', 0), chunk=m.attention.chunk)
     bias = None
     if m.position == 'alibi':
       bias = kernels.prepare_bias(m.attention.kernel, attention.alibi_bias(

@@ -80,9 +80,10 @@ def _validate_moe_layers(m, family):
       raise ConfigError(f'model.moe.first_dense={moe.first_dense} must leave MoE layers: '
                         f'in [0, {n})')
     n -= moe.first_dense
-    if not 1 <= moe.every <= n or n % moe.every:
+    if not 1 <= moe.every <= n or (n % moe.every and not m.attention.pattern):
       raise ConfigError(f'model.moe.every={moe.every} must divide the layer count {n} '
-                        '(a MoE in every k-th layer, after model.moe.first_dense)')
+                        '(a MoE in every k-th layer, after model.moe.first_dense; a '
+                        "pattern's tail may end between them)")
 
 
 def _validate_mla(m, family):
@@ -227,31 +228,76 @@ def _validate_attention(m, d, family):
   if a.sinks and m.mla.kv_lora_rank:
     raise ConfigError('model.attention.sinks is for multi-head attention; latent attention '
                       '(model.mla.kv_lora_rank > 0) has none: set sinks=False')
+  if a.chunk and d.seq_len % a.chunk and a.chunk % d.seq_len:
+    raise ConfigError(f'model.attention.chunk={a.chunk} does not divide data.seq_len='
+                      f'{d.seq_len} (nor is it a multiple of it); chunks would be cut by the '
+                      'row\'s end: make one divide the other (Llama 4: 8192)')
   _validate_pattern(m, family)
 
 
 def _validate_pattern(m, family):
-  """model.attention.pattern: its letters, its window, the layers it repeats over."""
-  pattern = m.attention.pattern
+  """model.attention.pattern: its letters, its window and chunk, the layers it repeats
+  over; and the layer kinds' fields (chunk, NoPE temperature, QK L2 norm) without one."""
+  a, pattern = m.attention, m.attention.pattern
+  _validate_layer_kinds(m, family)
   if not pattern:
     return
-  if set(pattern) - set('LG'):
-    raise ConfigError(f'model.attention.pattern={pattern!r}: use L (local) and G (global), '
-                      "e.g. 'LG' (Gemma 2) or 'LLLLLG' (Gemma 3)")
-  if 'L' in pattern and not m.attention.window:
+  if set(pattern) - set('LGCN'):
+    raise ConfigError(f'model.attention.pattern={pattern!r}: use L (local), G (global), C '
+                      "(chunked) and N (global, no RoPE), e.g. 'LG' (Gemma 2), 'LLLLLG' "
+                      "(Gemma 3), 'CCCN' (Llama 4)")
+  if 'L' in pattern and not a.window:
     raise ConfigError(f'model.attention.pattern={pattern!r} has local layers but '
                       'model.attention.window=0; set the local window (Gemma 2: 4096)')
+  if 'C' in pattern and not a.chunk:
+    raise ConfigError(f'model.attention.pattern={pattern!r} has chunked layers but '
+                      'model.attention.chunk=0; set the chunk (Llama 4: 8192)')
   for field in family.LAYER_FIELDS:
     if len(pattern) > m[field]:
       raise ConfigError(f'model.attention.pattern={pattern!r} is longer than model.{field}='
                         f'{m[field]}; shorten it or add layers')
   if m.moe.num_experts and m.moe.first_dense:
     raise ConfigError(f'model.attention.pattern={pattern!r} with model.moe.first_dense='
-                      f'{m.moe.first_dense}: a pattern takes experts in every layer; set '
-                      'first_dense=0')
-  if m.moe.num_experts and m.moe.every > 1:
+                      f'{m.moe.first_dense}: a pattern takes experts in every layer or every '
+                      'moe.every-th; set first_dense=0')
+  if m.moe.num_experts and len(pattern) % m.moe.every:
     raise ConfigError(f'model.attention.pattern={pattern!r} with model.moe.every='
-                      f'{m.moe.every}: a pattern takes experts in every layer (every=1) only')
+                      f'{m.moe.every}: every must divide the pattern\'s {len(pattern)} layers '
+                      "(Llama 4 Maverick: 'CCCN' with every=2)")
+
+
+def _validate_layer_kinds(m, family):
+  """Chunks, NoPE layers and the QK L2 norm, one line each before compiling."""
+  a, pattern = m.attention, m.attention.pattern
+  if a.chunk < 0 or a.nope_scale < 0 or a.nope_floor <= 0:
+    raise ConfigError(f'model.attention.chunk={a.chunk} and nope_scale={a.nope_scale} must be '
+                      f'>= 0 and nope_floor={a.nope_floor} > 0 (Llama 4: 8192, 0.1, 8192)')
+  if a.chunk and m.family != 'decoder':
+    raise ConfigError(f'model.attention.chunk={a.chunk} is causal attention within chunks, '
+                      f'for decoders; model.family={m.family!r}: set chunk=0')
+  if a.chunk and not pattern and a.window:
+    raise ConfigError(f'model.attention.chunk={a.chunk} and window={a.window} on every layer: '
+                      "one or the other; or give each its layers (pattern 'L' and 'C' letters)")
+  if a.chunk and 'C' not in (pattern or 'C'):
+    raise ConfigError(f'model.attention.chunk={a.chunk} with pattern={pattern!r}: no C '
+                      '(chunked) layer reads it; add C layers or set chunk=0')
+  if a.nope_scale and 'N' not in pattern:
+    raise ConfigError(f'model.attention.nope_scale={a.nope_scale} tunes the N (no RoPE) '
+                      f'layers and pattern={pattern!r} has none; set nope_scale=0')
+  rotary = m.position == 'rope' and set(pattern or 'G') - {'N'}
+  if m.rope_scaling.type != 'none' and not rotary:
+    raise ConfigError(f'model.rope_scaling.type={m.rope_scaling.type!r} scales RoPE, and no '
+                      f'layer rotates (model.position={m.position!r}, pattern={pattern!r}); '
+                      "set rope_scaling.type='none' or give the layers RoPE")
+  if a.qk_l2_norm and m.qk_norm:
+    raise ConfigError('model.attention.qk_l2_norm (no gain, Llama 4) and model.qk_norm (a '
+                      'learned gain, Qwen 3) both normalise q and k; set one')
+  if a.chunk and a.kernel == 'flash_bias':
+    raise ConfigError("model.attention.kernel='flash_bias' takes no attention chunks "
+                      "(model.attention.chunk); use 'auto', 'splash' or 'xla'")
+  if m.moe.gate_input and m.moe.capacity_factor:
+    raise ConfigError('model.moe.gate_input (Llama 4) scales the tokens going into dropless '
+                      f'experts; capacity_factor={m.moe.capacity_factor}: set it to 0')
 
 
 def context_unsupported(m, family):
@@ -273,6 +319,9 @@ def context_unsupported(m, family):
   if m.mtp.depth:
     return (f'model.mtp.depth={m.mtp.depth}: the prediction modules read the sequence in order, '
             'not split; set model.mtp.depth=0')
+  if m.attention.chunk and m.attention.kernel == 'splash':
+    return ("the ring's splash blocks take no attention chunks (model.attention.chunk); set "
+            "model.attention.kernel='auto' (XLA blocks on the ring) or 'xla'")
   return None
 
 

@@ -135,7 +135,7 @@ def attention_kernel(config, context, on=None):
       return 'ring', f'mesh context={context}: ring attention, local blocks in {blocks}'
     return kernels.resolve(m.attention.kernel, dims.has_position_bias(m), jnp.dtype(m.dtype),
                            (config.data.seq_len, config.data.seq_len), on=on,
-                           softcap=bool(m.attention.softcap))
+                           softcap=bool(m.attention.softcap), sinks=bool(m.attention.sinks))
   except ValueError as e:  # e.g. splash chunks of a mesh.context=-1 resolved here
     raise ConfigError(str(e)) from None
 
