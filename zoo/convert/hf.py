@@ -8,7 +8,8 @@ Llama (1/2/3/3.1+: GQA, any rope_theta, the 'llama3', 'linear', 'dynamic' and 'y
 scalings), Mistral, Mixtral, Qwen 3 (dense and MoE), Gemma 2, Gemma 3 (ForCausalLM, and the
 text model of a ForConditionalGeneration: zoo/convert/hf_gemma.py), DeepSeek-V3
 (zoo/convert/hf_deepseek.py), gpt-oss (its MXFP4 experts dequantized on import:
-zoo/convert/hf_gpt_oss.py); the
+zoo/convert/hf_gpt_oss.py), Llama 4 (ForCausalLM, and the text model of a
+ForConditionalGeneration: zoo/convert/hf_llama4.py); the
 ForSequenceClassification heads of BERT, GPT-2, Llama and Mistral (model.num_labels,
 model.label_names: a decoder reads each row's last token, as transformers' last non-pad
 token on right-padded rows whose text holds no pad id). Each is a table
@@ -40,6 +41,7 @@ from zoo.config import ConfigError
 from zoo.convert import hf_deepseek
 from zoo.convert import hf_gemma
 from zoo.convert import hf_gpt_oss
+from zoo.convert import hf_llama4
 from zoo.convert.hf_rules import ConvertError
 from zoo.convert.hf_rules import attention as _attention
 from zoo.convert.hf_rules import dense as _dense
@@ -310,6 +312,10 @@ def _gpt_oss(hf, names):
   return _imported(hf_gpt_oss.config(hf, names))
 
 
+def _llama4(hf, names):
+  return _imported(hf_llama4.config(hf, names))
+
+
 def _t5gemma(hf, names):
   return _imported(hf_gemma.t5gemma_config(hf, names))
 
@@ -366,6 +372,11 @@ ARCHITECTURES = {
     'gpt_oss': Architecture(_gpt_oss, hf_gpt_oss.rules, ('GptOssForCausalLM',),
                             hf_gpt_oss.to_rules, hf_gpt_oss.from_rules,
                             others=('GptOssModel',)),
+    'llama4_text': Architecture(_llama4, hf_llama4.rules, ('Llama4ForCausalLM',),
+                                hf_llama4.to_rules, hf_llama4.from_rules,
+                                others=('Llama4TextModel',)),
+    'llama4': Architecture(_llama4, hf_llama4.rules, ('Llama4ForConditionalGeneration',),
+                           hf_llama4.to_rules, hf_llama4.from_rules),
     't5gemma': Architecture(_t5gemma, hf_gemma.t5gemma_rules,
                             ('T5GemmaForConditionalGeneration',)),
     'gemma3': Architecture(_gemma, hf_gemma.rules, ('Gemma3ForConditionalGeneration',),
@@ -604,6 +615,8 @@ def _hf_config(config):
     return hf_deepseek.hf_config(config)
   if family == 'gpt_oss':
     return hf_gpt_oss.hf_config(config)
+  if family == 'llama4_text':
+    return hf_llama4.hf_config(config)
   hf = {'model_type': family, 'vocab_size': m.vocab_size, 'hidden_size': m.d_model,
         'num_hidden_layers': m.num_layers, 'num_attention_heads': m.num_heads,
         'num_key_value_heads': dims.kv_heads(m), 'head_dim': dims.head_dim(m),
@@ -649,7 +662,7 @@ def save(config, params, path, moe_bias=None):
   family = _model_type(config)
   arch = ARCHITECTURES[family]
   m = config.model
-  if m.moe.num_experts and family != 'deepseek_v3' and (
+  if m.moe.num_experts and family not in ('deepseek_v3', 'llama4_text') and (
       m.moe.every != 1 or m.moe.num_shared_experts or m.moe.capacity_factor):
     raise ConvertError('save: only Mixtral-style experts (every layer, dropless, no shared '
                        'experts; gpt-oss\'s too) and DeepSeek-V3\'s have a Hugging Face layout')

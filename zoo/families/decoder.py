@@ -150,6 +150,8 @@ def hf_model_type(m):
     return 'deepseek_v3'
   if m.attention.sinks:
     return 'gpt_oss'
+  if m.moe.gate_input:
+    return 'llama4_text'
   if m.sandwich_norm:
     return 'gemma3_text' if m.qk_norm else 'gemma2'
   if m.qk_norm:
