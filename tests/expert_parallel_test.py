@@ -62,6 +62,11 @@ def test_experts_on_a_circular_pipeline_over_a_split_sequence_give_the_data_loss
     # gpt-oss: sinks split over tensor with their heads (one kv head, replicated), windows
     # and full layers, biased router and experts over the expert axis, the clamped SwiGLU
     ('gpt_oss_20b', {'data': 2, 'tensor': 2, 'expert': 2}, []),
+    # Llama 4: chunked layers (each document's own chunks) on a ring over context, NoPE
+    # layers, input-gated top-1 sigmoid experts beside a shared one; Maverick's experts in
+    # every other layer, heads over tensor (gpt_oss_120b's smoke is gpt_oss_20b's)
+    ('llama4_scout', {'fsdp': 2, 'context': 2, 'expert': 2}, []),
+    ('llama4_maverick', {'data': 2, 'tensor': 2, 'expert': 2}, []),
 ])
 def test_moe_smokes_on_a_mesh_give_one_devices_losses(name, mesh, overrides):
   """Four steps on the mesh against the same steps on one device, in float32 (the batches

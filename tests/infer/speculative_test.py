@@ -23,10 +23,11 @@ PROMPT = [[2, 10, 11, 12, 13]]
 NEW = 24
 
 
-def _decoder(seed=0, window=0, mtp=0, sinks=False, **overrides):
+def _decoder(seed=0, window=0, mtp=0, sinks=False, chunk=0, **overrides):
   config = helpers.tiny_config(position='rope', **overrides)
   config.model.attention.window = window
   config.model.attention.sinks = sinks
+  config.model.attention.chunk = chunk
   config.model.mtp.depth = mtp
   model = families.build(config.model)
   params = jax.jit(model.init)(jax.random.PRNGKey(seed),
@@ -34,23 +35,25 @@ def _decoder(seed=0, window=0, mtp=0, sinks=False, **overrides):
   return model, {'params': params['params']}
 
 
-# 4: the local layers' cache is a ring, and attention has sinks (gpt-oss), whose logits start
-# away from 0 so a sink rolled back wrongly would show
-@pytest.mark.parametrize('window', [0, 4])
-def test_speculative_greedy_is_plain_greedy_for_any_draft(window):
-  target, variables = _decoder(window=window, sinks=bool(window))
+# window 4: the local layers' cache is a ring, and attention has sinks (gpt-oss), whose
+# logits start away from 0 so a sink rolled back wrongly would show; chunk 4: Llama 4's
+# chunked layers keep a ring of a chunk
+@pytest.mark.parametrize('window, chunk', [(0, 0), (4, 0), (0, 4)], ids=['full', 'window',
+                                                                         'chunk'])
+def test_speculative_greedy_is_plain_greedy_for_any_draft(window, chunk):
+  target, variables = _decoder(window=window, sinks=bool(window), chunk=chunk)
   if window:
     variables = jax.tree_util.tree_map_with_path(
         lambda path, x: x + 1.5 if 'sinks' in jax.tree_util.keystr(path) else x, variables)
   noisy = jax.tree.map(lambda x: x + 0.05 * jax.random.normal(jax.random.PRNGKey(1), x.shape),
                        variables)
-  small = _decoder(seed=3, window=window, sinks=bool(window), num_layers=1)
+  small = _decoder(seed=3, window=window, sinks=bool(window), chunk=chunk, num_layers=1)
   ids, segments = decoding.left_pad(PROMPT, pad_id=0)
   rng = jax.random.PRNGKey(0)
   plain = np.asarray(jax.jit(generate.make(target, NEW, {'temperature': 0.0}, -1, 0))(
       variables, ids, segments, rng))
   drafts = {'itself': (target, variables), 'perturbed': (target, noisy), 'smaller': small}
-  cases = ([('perturbed', 3)] if window else  # the ring: rollbacks of up to 3 slots
+  cases = ([('perturbed', 3)] if window or chunk else  # the ring: rollbacks of up to 3 slots
            [('itself', 3), ('perturbed', 3), ('smaller', 1)])
   for name, k in cases:
     draft, draft_variables = drafts[name]

@@ -1,7 +1,9 @@
-"""Chunked attention (Llama 4: each query attends its own chunk, causally) in every kernel
-that takes it, forward and backward against a float64 numpy reference: the reference, the
-CPU causal blocks, splash, the XLA ring on a context mesh (its splash blocks refused) and
-cuDNN's call through XLA; and the mask itself against a hand count."""
+"""Chunked attention (Llama 4: each query attends its own chunk of its document, causally)
+as every kernel runs it, a causal window of the chunk over chunk-refined segment ids
+(mask.Mask.chunked), forward and backward against a float64 numpy reference that cuts
+each packed document into chunks by its own positions: the reference, the CPU causal
+blocks, splash, the XLA ring and splash blocks in the ring on a context mesh, and cuDNN's
+call through XLA."""
 
 import jax
 import jax.numpy as jnp
@@ -15,57 +17,78 @@ from zoo.kernels import gpu
 from zoo.kernels import mask as mask_lib
 from zoo.kernels import ring
 
-CHUNK = 128  # a splash block: 4 chunks over the 512 tokens
+CHUNK = 128
 
 
-def _no_sinks(H):
-  return jnp.full((H,), -1e4, jnp.float32)  # exp(-1e4) = 0: the plain softmax
+def _positions(segments):
+  """Each token's position in its document (packed rows restart at 0)."""
+  segments = np.asarray(segments)
+  out = np.zeros_like(segments)
+  for b, row in enumerate(segments):
+    for j in range(1, len(row)):
+      out[b, j] = out[b, j - 1] + 1 if row[j] == row[j - 1] else 0
+  return jnp.asarray(out)
 
 
-def test_a_chunked_mask_keeps_each_querys_own_chunk_up_to_itself():
-  ids = jnp.ones((1, 10), jnp.int32)
-  dense = np.asarray(mask_lib.Mask(ids, ids, causal=True, chunk=4).dense())[0, 0]
-  want = np.array([[j <= i and j // 4 == i // 4 for j in range(10)] for i in range(10)])
-  np.testing.assert_array_equal(dense, want)
-  assert dense[5].tolist() == [False] * 4 + [True, True] + [False] * 4  # keys 4 and 5
+def _want(segments):
+  """[B, 1, L, L]: same document, causal, same chunk of the document's positions."""
+  seg, pos = np.asarray(segments), np.asarray(_positions(segments))
+  same = (seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] > 0)
+  causal = np.tril(np.ones((seg.shape[1],) * 2, bool))[None]
+  return (same & causal & (pos[:, :, None] // CHUNK == pos[:, None, :] // CHUNK))[:, None]
 
 
-def _check(run, q, k, v, segments, weights, mesh=None):
-  """run(q, k, v) against the float64 reference on the chunked causal mask."""
-  H = q.shape[2]
-  mask = mask_lib.Mask(segments, segments, causal=True, chunk=CHUNK)
-  sinks_test._check(lambda q, k, v, _: run(q, k, v), q, k, v, _no_sinks(H), segments,
-                    weights, mask.dense(), q.shape[-1] ** -0.5, mesh)
+def _chunked(segments, slots=None, spread=lambda x: x):
+  ids = mask_lib.chunk_segments(segments, _positions(segments), CHUNK)
+  return mask_lib.Mask(spread(segments), spread(segments), causal=True, slots=slots,
+                       chunk=CHUNK, q_chunk_ids=spread(ids), kv_chunk_ids=spread(ids)).chunked()
+
+
+def test_a_chunked_mask_cuts_each_packed_document_by_its_own_positions():
+  segments = jnp.asarray([[1] * 5 + [2] * 7], jnp.int32)
+  ids = mask_lib.chunk_segments(segments, _positions(segments), 4)
+  mask = mask_lib.Mask(segments, segments, causal=True, chunk=4, q_chunk_ids=ids,
+                       kv_chunk_ids=ids).chunked()
+  dense = np.asarray(mask.dense())[0, 0]
+  # document 2 starts at slot 5: its chunks are slots 5-8 and 9-11, not 4-7 and 8-11
+  assert dense[8].tolist() == [False] * 5 + [True] * 4 + [False] * 3
+  assert dense[9].tolist() == [False] * 9 + [True] + [False] * 2
+  assert dense[4].tolist() == [False] * 4 + [True] + [False] * 7  # document 1's second chunk
+
+
+def _check(run, mesh=None):
+  q, k, v, segments, weights = ring_splash_test._inputs(2)
+  sinks_test._check(lambda q, k, v, _: run(q, k, v, segments), q, k, v,
+                    jnp.full((q.shape[2],), -1e4), segments, weights, _want(segments),
+                    q.shape[-1] ** -0.5, mesh)
 
 
 @pytest.mark.parametrize('kernel', ['xla', 'splash'])
 def test_the_reference_the_causal_blocks_and_splash_attend_within_chunks(kernel):
-  q, k, v, segments, weights = ring_splash_test._inputs(2)
-  mask = mask_lib.Mask(segments, segments, causal=True, chunk=CHUNK)
-  if kernel == 'xla':
-    assert kernels.causal.supports(mask, q.shape[1], q.shape[1])  # the CPU blocks run
-  _check(lambda q, k, v: kernels.attention(q, k, v, mask, kernel=kernel,
-                                           block_sizes=(128, 128)), q, k, v, segments, weights)
+  def run(q, k, v, segments):
+    mask = _chunked(segments)
+    if kernel == 'xla':
+      assert kernels.causal.supports(mask, q.shape[1], q.shape[1])  # the CPU blocks run
+    return kernels.attention(q, k, v, mask, kernel=kernel, block_sizes=(128, 128))
+  _check(run)
 
 
-def test_the_xla_ring_attends_within_chunks_and_the_splash_ring_is_refused():
-  q, k, v, segments, weights = ring_splash_test._inputs(2)
+@pytest.mark.parametrize('kernel', ['xla', 'splash'])
+def test_both_rings_attend_within_chunks(kernel):
   N, L = ring_splash_test.N, ring_splash_test.L
   mesh = jax.make_mesh((N,), ('context',), devices=jax.devices()[:N],
                        axis_types=(jax.sharding.AxisType.Auto,))
-  slots = ring.balance(jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), segments.shape), N)
-  seg = ring.balance(segments, N)
-  ringed = mask_lib.Mask(seg, seg, causal=True, slots=slots, chunk=CHUNK)
-  run = lambda kernel: lambda q, k, v: ring.unbalance(kernels.attention(
-      *(ring.balance(a, N) for a in (q, k, v)), ringed, kernel=kernel, block_sizes=(128, 128)),
-                                                      N)
-  _check(run('auto'), q, k, v, segments, weights, mesh)
-  with jax.set_mesh(mesh), pytest.raises(ValueError, match="splash blocks take no attention"):
-    run('splash')(q, k, v)
+  spread = lambda x: ring.balance(x, N)
+
+  def run(q, k, v, segments):
+    slots = spread(jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), segments.shape))
+    return ring.unbalance(kernels.attention(
+        *map(spread, (q, k, v)), _chunked(segments, slots, spread), kernel=kernel,
+        block_sizes=(128, 128)), N)
+  assert kernels.ring_blocks(kernel, True, L // N) == kernel
+  _check(run, mesh)
 
 
-def test_cudnns_call_takes_the_chunks_as_a_boolean_mask():
-  q, k, v, segments, weights = ring_splash_test._inputs(2)
-  mask = mask_lib.Mask(segments, segments, causal=True, chunk=CHUNK)
-  _check(lambda q, k, v: gpu.attention(q, k, v, mask, implementation='xla'), q, k, v,
-         segments, weights)
+def test_cudnns_call_takes_the_chunks_as_a_window_and_segments():
+  _check(lambda q, k, v, segments: gpu.attention(q, k, v, _chunked(segments),
+                                                 implementation='xla'))

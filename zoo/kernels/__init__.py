@@ -156,9 +156,6 @@ def attention(query, key, value, mask=None, bias=None, scale=None, kernel='xla',
                      "window), not a dense mask; use kernel 'xla' for arbitrary masks")
   interpret = jax.default_backend() == 'cpu' and platform() == 'cpu'
   if name == 'flash_bias':
-    if mask.chunk:
-      raise ValueError("kernel 'flash_bias' takes no attention chunks (model.attention.chunk); "
-                       "use 'splash', 'auto' or 'xla'")
     if mask.window and not mask.causal:
       raise ValueError("kernel 'flash_bias' takes causal windows only, not a bidirectional "
                        "stack's two-sided one; use model.attention.kernel='xla' or 'splash'")
@@ -188,16 +185,9 @@ def _rings(query, key, mask):
           query.shape[1] == key.shape[1] and query.shape[1] % n == 0)
 
 
-def ring_blocks(kernel, causal, local_length, on=None, chunked=False):
+def ring_blocks(kernel, causal, local_length, on=None):
   """The kernel ring attention's local blocks run in: 'splash' or 'xla' (`local_length` the
-  queries each device holds; chunked: Llama 4's chunked layers, whose masks the splash
-  ring's block classes do not cover, so they run XLA blocks)."""
-  if chunked:
-    if kernel == 'splash':
-      raise ValueError("model.attention.kernel='splash' with mesh.context: the ring's splash "
-                       "blocks take no attention chunks (model.attention.chunk); use 'auto' "
-                       "(XLA blocks on the ring) or 'xla'")
-    return 'xla'
+  queries each device holds)."""
   if not ring_splash.supports(local_length, causal):
     if kernel == 'splash':
       chunk = local_length // (2 if causal else 1)
@@ -216,8 +206,8 @@ def _ring(query, key, value, mask, scale, kernel, block_sizes, softcap=0.0, sink
   local_length = query.shape[1] // sharding.axis_size('context')
   heads = () if sinks is None else (sinks,)
   balanced = mask.slots is not None  # splash's causal blocks assume ring.balance's layout
-  if (balanced or not mask.causal) and ring_blocks(kernel, mask.causal, local_length,
-                                                    chunked=bool(mask.chunk)) == 'splash':
+  if (balanced or not mask.causal) and ring_blocks(kernel, mask.causal,
+                                                    local_length) == 'splash':
     interpret = jax.default_backend() == 'cpu' and platform() == 'cpu'
     local = lambda q, k, v, q_segments, kv_segments, *sinks: ring_splash.ring_attention(
         q, k, v, q_segments, kv_segments, *sinks, axis='context', causal=mask.causal,
@@ -232,7 +222,7 @@ def _ring(query, key, value, mask, scale, kernel, block_sizes, softcap=0.0, sink
   local = lambda q, k, v, q_slots, kv_slots, q_segments, kv_segments, *sinks: (
       ring.ring_attention(q, k, v, q_slots, kv_slots, q_segments, kv_segments, *sinks,
                           axis='context', causal=mask.causal, window=mask.window, scale=scale,
-                          softcap=softcap, chunk=mask.chunk))
+                          softcap=softcap))
   return shard.over_mesh(local, query, key, value,
                          rows=(slots, slots, mask.q_segment_ids, mask.kv_segment_ids),
                          sequence=True, head_params=heads)

@@ -1,7 +1,7 @@
 """Fused attention on NVIDIA GPUs: cuDNN through `jax.nn.dot_product_attention`.
 
 The causal flag and the sliding window go to cuDNN as mask types (it skips the masked
-blocks); segment ids (packing, padding) and attention chunks (Llama 4) go as a boolean mask. cuDNN runs bfloat16/float16
+blocks); segment ids (packing, padding) go as a boolean mask. cuDNN runs bfloat16/float16
 only; float32 falls back to the XLA reference (zoo.kernels says so).
 
 Glossary: B batch, L query length, S key length, H heads, G kv heads, K head dim.
@@ -27,9 +27,6 @@ def keys_of(mask):
 def attention(q_BLHK, k_BSGK, v_BSGK, mask, bias=None, scale=None, implementation='cudnn'):
   """`implementation='xla'` runs the same call through XLA (how CPU tests check it)."""
   segments = keys_of(mask)
-  if mask.chunk:
-    segments &= mask_lib.chunk_mask(mask.q_segment_ids.shape[1], mask.chunk,
-                                    mask.kv_segment_ids.shape[1])
   window = None
   if mask.window:  # (keys back, keys ahead), each end included
     window = (mask.window - 1, 0) if mask.causal else (mask.window, mask.window)

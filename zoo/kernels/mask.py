@@ -36,11 +36,16 @@ def sliding_window_mask(length, window, kv_length=None, q_start=0):
   return (jnp.arange(kv_length or length)[None, :] > q_slot_L1 - window)[None, None]
 
 
-def chunk_mask(length, chunk, kv_length=None, q_start=0):
-  """[1, 1, L, S]: query i (at key slot q_start + i) attends keys in its own chunk of
-  `chunk` slots (slot // chunk equal; combine with causal: Llama 4's chunked attention)."""
-  q_chunk_L1 = ((q_start + jnp.arange(length)) // chunk)[:, None]
-  return (jnp.arange(kv_length or length)[None, :] // chunk == q_chunk_L1)[None, None]
+CHUNKS_PER_SEGMENT = 1 << 16  # chunk indices a segment id is refined into
+
+
+def chunk_segments(segment_ids_BL, positions_BL, chunk):
+  """Segment ids refined by chunk: two tokens share one iff they share a segment and their
+  positions (in their document) lie in the same chunk of `chunk`; padding stays 0. With a
+  causal window of `chunk` this is Llama 4's chunked attention, per document."""
+  chunk_BL = positions_BL.astype(jnp.int32) // chunk
+  return jnp.where(segment_ids_BL > 0,
+                   segment_ids_BL.astype(jnp.int32) * CHUNKS_PER_SEGMENT + chunk_BL + 1, 0)
 
 
 def two_sided_window_mask(length, window, kv_length=None):
@@ -56,9 +61,7 @@ class Mask:
   `causal`, and, when window > 0, within the window: a causal mask's last `window` keys
   (the query's own included; Mistral, Gemma), a bidirectional one's keys at most `window`
   away on either side (|q - k| <= window, T5Gemma's encoder). The window's sides follow
-  `causal`, so a causal stack cannot be given a two-sided window. When chunk > 0 a query
-  attends only keys of its own chunk of `chunk` slots (Llama 4's chunked layers; causal
-  within it).
+  `causal`, so a causal stack cannot be given a two-sided window.
 
   Query i sits at key slot q_start + i (0 when queries and keys are the same tokens; the
   cache index when decoding). `kv_cache`: the keys are the self-attention layer's cache of
@@ -76,7 +79,19 @@ class Mask:
   # [B, L] int: each token's place in the sequence when the tokens are laid out in another
   # order (self-attention only; ring attention's balanced layout); None = in order
   slots: jax.Array | None = None
+  # Llama 4's chunked layers (model.attention.chunk): the chunk and the queries' and keys'
+  # segment ids refined by it (chunk_segments), which `chunked` swaps in
   chunk: int = flax.struct.field(pytree_node=False, default=0)
+  q_chunk_ids: jax.Array | None = None
+  kv_chunk_ids: jax.Array | None = None
+
+  def chunked(self):
+    """The mask of a chunked layer: a causal window of the chunk (the keys a chunk can
+    hold: what splash, cuDNN and the rolling cache skip by) over the chunk-refined segment
+    ids (which cut each document's chunks exactly)."""
+    return self.replace(window=self.chunk, q_segment_ids=self.q_chunk_ids,
+                        kv_segment_ids=self.kv_chunk_ids, chunk=0, q_chunk_ids=None,
+                        kv_chunk_ids=None)
 
   def dense(self):
     """[B, 1, L, S] boolean."""
@@ -89,9 +104,6 @@ class Mask:
       if self.window:
         mask &= (distance_BLS < self.window if self.causal else
                  jnp.abs(distance_BLS) <= self.window)[:, None]
-      if self.chunk:
-        mask &= (self.slots[:, :, None] // self.chunk ==
-                 self.slots[:, None, :] // self.chunk)[:, None]
       return mask
     lengths = dict(length=self.q_segment_ids.shape[1], kv_length=self.kv_segment_ids.shape[1],
                    q_start=self.q_start)
@@ -102,6 +114,4 @@ class Mask:
     elif self.window:
       mask &= two_sided_window_mask(self.q_segment_ids.shape[1], self.window,
                                     self.kv_segment_ids.shape[1])
-    if self.chunk:
-      mask &= chunk_mask(chunk=self.chunk, **lengths)
     return mask

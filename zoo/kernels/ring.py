@@ -5,7 +5,7 @@ folds each chunk into its queries' output with an online softmax (float32 runnin
 running sum, weighted values), so no device ever holds the whole sequence's keys.
 
 Which keys a query may attend is computed from what travels with the chunks: each token's
-slot in the sequence (causal, sliding window and Llama 4's attention chunks compare slots) and its segment id (packed
+slot in the sequence (causal and sliding window compare slots) and its segment id (packed
 documents never see each other; 0 = padding). So the chunks may be any slice of the
 sequence: `balance` lays a causal sequence out so device i holds chunks i and 2n-1-i of
 2n, an early and a late one, and every device does the same causal work.
@@ -62,7 +62,7 @@ def unbalance(x_BL, n, axis=1):
 
 def ring_attention(q_BLHK, k_BSGK, v_BSGK, q_slots_BL, kv_slots_BS, q_segments_BL,
                    kv_segments_BS, *sinks, axis, causal=False, window=0, scale=None,
-                   softcap=0.0, chunk=0):
+                   softcap=0.0):
   """Inside shard_map over `axis` (check_vma=False, as zoo/kernels/shard.py runs it):
   this device's chunk of queries, keys and values (with their slots and segment ids, and
   the sinks [H] of its heads, if any) -> its queries' attention output [B, L, H, K], equal
@@ -86,8 +86,6 @@ def ring_attention(q_BLHK, k_BSGK, v_BSGK, q_slots_BL, kv_slots_BS, q_segments_B
       allowed_BLS &= kv_slots_BS[:, None, :] <= q_slots_BL[:, :, None]
     if window:
       allowed_BLS &= kv_slots_BS[:, None, :] > q_slots_BL[:, :, None] - window
-    if chunk:  # Llama 4's chunked layers: the query's own chunk only
-      allowed_BLS &= kv_slots_BS[:, None, :] // chunk == q_slots_BL[:, :, None] // chunk
     logits_BGQLS = jnp.where(allowed_BLS[:, None, None], logits_BGQLS, reference.MASKED)
     new_max_BGQL = jnp.maximum(max_BGQL, jnp.max(logits_BGQLS, axis=-1))
     correction_BGQL = jnp.exp(max_BGQL - new_max_BGQL)

@@ -2,9 +2,8 @@
 masked blocks), for every mask the zoo uses, sharded with shard_map.
 
 Masks: causal (CausalMask), bidirectional (FullMask), causal sliding window
-(LocalMask, window - 1 keys back), two-sided window (LocalMask, window keys each way),
-causal within chunks (ChunkedCausalMask: Llama 4's chunked layers), each with segment ids
-for packing and padding. Padding
+(LocalMask, window - 1 keys back), two-sided window (LocalMask, window keys each way), each
+with segment ids for packing and padding. Padding
 queries (segment 0) attend other padding keys here while the reference masks them
 entirely; no real token ever sees padding either way, and padding carries no loss.
 GQA/MQA: the MQA kernel per kv head over its N query heads; MHA: the MHA kernel.
@@ -23,7 +22,6 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
-from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask
 
 from zoo.kernels import shard
 
@@ -47,9 +45,7 @@ def block_sizes(length, kv_length, block_q=0, block_kv=0):
   return block_q, block_kv
 
 
-def _base_mask(length, kv_length, causal, window, chunk=0):
-  if chunk:  # causal within each chunk (mask.Mask allows a chunk on causal masks only)
-    return splash_attention_mask.ChunkedCausalMask((length, kv_length), chunk_size=chunk)
+def _base_mask(length, kv_length, causal, window):
   if window and causal:
     return splash.LocalMask((length, kv_length), window_size=(window - 1, 0), offset=0)
   if window:  # a bidirectional stack's window: |q - k| <= window
@@ -60,7 +56,7 @@ def _base_mask(length, kv_length, causal, window, chunk=0):
 
 
 def _local(q_BLHK, k_BSGK, v_BSGK, q_segment_BL, kv_segment_BS, *sinks, causal, window, scale,
-           blocks, interpret, softcap=0.0, chunk=0):
+           blocks, interpret, softcap=0.0):
   """One shard: [B, L, H, K] queries against [B, S, G, K] keys/values (and the shard's
   sinks [H], if any)."""
   sinks_H = sinks[0].astype(jnp.float32) if sinks else None
@@ -72,7 +68,7 @@ def _local(q_BLHK, k_BSGK, v_BSGK, q_segment_BL, kv_segment_BS, *sinks, causal, 
       block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv, block_q_dkv=block_q,
       block_kv_dkv=block_kv, block_kv_dkv_compute=block_kv, block_q_dq=block_q,
       block_kv_dq=block_kv)
-  base = _base_mask(L, S, causal, window, chunk)
+  base = _base_mask(L, S, causal, window)
   q_BHLK = (q_BLHK * jnp.asarray(scale, q_BLHK.dtype)).transpose(0, 2, 1, 3)
   k_BGSK, v_BGSK = k_BSGK.transpose(0, 2, 1, 3), v_BSGK.transpose(0, 2, 1, 3)
   segments = lambda q_seg, kv_seg: splash.SegmentIds(q=q_seg, kv=kv_seg)
@@ -101,8 +97,7 @@ def attention(q_BLHK, k_BSGK, v_BSGK, mask, scale, blocks=(0, 0), interpret=Fals
   (0 = none), sinks [H] or None; batch split over the batch mesh axes and heads over
   `tensor` under shard_map when a mesh is set."""
   fn = functools.partial(_local, causal=mask.causal, window=mask.window, scale=scale,
-                         blocks=tuple(blocks), interpret=interpret, softcap=softcap,
-                         chunk=mask.chunk)
+                         blocks=tuple(blocks), interpret=interpret, softcap=softcap)
   return shard.over_mesh(fn, q_BLHK, k_BSGK, v_BSGK, rows=(
       mask.q_segment_ids.astype(jnp.int32), mask.kv_segment_ids.astype(jnp.int32)),
       head_params=() if sinks is None else (sinks,))

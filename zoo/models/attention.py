@@ -92,8 +92,7 @@ class MultiHeadAttention(nn.Module):
     q_BLHK = nn.with_logical_constraint(q_BLHK, ('batch', 'length', 'heads', 'head_dim'))
     kernel = self.kernel
     if isinstance(mask, mask_lib.Mask) and mask.kv_cache:
-      span = mask.window or mask.chunk
-      if 0 < span < mask.kv_segment_ids.shape[1]:  # a local or chunked layer keeps a ring
+      if 0 < mask.window < mask.kv_segment_ids.shape[1]:  # a local layer keeps its window
         k_BSGK, v_BSGK, mask = self._rolling(k_BSGK, v_BSGK, mask)
         kernel = 'xla'  # a dense mask over the ring and the new keys
       else:
@@ -149,16 +148,16 @@ class MultiHeadAttention(nn.Module):
 
 
   def _rolling(self, k_BLGK, v_BLGK, mask):
-    """A local or chunked layer's cache: the last R = W + mask.lookahead cache slots' keys
-    and values in a ring (slot t at t mod R; W = mask.window, or mask.chunk: a chunked
-    query's keys are at most the chunk's W slots back). The L new queries attend the ring's
-    slots and their own keys within the window (or chunk) -> (R + L keys, values, the dense
-    mask [B, 1, L, R + L]); then the last min(L, R) new keys and values overwrite the ring.
+    """A local (or chunked: zoo.kernels.mask.Mask.chunked) layer's cache: the last R = W +
+    mask.lookahead cache slots' keys and values in a ring (slot t at t mod R; W =
+    mask.window). The L new queries attend the ring's slots and their own keys within the
+    window -> (R + L keys, values, the dense mask [B, 1, L, R + L]); then the last min(L, R)
+    new keys and values overwrite the ring.
     Equal to the whole cache: the window holds the same keys. Moving the cache index back
     by up to `lookahead` slots (rejected speculative tokens) leaves the ring right: the
     slots it overwrote are R apart from what it kept, outside every later query's window."""
     B, L, G, K = k_BLGK.shape
-    W = mask.window or mask.chunk
+    W = mask.window
     R = W + mask.lookahead
     slot = lambda name, shape: self.variable('cache', name, jnp.zeros, shape, k_BLGK.dtype)
     key = slot('cached_key', (B, G, K, R))
@@ -176,8 +175,6 @@ class MultiHeadAttention(nn.Module):
                  (kv_segments_BS[:, None, :] > 0) &
                  (kv_slots_S[None, None, :] <= q_slots_L[None, :, None]) &
                  (kv_slots_S[None, None, :] > q_slots_L[None, :, None] - W))
-    if mask.chunk:  # the query's own chunk (the ring holds at most that)
-      dense_BLS &= kv_slots_S[None, None, :] // W == q_slots_L[None, :, None] // W
     keys_BSGK = jnp.concatenate([key.value.transpose(0, 3, 1, 2), k_BLGK.astype(key.value.dtype)],
                                 axis=1)
     values_BSGK = jnp.concatenate([value.value.transpose(0, 2, 1, 3),

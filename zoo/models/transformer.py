@@ -70,9 +70,10 @@ class Block(nn.Module):
                                   decoding)
     local = self.kind == 'local'
     adapters = self.adapters.for_training(self.train)
-    if self.kind and isinstance(mask, mask_lib.Mask):
-      mask = mask.replace(window=m.attention.window if local else 0,
-                          chunk=m.attention.chunk if self.kind == 'chunked' else 0)
+    if isinstance(mask, mask_lib.Mask) and mask.chunk and self.kind in ('chunked', ''):
+      mask = mask.chunked()
+    elif self.kind and isinstance(mask, mask_lib.Mask):
+      mask = mask.replace(window=m.attention.window if local else 0)
     rotary = m.position == 'rope' and self.kind != 'nope'
     a = m.attention
     attention_module = lambda name, self_attention, cache_kv_input=False: attention.MultiHeadAttention(
@@ -476,9 +477,14 @@ class Decoder(nn.Module):
 
     kv_segment_ids_BS = batch['kv_segment_ids'] if kv_cache else segment_ids_BL
     kv_positions_BS = batch['kv_positions'] if kv_cache else positions_BL
+    chunk = m.attention.chunk
     mask = mask_lib.Mask(segment_ids_BL, kv_segment_ids_BS, causal=True,
                           window=m.attention.window, kv_cache=kv_cache, slots=slots_BL,
-                          lookahead=batch.get('lookahead', 0), chunk=m.attention.chunk)
+                          lookahead=batch.get('lookahead', 0), chunk=chunk)
+    if chunk:  # Llama 4: each document's chunks, for the chunked layers (Block)
+      mask = mask.replace(
+          q_chunk_ids=mask_lib.chunk_segments(segment_ids_BL, positions_BL, chunk),
+          kv_chunk_ids=mask_lib.chunk_segments(kv_segment_ids_BS, kv_positions_BS, chunk))
     bias = None
     if m.position == 'alibi':
       bias = kernels.prepare_bias(m.attention.kernel, attention.alibi_bias(

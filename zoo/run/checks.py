@@ -275,6 +275,9 @@ def _validate_layer_kinds(m, family):
   if a.chunk and m.family != 'decoder':
     raise ConfigError(f'model.attention.chunk={a.chunk} is causal attention within chunks, '
                       f'for decoders; model.family={m.family!r}: set chunk=0')
+  if a.chunk and m.mtp.depth:
+    raise ConfigError(f'model.attention.chunk={a.chunk} with model.mtp.depth={m.mtp.depth}: the '
+                      'prediction modules attend without chunks; set one of them to 0')
   if a.chunk and not pattern and a.window:
     raise ConfigError(f'model.attention.chunk={a.chunk} and window={a.window} on every layer: '
                       "one or the other; or give each its layers (pattern 'L' and 'C' letters)")
@@ -292,9 +295,6 @@ def _validate_layer_kinds(m, family):
   if a.qk_l2_norm and m.qk_norm:
     raise ConfigError('model.attention.qk_l2_norm (no gain, Llama 4) and model.qk_norm (a '
                       'learned gain, Qwen 3) both normalise q and k; set one')
-  if a.chunk and a.kernel == 'flash_bias':
-    raise ConfigError("model.attention.kernel='flash_bias' takes no attention chunks "
-                      "(model.attention.chunk); use 'auto', 'splash' or 'xla'")
   if m.moe.gate_input and m.moe.capacity_factor:
     raise ConfigError('model.moe.gate_input (Llama 4) scales the tokens going into dropless '
                       f'experts; capacity_factor={m.moe.capacity_factor}: set it to 0')
@@ -319,9 +319,6 @@ def context_unsupported(m, family):
   if m.mtp.depth:
     return (f'model.mtp.depth={m.mtp.depth}: the prediction modules read the sequence in order, '
             'not split; set model.mtp.depth=0')
-  if m.attention.chunk and m.attention.kernel == 'splash':
-    return ("the ring's splash blocks take no attention chunks (model.attention.chunk); set "
-            "model.attention.kernel='auto' (XLA blocks on the ring) or 'xla'")
   return None
 
 
