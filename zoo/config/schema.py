@@ -89,8 +89,7 @@ def _model():
   m.mlp_dim = 2048
   m.activation = 'swiglu'
   # 'clamped_swiglu' (gpt-oss): min(g, limit) sigmoid(alpha min(g, limit)) (clip(u, +-limit) + 1)
-  m.swiglu_limit = 7.0  # gpt-oss config.swiglu_limit
-  m.swiglu_alpha = 1.702  # gpt-oss config.swiglu_alpha
+  m.swiglu_limit, m.swiglu_alpha = 7.0, 1.702  # gpt-oss config.json's swiglu_limit, _alpha
   m.norm = 'rmsnorm'
   m.norm_position = 'pre'
   m.norm_eps = 1e-6

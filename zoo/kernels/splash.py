@@ -14,7 +14,8 @@ On CPU the kernel runs in Pallas interpret mode (slow, exact: for tests). On TPU
 bfloat16 it needs the default matmul precision: Mosaic rejects bfloat16 operands when
 jax_default_matmul_precision is 'highest' ("Bad lhs type").
 
-Glossary: B batch, L query length, S key length, H heads, G kv heads, K head dim.
+Glossary: B batch, L query length, S key length, H heads, G kv heads, N = H // G query
+heads per kv head, K head dim.
 """
 
 import functools
