@@ -389,6 +389,16 @@ def test_local_layers_count_attention_flops_over_their_window():
   assert counting.flops_per_token(config) == 6 * n_matmul + 6 * 62 * 1024 * HK
 
 
+def test_chunked_layers_count_attention_flops_over_their_chunk():
+  config = helpers.load(helpers.config_file('llama4_scout', arg=None), ['data.seq_len=32768'])
+  HK, L, C = 40 * 128, 32768, 8192
+  chunked = counting.flops_per_token(config)
+  config.model.attention.chunk = 0  # the same layers counted as plain causal ones
+  causal = counting.flops_per_token(config)
+  # 36 of the 48 layers are C: each query sees C / 2 keys of its chunk, not L / 2
+  assert causal - chunked == 12 * HK * 36 * (L // 2 - C // 2)
+
+
 def test_flops_by_hand_bert_attends_both_ways():
   config = helpers.load(helpers.config_file('bert_base', arg=None))  # the 512-token phase
   D, F, V, layers, L = 768, 3072, 30522, 12, 512

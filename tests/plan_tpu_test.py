@@ -350,6 +350,21 @@ def test_splash_compiles_for_a_tpu_slice_and_its_memory_grows_linearly_in_length
   assert long / short <= 6.0, (short, long)  # 4x the length; xla's [B,H,L,L] grows ~16x
 
 
+@pytest.mark.parametrize('name', ['gpt_oss_20b', 'llama4_scout'])
+def test_sinks_and_chunked_layers_run_in_splash_on_a_tpu_slice(name):
+  # gpt-oss's sinks are splash's own argument; Llama 4's chunks a window over refined
+  # segment ids: the step lowered for v5p holds the Mosaic kernels, forward and backward
+  devices = topology.devices(topology.parse('v5p-8'))
+  config = helpers.smoke(name, 'model.dtype=bfloat16', 'data.seq_len=256', 'mesh.data=1',
+                         'mesh.fsdp=4')
+  assert runtime.attention_kernel(config, 1, on='tpu') == ('splash', 'auto on tpu')
+  with jax.default_matmul_precision('default'):
+    mesh = sharding.make_mesh(config.mesh, devices)
+    hlo = compiled.lower(run_lib.resolve(config), mesh).as_text()
+  kernels = set(re.findall(r'splash_mqa_(fwd|dq|dkv)_segmented', hlo))
+  assert kernels == {'fwd', 'dq', 'dkv'} and 'tpu_custom_call' in hlo
+
+
 def test_t5_trains_through_flash_bias_on_a_tpu_slice():
   # auto on TPU: the relative bias computed in the kernel, forward and both backward kernels
   # of each stack in the compiled step (the cross-attention, without a bias, runs splash)

@@ -10,7 +10,8 @@ the T target tokens), the encoder's and the cross-attention's key and value proj
 (over the encoder output) whole. Keys per query: causal attention counts seq_len / 2 (half
 of the full square), bidirectional attention (an encoder's) seq_len, a local layer its
 window's mean (causal: W - W (W - 1) / (2 seq_len); two-sided, T5Gemma's encoder: 2 W + 1 -
-W (W + 1) / seq_len), cross-attention all S input tokens for each of the T target
+W (W + 1) / seq_len), a chunked layer (Llama 4) half its chunk C < seq_len (C / 2),
+cross-attention all S input tokens for each of the T target
 queries (over S). Multi-token prediction's modules (model.mtp) count their blocks as layers
 and the shared output head once more each. Remat recompute is not counted (MFU, not HFU);
 remat_flops_per_token counts it apart (what a compiler reports is the sum).
@@ -26,7 +27,7 @@ from zoo.models import transformer
 
 CONVENTIONS = {  # by the family's ATTENTION
     'causal': '6*N_matmul + 12*heads*head_dim*keys per query: seq_len/2 causal, a window\'s '
-               'mean where local',
+               'mean where local, chunk/2 where chunked',
     'bidirectional': '6*N_matmul + 12*heads*head_dim*seq_len: bidirectional',
     'cross': '6*N_matmul, the decoder and head at target/input tokens + '
                        '12*heads*head_dim*keys: encoder bidirectional, decoder causal, '
@@ -95,16 +96,18 @@ def _mean_keys(m, length, layers, causal, extra_local=0):
   """A stack's keys per query summed over its `layers` layers: causal attention counts
   length / 2 (the convention's half), bidirectional attention length; a local layer's
   window W < length its mean, W - W (W - 1) / (2 length) causal (query i sees min(i + 1, W)
-  keys), 2 W + 1 - W (W + 1) / length two-sided (|q - k| <= W); `extra_local`: blocks
+  keys), 2 W + 1 - W (W + 1) / length two-sided (|q - k| <= W); a chunked layer's chunk
+  C < length C / 2 (Llama 4: the half of each chunk's square); `extra_local`: blocks
   beyond the pattern that keep the window (multi-token prediction's)."""
-  W = m.attention.window
-  local = 0
-  if 0 < W < length:
-    local = (sum(transformer.layer_kind(m, i) == 'local' for i in range(layers)) +
-             extra_local if m.attention.pattern else layers + extra_local)
+  W, C = m.attention.window, m.attention.chunk
+  count = lambda kind: (sum(transformer.layer_kind(m, i) == kind for i in range(layers))
+                        if m.attention.pattern else layers)
+  local = count('local') + extra_local if 0 < W < length else 0
+  chunked = count('chunked') if 0 < C < length else 0
   total = layers + extra_local
   if causal:
-    return (total - local) * length / 2 + local * (W - W * (W - 1) / (2 * length))
+    return ((total - local - chunked) * length / 2 + local * (W - W * (W - 1) / (2 * length)) +
+            chunked * C / 2)
   return (total - local) * length + local * (2 * W + 1 - W * (W + 1) / length)
 
 
