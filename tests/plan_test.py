@@ -107,7 +107,7 @@ def test_t5_counts_its_decoder_self_attention_cache_and_bert_none():
   t5gemma = analytic.plan(run_lib.load(helpers.config_file('t5gemma_2b_2b', arg=None)), 1)
   per_layer = 2 * 4 * 256 * 2  # keys and values, 4 kv heads of 256, bf16
   assert t5gemma['kv_cache_bytes_per_token'] == 13 * per_layer
-  assert t5gemma['kv_cache_local'] == {'layers': 13, 'window': 4096,
+  assert t5gemma['kv_cache_local'] == {'layers': 13, 'window': 4096, 'kind': 'local',
                                        'bytes_per_sequence': 13 * 4096 * per_layer}
 
 
@@ -360,7 +360,7 @@ def test_gemma3_27b_kv_cache_counts_local_layers_by_their_window():
   result = analytic.plan(run_lib.load(helpers.config_file('gemma3_27b', arg=None)), 1)
   layer_token = 2 * 16 * 128 * 2  # keys and values, 16 kv heads x 128, bf16
   assert result['kv_cache_bytes_per_token'] == 10 * layer_token  # the 10 global layers
-  assert result['kv_cache_local'] == {'layers': 52, 'window': 1024,
+  assert result['kv_cache_local'] == {'layers': 52, 'window': 1024, 'kind': 'local',
                                       'bytes_per_sequence': 52 * 1024 * layer_token}
   ring, full = result['kv_cache_bytes_per_sequence'][131_072]
   assert full == 62 * 131_072 * layer_token  # 62 GiB
@@ -397,6 +397,16 @@ def test_chunked_layers_count_attention_flops_over_their_chunk():
   causal = counting.flops_per_token(config)
   # 36 of the 48 layers are C: each query sees C / 2 keys of its chunk, not L / 2
   assert causal - chunked == 12 * HK * 36 * (L // 2 - C // 2)
+
+
+def test_a_chunked_layers_kv_cache_keeps_one_chunk():
+  result = analytic.plan(run_lib.load(helpers.config_file('llama4_scout', arg=None)), 1)
+  layer_token = 2 * 8 * 128 * 2  # keys and values, 8 kv heads x 128, bf16
+  assert result['kv_cache_bytes_per_token'] == 12 * layer_token  # the 12 NoPE layers
+  assert result['kv_cache_local'] == {'layers': 36, 'window': 8192, 'kind': 'chunked',
+                                      'bytes_per_sequence': 36 * 8192 * layer_token}
+  ring, full = result['kv_cache_bytes_per_sequence'][131_072]
+  assert (ring, full) == ((12 * 131_072 + 36 * 8192) * layer_token, 48 * 131_072 * layer_token)
 
 
 def test_flops_by_hand_bert_attends_both_ways():

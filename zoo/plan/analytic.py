@@ -8,7 +8,8 @@ Conventions:
 - kv_cache_bytes_per_token: keys and values a generated token adds to the self-attention of
   every decoder layer without a window, at the compute dtype (decoders and T5's decoder; not
   encoders). A local layer (model.attention.window: Gemma's local layers, Mistral's) keeps
-  its window in a ring instead: kv_cache_local's bytes per sequence, whatever the length;
+  its window in a ring instead, a chunked one (Llama 4) its chunk: kv_cache_local's bytes
+  per sequence, whatever the length;
   kv_cache_bytes_per_sequence: {context: [bytes with the ring, bytes if every layer kept
   every token]}.
 - per_device_bytes: params, optimizer state (AdamW: two float32 moments; Adafactor: row
@@ -341,24 +342,30 @@ def plan(run, num_devices=None, mesh_sizes=None, boxed=None):
 
 
 def kv_cache(config, cached_layers):
-  """The KV-cache fields of the plan (module docstring): local layers apart."""
+  """The KV-cache fields of the plan (module docstring): local and chunked layers apart."""
   m = config.model
   per_token = 2 * dims.kv_heads(m) * dims.head_dim(m) * np.dtype(m.dtype).itemsize
   if m.mla.kv_lora_rank:  # the latent and the rotary key (zoo/models/mla.py)
     per_token = mla.cache_values_per_token(m) * np.dtype(m.dtype).itemsize
-  window = m.attention.window
-  local = 0
-  if window:
-    local = (sum(transformer.layer_kind(m, i) == 'local' for i in range(cached_layers))
-             if m.attention.pattern else cached_layers)
-  out = {'kv_cache_bytes_per_token': (cached_layers - local) * per_token}
-  if local:
-    out['kv_cache_local'] = {'layers': local, 'window': window,
-                             'bytes_per_sequence': local * window * per_token}
+  rings = {}  # kind -> (layers, the tokens its ring keeps)
+  for kind, span in (('local', m.attention.window), ('chunked', m.attention.chunk)):
+    if span:
+      layers = (sum(transformer.layer_kind(m, i) == kind for i in range(cached_layers))
+                if m.attention.pattern else cached_layers)
+      rings.update({kind: (layers, span)} if layers else {})
+  ringed = sum(n for n, _ in rings.values())
+  out = {'kv_cache_bytes_per_token': (cached_layers - ringed) * per_token}
+  if ringed:
+    kind = next(iter(rings)) if len(rings) == 1 else 'local and chunked'
+    out['kv_cache_local'] = {'layers': ringed, 'window': max(w for _, w in rings.values()),
+                             'kind': kind,
+                             'bytes_per_sequence': sum(n * w for n, w in rings.values()) *
+                                                   per_token}
     contexts = sorted({config.data.seq_len, m.max_length} |
                       {n for n in (32_768, 131_072) if n <= m.max_length})
     out['kv_cache_bytes_per_sequence'] = {
-        n: [(cached_layers - local) * n * per_token + local * min(window, n) * per_token,
+        n: [(cached_layers - ringed) * n * per_token +
+            sum(k * min(w, n) for k, w in rings.values()) * per_token,
             cached_layers * n * per_token] for n in contexts}
   return out
 
@@ -461,7 +468,8 @@ def _kv_cache_lines(result):
     local, at = result['kv_cache_local'], result['kv_cache_bytes_per_sequence']
     lines.append(
         f"KV cache: {result['kv_cache_bytes_per_token']:,} bytes/token in the global layers; "
-        f"{local['layers']} local layers keep their {local['window']:,}-token window "
+        f"{local['layers']} {local['kind']} layers keep their {local['window']:,}-token "
+        f"{'chunk' if local['kind'] == 'chunked' else 'window'} "
         f"({_size(local['bytes_per_sequence'])} per sequence); per sequence " +
         ', '.join(f'{_size(ring)} at {n:,} tokens ({_size(full)} without the ring)'
                   for n, (ring, full) in at.items()))
