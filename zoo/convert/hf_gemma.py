@@ -27,27 +27,13 @@ VISION = ('model.vision_tower.', 'model.multi_modal_projector.', 'vision_tower.'
 
 def text_config(hf):
   """A Gemma3ForConditionalGeneration's config.json -> its text model's (else `hf`)."""
-  if hf.get('model_type') != 'gemma3':
-    return hf
-  text = dict(hf.get('text_config') or {})
-  text.setdefault('model_type', 'gemma3_text')
-  text.setdefault('tie_word_embeddings', hf.get('tie_word_embeddings', True))
-  return text
+  return hf_rules.text_config(hf, 'gemma3', 'gemma3_text', tie_default=True)
 
 
 def text_tensors(tensors):
   """The language model's tensors of a Gemma3ForConditionalGeneration, named as
   Gemma3ForCausalLM names them (vision tensors left out)."""
-  out = {}
-  for name, w in tensors.items():
-    if name.startswith(VISION):
-      continue
-    for prefix, to in TEXT_PREFIXES:
-      if name.startswith(prefix):
-        name = to + name[len(prefix):]
-        break
-    out[name] = w
-  return out
+  return hf_rules.text_tensors(tensors, VISION, TEXT_PREFIXES)
 
 
 # transformers 5 writes language_model.model.*; the hub's files and the bare model's keys
@@ -61,11 +47,7 @@ TEXT_PREFIXES = (('model.language_model.model.', 'model.'),
 
 def pattern(layer_types):
   """transformers' layer_types -> the shortest pattern they repeat ('LG', 'LLLLLG')."""
-  letters = ''.join(KINDS[t] for t in layer_types)
-  for period in range(1, len(letters) + 1):
-    if all(letters[i] == letters[i % period] for i in range(len(letters))):
-      return letters[:period]
-  return letters
+  return hf_rules.shortest_repeat(''.join(KINDS[t] for t in layer_types))
 
 
 def config(hf, names):
@@ -201,8 +183,7 @@ def _module(m, kind, num_layers):
         'attn_logit_softcapping': m.attention.softcap or None,
         'final_logit_softcapping': m.final_softcap or None,
         'tie_word_embeddings': m.tie_embeddings}
-  full = {'rope_theta': m.rope_theta, **hf_rules.rope_scaling_to_hf(m)}
-  full.setdefault('rope_type', 'default')
+  full = hf_rules.rope_parameters_to_hf(m)
   if kind != 'gemma3_text':
     hf['rope_parameters'] = full
   else:

@@ -77,9 +77,7 @@ def config(hf, names):
   a.window = hf['sliding_window'] if 'L' in a.pattern else 0
   if a.pattern == 'G':  # every layer global: no pattern
     a.pattern = ''
-  rope = {**(hf.get('rope_parameters') or {}), **(hf.get('rope_scaling') or {})}
-  m.rope_theta = float(rope.get('rope_theta', hf.get('rope_theta', 150_000.0)))
-  hf_rules.rope_scaling_from_hf(rope, hf, m)
+  hf_rules.rope_from_hf(hf, m, default_theta=150_000.0)
   o = m.moe
   o.num_experts, o.top_k = hf['num_local_experts'], hf['num_experts_per_tok']
   o.expert_mlp_dim = hf['intermediate_size']
@@ -165,15 +163,14 @@ def hf_config(config):
   if m.moe.expert_mlp_dim and m.moe.expert_mlp_dim != m.mlp_dim:
     raise ConvertError(f'save: gpt_oss has one intermediate_size; model.moe.expert_mlp_dim='
                        f'{m.moe.expert_mlp_dim} differs from model.mlp_dim={m.mlp_dim}')
-  rope = {'rope_theta': m.rope_theta, **hf_rules.rope_scaling_to_hf(m)}
-  rope.setdefault('rope_type', 'default')
   return {'model_type': 'gpt_oss', 'vocab_size': m.vocab_size, 'hidden_size': m.d_model,
           'intermediate_size': m.moe.expert_mlp_dim or m.mlp_dim,
           'num_hidden_layers': m.num_layers, 'num_attention_heads': m.num_heads,
           'num_key_value_heads': dims.kv_heads(m), 'head_dim': dims.head_dim(m),
           'num_local_experts': m.moe.num_experts, 'num_experts_per_tok': m.moe.top_k,
           'sliding_window': m.attention.window or None, 'layer_types': layer_types,
-          'rope_parameters': rope, 'max_position_embeddings': m.max_length,
+          'rope_parameters': hf_rules.rope_parameters_to_hf(m),
+          'max_position_embeddings': m.max_length,
           'rms_norm_eps': m.norm_eps, 'hidden_act': 'silu',
           'attention_bias': bool(m.attention.use_bias or m.use_bias),
           'swiglu_limit': m.swiglu_limit, 'swiglu_alpha': m.swiglu_alpha,

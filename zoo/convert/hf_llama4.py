@@ -41,19 +41,7 @@ TEXT_PREFIXES = (('model.language_model.model.', 'model.'),
 
 def text_config(hf):
   """A Llama4ForConditionalGeneration's config.json -> its text model's (else `hf`)."""
-  if hf.get('model_type') != 'llama4':
-    return hf
-  text = dict(hf.get('text_config') or {})
-  text.setdefault('model_type', 'llama4_text')
-  text.setdefault('tie_word_embeddings', hf.get('tie_word_embeddings', False))
-  return text
-
-
-def _shortest(letters):
-  for period in range(1, len(letters) + 1):
-    if all(letters[i] == letters[i % period] for i in range(len(letters))):
-      return letters[:period]
-  return letters
+  return hf_rules.text_config(hf, 'llama4', 'llama4_text', tie_default=False)
 
 
 def config(hf, names):
@@ -89,16 +77,14 @@ def config(hf, names):
   m.tie_embeddings = bool(hf.get('tie_word_embeddings')) or not any(
       n.endswith('lm_head.weight') for n in names)
   a = m.attention
-  pattern = _shortest(letters)
+  pattern = hf_rules.shortest_repeat(letters)
   a.pattern = '' if pattern == 'G' else pattern
   a.chunk = chunk if 'C' in letters else 0
   tuning = bool(hf.get('attn_temperature_tuning', True)) and 'N' in letters
   a.nope_scale = float(hf.get('attn_scale', 0.1)) if tuning else 0.0
   a.nope_floor = int(hf.get('floor_scale', 8192))
   a.qk_l2_norm = bool(hf.get('use_qk_norm', False))
-  rope = {**(hf.get('rope_parameters') or {}), **(hf.get('rope_scaling') or {})}
-  m.rope_theta = float(rope.get('rope_theta', hf.get('rope_theta', 500_000.0)))
-  hf_rules.rope_scaling_from_hf(rope, hf, m)
+  hf_rules.rope_from_hf(hf, m, default_theta=500_000.0)
   o = m.moe
   o.num_experts, o.top_k = hf['num_local_experts'], hf.get('num_experts_per_tok', 1)
   o.expert_mlp_dim, o.every = hf['intermediate_size'], step
@@ -166,15 +152,7 @@ def _layer(m, zoo, hf, layers, experts):
 def to_rules(tensors, m):
   """The checkpoint's tensors -> one per rule: a ForConditionalGeneration's text model
   (vision left out), each fused gate_up_proj split into its gate (first half) and up."""
-  out = {}
-  for name, w in tensors.items():
-    if name.startswith(VISION):
-      continue
-    for prefix, to in TEXT_PREFIXES:
-      if name.startswith(prefix):
-        name = to + name[len(prefix):]
-        break
-    out[name] = w
+  out = hf_rules.text_tensors(tensors, VISION, TEXT_PREFIXES)
   for name in [n for n in out if n.endswith('.experts.gate_up_proj')]:
     prefix = name[:-len('gate_up_proj')]
     out[f'{prefix}gate_proj'], out[f'{prefix}up_proj'] = np.split(out.pop(name), 2, axis=-1)
@@ -202,8 +180,6 @@ def hf_config(config):
                        f'shared expert beside input-gated ones; pattern={a.pattern!r}, '
                        f'num_shared_experts={m.moe.num_shared_experts}, gate_input='
                        f'{m.moe.gate_input} have no Llama 4 layout')
-  rope = {'rope_theta': m.rope_theta, **hf_rules.rope_scaling_to_hf(m)}
-  rope.setdefault('rope_type', 'default')
   return {'model_type': 'llama4_text', 'vocab_size': m.vocab_size, 'hidden_size': m.d_model,
           'intermediate_size': m.moe.expert_mlp_dim or m.mlp_dim,
           'intermediate_size_mlp': m.mlp_dim, 'num_hidden_layers': m.num_layers,
@@ -216,7 +192,7 @@ def hf_config(config):
                           for x in letters],
           'attention_chunk_size': a.chunk or None, 'use_qk_norm': bool(a.qk_l2_norm),
           'attn_temperature_tuning': bool(a.nope_scale), 'attn_scale': a.nope_scale or 0.1,
-          'floor_scale': a.nope_floor, 'rope_parameters': rope,
+          'floor_scale': a.nope_floor, 'rope_parameters': hf_rules.rope_parameters_to_hf(m),
           'max_position_embeddings': m.max_length, 'rms_norm_eps': m.norm_eps,
           'hidden_act': 'silu', 'attention_bias': False,
           'router_aux_loss_coef': m.moe.balance_loss, 'tie_word_embeddings': m.tie_embeddings}

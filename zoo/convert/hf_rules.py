@@ -101,7 +101,51 @@ def names(rule, m):
   return [rule.hf.format(i=i) for i in layers]
 
 
+def shortest_repeat(letters):
+  """The shortest prefix `letters` repeats ('LG' of 'LGLGL', 'CCCN' of 'CCCNCCCNC')."""
+  for period in range(1, len(letters) + 1):
+    if all(letters[i] == letters[i % period] for i in range(len(letters))):
+      return letters[:period]
+  return letters
+
+
+# ---------------------------------------------------------- multimodal checkpoints
+
+def text_config(hf, multimodal_type, text_type, tie_default):
+  """A multimodal checkpoint's config.json (model_type `multimodal_type`) -> its text
+  model's (`text_config`, model_type `text_type`); any other config as it is."""
+  if hf.get('model_type') != multimodal_type:
+    return hf
+  text = dict(hf.get('text_config') or {})
+  text.setdefault('model_type', text_type)
+  text.setdefault('tie_word_embeddings', hf.get('tie_word_embeddings', tie_default))
+  return text
+
+
+def text_tensors(tensors, vision, prefixes):
+  """A multimodal checkpoint's language-model tensors, renamed by the first of `prefixes`
+  ((prefix, replacement) pairs) each starts with; those starting with `vision` left out."""
+  out = {}
+  for name, w in tensors.items():
+    if name.startswith(vision):
+      continue
+    for prefix, to in prefixes:
+      if name.startswith(prefix):
+        name = to + name[len(prefix):]
+        break
+    out[name] = w
+  return out
+
+
 # ------------------------------------------------------------------- rope scalings
+
+def rope_from_hf(hf, m, default_theta):
+  """config.json's RoPE base and scaling (in rope_parameters, or the hub's rope_theta and
+  rope_scaling) -> model.rope_theta and model.rope_scaling."""
+  rope = {**(hf.get('rope_parameters') or {}), **(hf.get('rope_scaling') or {})}
+  m.rope_theta = float(rope.get('rope_theta', hf.get('rope_theta', default_theta)))
+  rope_scaling_from_hf(rope, hf, m)
+
 
 def rope_scaling_from_hf(params, hf, m):
   """transformers' rope parameters (rope_type and its fields) -> model.rope_scaling."""
@@ -130,6 +174,11 @@ def rope_scaling_from_hf(params, hf, m):
     r.mscale = float(params.get('mscale') or 0.0)
     r.mscale_all_dim = float(params.get('mscale_all_dim') or 0.0)
     r.truncate = bool(params.get('truncate', True))
+
+
+def rope_parameters_to_hf(m):
+  """model.rope_theta and model.rope_scaling -> transformers' rope_parameters."""
+  return {'rope_type': 'default', 'rope_theta': m.rope_theta, **rope_scaling_to_hf(m)}
 
 
 def rope_scaling_to_hf(m):
