@@ -272,7 +272,7 @@ def _validate_layer_kinds(m, family):
   if a.chunk < 0 or a.nope_scale < 0 or a.nope_floor <= 0:
     raise ConfigError(f'model.attention.chunk={a.chunk} and nope_scale={a.nope_scale} must be '
                       f'>= 0 and nope_floor={a.nope_floor} > 0 (Llama 4: 8192, 0.1, 8192)')
-  if a.chunk and m.family != 'decoder':
+  if a.chunk and family.ATTENTION != 'causal':
     raise ConfigError(f'model.attention.chunk={a.chunk} is causal attention within chunks, '
                       f'for decoders; model.family={m.family!r}: set chunk=0')
   if a.chunk and m.mtp.depth:
