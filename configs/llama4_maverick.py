@@ -5,14 +5,15 @@ mixtures of 128 top-1 experts of width 8,192 beside a shared one alternating, th
 second; no QK-norm, no RoPE scaling.
 
     python -m zoo.launch --config=configs/llama4_maverick.py --mode=plan
-    python -m zoo.launch --config=configs/llama4_maverick.py:smoke --workdir=/tmp/zoo/llama4_maverick
+    python -m zoo.launch --config=configs/llama4_maverick.py:smoke --workdir=/tmp/zoo/maverick
 
 Source: meta-llama/Llama-4-Maverick-17B-128E config.json (text_config: use_qk_norm false,
 interleave_moe_layer_step 2, rope_scaling null, max_position_embeddings 1,048,576); the
 Llama 4 model card: 17B active, 400B total (the vision encoder included), ~22T training
 tokens. The text model's shapes give 400,711,848,960 parameters, 17,184,691,200 active per
-token (both embedding tables counted; 16,150,205,440 without the input one, the card's way). Training: no optimizer settings
-are published (MetaP), so Llama 2's recipe stands in (sec. 2.2), at 8,192 tokens.
+token (both embedding tables counted; 16,150,205,440 without the input one, the card's
+way). Training: no optimizer settings are published (MetaP), so Llama 2's recipe stands in
+(sec. 2.2), at 8,192 tokens.
 """
 
 from zoo import config as config_lib

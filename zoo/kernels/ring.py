@@ -14,8 +14,9 @@ A masked logit is the reference kernel's finite MASKED, not -inf: a block its qu
 nothing of adds weight that the first block they do see clears (its correction factor
 underflows to 0), and a query that sees nothing at all averages the values as the
 reference does. Attention sinks (a logit per head in every row's normalizer) start the
-running max and sum, as a block of one key whose value is 0 would. Gradients flow through the scan and the ppermutes (each step
-rematerialised, so the backward pass holds one block of logits at a time).
+running max and sum, as a block of one key whose value is 0 would. Gradients flow through
+the scan and the ppermutes (each step rematerialised, so the backward pass holds one block
+of logits at a time).
 
 Glossary: B batch, L local queries, S local keys, H heads, G kv heads, Q = H // G, K head
 dim, n devices on the ring.

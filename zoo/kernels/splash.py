@@ -14,7 +14,7 @@ On CPU the kernel runs in Pallas interpret mode (slow, exact: for tests). On TPU
 bfloat16 it needs the default matmul precision: Mosaic rejects bfloat16 operands when
 jax_default_matmul_precision is 'highest' ("Bad lhs type").
 
-Glossary: B batch, L query length, S key length, H heads, G kv heads, N = H // G query
+Glossary: B batch, L query length, S key length, H heads, G kv heads, Q = H // G query
 heads per kv head, K head dim.
 """
 
@@ -84,10 +84,10 @@ def _local(q_BLHK, k_BSGK, v_BSGK, q_segment_BL, kv_segment_BS, *sinks, causal, 
     kernel = splash.make_splash_mqa(splash.MultiHeadMask([base] * N), block_sizes=sizes,
                                     head_shards=1, q_seq_shards=1, interpret=interpret,
                                     attn_logits_soft_cap=softcap or None)
-    per_group = lambda q, k, v, seg, sinks_N: kernel(q, k, v, segment_ids=seg, sinks=sinks_N)
-    sinks_GN = None if sinks_H is None else sinks_H.reshape(G, N)
+    per_group = lambda q, k, v, seg, sinks_Q: kernel(q, k, v, segment_ids=seg, sinks=sinks_Q)
+    sinks_GQ = None if sinks_H is None else sinks_H.reshape(G, N)
     per_batch = lambda q, k, v, qs, ks: jax.vmap(per_group, in_axes=(0, 0, 0, None, 0))(
-        q.reshape(G, N, L, K), k, v, segments(qs, ks), sinks_GN).reshape(H, L, K)
+        q.reshape(G, N, L, K), k, v, segments(qs, ks), sinks_GQ).reshape(H, L, K)
     out_BHLK = jax.vmap(per_batch)(q_BHLK, k_BGSK, v_BGSK, q_segment_BL, kv_segment_BS)
   return out_BHLK.transpose(0, 2, 1, 3).astype(q_BLHK.dtype)
 

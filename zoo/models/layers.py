@@ -115,10 +115,9 @@ ACTIVATION_FNS = {
     'gelu_tanh': lambda x: jax.nn.gelu(x, approximate=True),
     'swiglu': jax.nn.silu,  # gated: act(x W0) * (x W1)
     'geglu': lambda x: jax.nn.gelu(x, approximate=True),
+    'clamped_swiglu': jax.nn.silu,  # gpt-oss: gated, and clamped by `gated`
 }
 GATED = ('swiglu', 'geglu', 'clamped_swiglu')
-# gpt-oss's gate: min(g, limit) sigmoid(alpha min(g, limit)) (clip(u, -limit, limit) + 1)
-ACTIVATION_FNS['clamped_swiglu'] = jax.nn.silu  # its unclamped form, for the MLM transform
 
 
 def gated(activation, gate, up, clamp=(7.0, 1.702)):

@@ -76,7 +76,7 @@ class Block(nn.Module):
       mask = mask.replace(window=m.attention.window if local else 0)
     rotary = m.position == 'rope' and self.kind != 'nope'
     a = m.attention
-    attention_module = lambda name, self_attention, cache_kv_input=False: attention.MultiHeadAttention(
+    multi_head = lambda name, self_attention, cache_kv_input=False: attention.MultiHeadAttention(
         m.num_heads, dims.kv_heads(m), dims.head_dim(m),
         use_bias=m.use_bias or a.use_bias,
         rope_theta=((m.rope_local_theta or m.rope_theta) if local else m.rope_theta)
@@ -99,19 +99,20 @@ class Block(nn.Module):
                                    rope_scaling=dims.rope_scaling(m), lora=adapters,
                                    name='attention', **dtypes(m))
     else:
-      attend = attention_module('attention', self_attention=True)
+      attend = multi_head('attention', self_attention=True)
     if self.moe:
       mlp = moe_lib.MoE(m, out_init_scale=_out_init_scale(m), name='moe')
     else:
       mlp = layers.MLP(m.mlp_dim, m.activation, use_bias=m.use_bias,
-                       clamp=(m.swiglu_limit, m.swiglu_alpha), init_std=m.kernel_init_std, out_init_scale=_out_init_scale(m),
+                       clamp=(m.swiglu_limit, m.swiglu_alpha), init_std=m.kernel_init_std,
+                       out_init_scale=_out_init_scale(m),
                        quant=m.quant, lora=adapters, name='mlp', **dtypes(m))
     drop = lambda y: nn.Dropout(m.dropout_rate)(y, deterministic=not self.train)
     self_attend = lambda h: attend(h, mask=mask, q_positions_BL=positions_BL,
                                    kv_positions_BS=positions_BL, bias=bias)
     # decoding: the encoder output's keys and values are projected once, into the cache
-    cross_attend = lambda h: attention_module('cross_attention', self_attention=False,
-                                              cache_kv_input=decoding)(
+    cross_attend = lambda h: multi_head('cross_attention', self_attention=False,
+                                        cache_kv_input=decoding)(
         h, encoded_BSD, mask=cross_mask)
 
     if m.block == 'parallel':

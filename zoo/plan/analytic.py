@@ -398,7 +398,8 @@ def _model_lines(result):
       f"{result['config']['family']}: {result['params_total']:,} parameters "
       f"({result['params_active']:,} active per token" + (
           f"; {result['params_active_without_input_embedding']:,} without the input embedding, "
-          "as DeepSeek counts" if 'params_active_without_input_embedding' in result else '') +
+          "as the MoE model cards count" if 'params_active_without_input_embedding' in result
+          else '') +
       (f"; {result['params_mtp']:,} in the multi-token prediction modules"
        if 'params_mtp' in result else '') + ')',
       f"training FLOPs/token: {result['flops_per_token']:.4g} ({result['flops_convention']})" +
