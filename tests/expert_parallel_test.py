@@ -59,14 +59,15 @@ def test_experts_on_a_circular_pipeline_over_a_split_sequence_give_the_data_loss
                                                             'model.mtp.depth=0']),
     # with V3's multi-token prediction module (its MoE block) added
     ('deepseek_v2_lite', {'data': 2, 'tensor': 2, 'expert': 2}, ['model.mtp.depth=1']),
-    # gpt-oss: sinks split over tensor with their heads (one kv head, replicated), windows
-    # and full layers, biased router and experts over the expert axis, the clamped SwiGLU
-    ('gpt_oss_20b', {'data': 2, 'tensor': 2, 'expert': 2}, []),
-    # Llama 4: chunked layers (each document's own chunks) on a ring over context, NoPE
-    # layers, input-gated top-1 sigmoid experts beside a shared one; Maverick's experts in
-    # every other layer, heads over tensor (gpt_oss_120b's smoke is gpt_oss_20b's)
-    ('llama4_scout', {'fsdp': 2, 'context': 2, 'expert': 2}, []),
-    ('llama4_maverick', {'data': 2, 'tensor': 2, 'expert': 2}, []),
+    # gpt-oss: sinks split over tensor with their heads (one kv head, replicated), a window
+    # and a full layer, biased router and experts over the expert axis, the clamped SwiGLU
+    # (gpt_oss_120b's smoke is gpt_oss_20b's; one repeat of the pattern, no tail layer)
+    ('gpt_oss_20b', {'data': 2, 'tensor': 2, 'expert': 2}, ['model.num_layers=2']),
+    # Llama 4: chunked layers (each document's own chunks), a NoPE layer, input-gated top-1
+    # sigmoid experts beside a shared one, heads over tensor; Maverick's experts in every
+    # other layer (chunked layers on a context ring: tests/kernels/chunk_test.py)
+    ('llama4_scout', {'fsdp': 2, 'tensor': 2, 'expert': 2}, ['model.num_layers=4']),
+    ('llama4_maverick', {'data': 2, 'tensor': 2, 'expert': 2}, ['model.num_layers=4']),
 ])
 def test_moe_smokes_on_a_mesh_give_one_devices_losses(name, mesh, overrides):
   """Four steps on the mesh against the same steps on one device, in float32 (the batches

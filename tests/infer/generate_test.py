@@ -57,17 +57,15 @@ def _full_logits(model, variables, tokens):
     # DeepSeek's latent attention: the cache holds the latent and the rotary key
     dict(position='rope', mla=dict(kv_lora_rank=16, q_lora_rank=12, qk_nope_head_dim=8,
                                    qk_rope_head_dim=4, v_head_dim=6)),
-    # gpt-oss: sinks in the ring of the local layers and in the global ones' cache, biased
-    # projections, the clamped SwiGLU (its biased experts decode as any: 'moe')
-    dict(position='rope', window=3, num_layers=3, activation='clamped_swiglu', swiglu_limit=0.5,
-         attention=dict(pattern='LG', sinks=True, use_bias=True)),
-    # Llama 4: chunked layers (a ring of 3 over each row's own chunks: the second prompt is
-    # left-padded), a NoPE layer with temperature tuning, the QK L2 norm, a tail layer
-    dict(position='rope', num_layers=5,
-         attention=dict(pattern='CCCN', chunk=3, nope_scale=0.5, nope_floor=2,
-                        qk_l2_norm=True)),
+    # gpt-oss and Llama 4 in one stack: sinks (in a local layer's ring and the global ones'
+    # caches), biased projections, the clamped SwiGLU; a chunked layer's ring over each
+    # row's own chunks (the second prompt is left-padded), a NoPE layer with temperature
+    # tuning, the QK L2 norm
+    dict(position='rope', window=3, num_layers=4, activation='clamped_swiglu',
+         swiglu_limit=0.5, attention=dict(pattern='LGCN', chunk=3, sinks=True, use_bias=True,
+                                          nope_scale=0.5, nope_floor=2, qk_l2_norm=True)),
 ], ids=['rope_gqa', 'learned', 'sinusoidal_mqa', 'alibi', 'window', 'parallel', 'moe',
-        'gemma_pattern', 'mla', 'gpt_oss', 'llama4'])
+        'gemma_pattern', 'mla', 'gpt_oss_llama4'])
 def test_cached_decoding_gives_the_full_forward_logits(overrides):
   model, variables = _decoder(**overrides)
   ids, segments = decoding.left_pad(PROMPTS, pad_id=0)

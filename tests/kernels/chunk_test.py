@@ -2,10 +2,9 @@
 as every kernel runs it, a causal window of the chunk over chunk-refined segment ids
 (mask.Mask.chunked), forward and backward against a float64 numpy reference that cuts
 each packed document into chunks by its own positions: the reference, the CPU causal
-blocks, splash, the XLA ring and splash blocks in the ring on a context mesh, and cuDNN's
-call through XLA."""
+blocks and splash (with gpt-oss's sinks too), cuDNN's call through XLA; both rings:
+tests/kernels/sinks_test.py."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -15,7 +14,6 @@ from tests.kernels import sinks_test
 from zoo import kernels
 from zoo.kernels import gpu
 from zoo.kernels import mask as mask_lib
-from zoo.kernels import ring
 
 CHUNK = 128
 
@@ -30,7 +28,7 @@ def _positions(segments):
   return jnp.asarray(out)
 
 
-def _want(segments):
+def want(segments):
   """[B, 1, L, L]: same document, causal, same chunk of the document's positions."""
   seg, pos = np.asarray(segments), np.asarray(_positions(segments))
   same = (seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] > 0)
@@ -38,7 +36,7 @@ def _want(segments):
   return (same & causal & (pos[:, :, None] // CHUNK == pos[:, None, :] // CHUNK))[:, None]
 
 
-def _chunked(segments, slots=None, spread=lambda x: x):
+def chunked(segments, slots=None, spread=lambda x: x):
   ids = mask_lib.chunk_segments(segments, _positions(segments), CHUNK)
   return mask_lib.Mask(spread(segments), spread(segments), causal=True, slots=slots,
                        chunk=CHUNK, q_chunk_ids=spread(ids), kv_chunk_ids=spread(ids)).chunked()
@@ -56,39 +54,25 @@ def test_a_chunked_mask_cuts_each_packed_document_by_its_own_positions():
   assert dense[4].tolist() == [False] * 4 + [True] + [False] * 7  # document 1's second chunk
 
 
-def _check(run, mesh=None):
+def _check(run, sinks=True):
   q, k, v, segments, weights = ring_splash_test._inputs(2)
-  sinks_test._check(lambda q, k, v, _: run(q, k, v, segments), q, k, v,
-                    jnp.full((q.shape[2],), -1e4), segments, weights, _want(segments),
-                    q.shape[-1] ** -0.5, mesh)
+  H = q.shape[2]
+  sinks_H = sinks_test._sinks(H) if sinks else jnp.full((H,), -1e4)  # -1e4: none
+  sinks_test._check(lambda q, k, v, s: run(q, k, v, segments, s), q, k, v, sinks_H, segments,
+                    weights, want(segments), q.shape[-1] ** -0.5)
 
 
 @pytest.mark.parametrize('kernel', ['xla', 'splash'])
-def test_the_reference_the_causal_blocks_and_splash_attend_within_chunks(kernel):
-  def run(q, k, v, segments):
-    mask = _chunked(segments)
+def test_the_reference_the_causal_blocks_and_splash_attend_within_chunks_with_sinks(kernel):
+  def run(q, k, v, segments, sinks):
+    mask = chunked(segments)
     if kernel == 'xla':
       assert kernels.causal.supports(mask, q.shape[1], q.shape[1])  # the CPU blocks run
-    return kernels.attention(q, k, v, mask, kernel=kernel, block_sizes=(128, 128))
+    return kernels.attention(q, k, v, mask, kernel=kernel, block_sizes=(128, 128),
+                             sinks=sinks)
   _check(run)
 
 
-@pytest.mark.parametrize('kernel', ['xla', 'splash'])
-def test_both_rings_attend_within_chunks(kernel):
-  N, L = ring_splash_test.N, ring_splash_test.L
-  mesh = jax.make_mesh((N,), ('context',), devices=jax.devices()[:N],
-                       axis_types=(jax.sharding.AxisType.Auto,))
-  spread = lambda x: ring.balance(x, N)
-
-  def run(q, k, v, segments):
-    slots = spread(jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), segments.shape))
-    return ring.unbalance(kernels.attention(
-        *map(spread, (q, k, v)), _chunked(segments, slots, spread), kernel=kernel,
-        block_sizes=(128, 128)), N)
-  assert kernels.ring_blocks(kernel, True, L // N) == kernel
-  _check(run, mesh)
-
-
 def test_cudnns_call_takes_the_chunks_as_a_window_and_segments():
-  _check(lambda q, k, v, segments: gpu.attention(q, k, v, _chunked(segments),
-                                                 implementation='xla'))
+  _check(lambda q, k, v, segments, _: gpu.attention(q, k, v, chunked(segments),
+                                                    implementation='xla'), sinks=False)
