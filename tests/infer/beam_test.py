@@ -84,17 +84,20 @@ def test_the_beam_score_is_the_full_forward_log_probability_of_its_tokens():
   tokens, scores = jax.jit(lambda: beam.search(
       start[2], start[0], start[1], generate.reorder_cache, W, N, eos_id=-1, pad_id=PAD,
       alpha=alpha))()
+  forward = jax.jit(lambda ids: model.apply(variables, {'inputs': ids})[0])
   for row, prompt in enumerate(prompts):
     sequence = prompt + [int(t) for t in tokens[row]]
-    logits = model.apply(variables, {'inputs': jnp.asarray([sequence])})[0]
+    logits = forward(jnp.asarray([sequence]))
     log_probs = jax.nn.log_softmax(logits[len(prompt) - 1:-1])
     logp = float(jnp.sum(jnp.take_along_axis(log_probs, tokens[row][:, None], axis=-1)))
     np.testing.assert_allclose(scores[row], logp / beam.length_penalty(N, alpha), rtol=1e-5)
   # one beam is greedy decoding
   greedy = jax.jit(generate.make(model, N, {'temperature': 0.0}, -1, PAD))(
       variables, ids, segments, jax.random.PRNGKey(0))
-  start = families.decoder.start_generation(model, variables, ids, segments, N)
-  one_beam, _ = beam.search(start[2], start[0], start[1], generate.reorder_cache, 1, N, -1, PAD)
+  def one_beam_search(ids, segments):
+    start = families.decoder.start_generation(model, variables, ids, segments, N)
+    return beam.search(start[2], start[0], start[1], generate.reorder_cache, 1, N, -1, PAD)[0]
+  one_beam = jax.jit(one_beam_search)(ids, segments)
   np.testing.assert_array_equal(one_beam, greedy)
 
 
@@ -107,14 +110,16 @@ def _llama_fixture_beams(rules):
   config, params = hf.load(path)
   model = families.build(config.model)
   prompts = np.asarray(ref['prompts'], np.int32)
-  out = []
+  out, compiled = [], {}
   for case in ref['cases']:
     eos = case['eos_id']
-    fn = jax.jit(generate.make(model, ref['max_new_tokens'], {'temperature': 0.0}, eos, 0,
-                               case['num_beams'], case['length_penalty'], beam_rules=rules,
-                               min_new_tokens=case['min_new_tokens']))
-    rows = np.asarray(fn({'params': params}, prompts, np.ones_like(prompts),
-                         jax.random.PRNGKey(0)))
+    key = (case['num_beams'], case['min_new_tokens'])  # EOS and the penalty: traced, shared
+    if key not in compiled:
+      compiled[key] = jax.jit(lambda v, ids, segments, rng, eos_id, alpha, key=key: (
+          generate.make(model, ref['max_new_tokens'], {'temperature': 0.0}, eos_id, 0, key[0],
+                        alpha, beam_rules=rules, min_new_tokens=key[1])(v, ids, segments, rng)))
+    rows = np.asarray(compiled[key]({'params': params}, prompts, np.ones_like(prompts),
+                                    jax.random.PRNGKey(0), eos, case['length_penalty']))
     out.append((case, [list(r[:list(r).index(eos) + 1]) if eos in r else list(r)
                        for r in rows]))
   return out
