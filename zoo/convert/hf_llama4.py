@@ -75,7 +75,7 @@ def config(hf, names):
   m.mlp_dim = hf.get('intermediate_size_mlp') or hf['intermediate_size']
   m.norm_eps = hf.get('rms_norm_eps', 1e-5)
   m.tie_embeddings = bool(hf.get('tie_word_embeddings')) or not any(
-      n.endswith('lm_head.weight') for n in names)
+      name.endswith('lm_head.weight') for name in names)
   a = m.attention
   pattern = hf_rules.shortest_repeat(letters)
   a.pattern = '' if pattern == 'G' else pattern
