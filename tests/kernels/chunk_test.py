@@ -2,9 +2,10 @@
 as every kernel runs it, a causal window of the chunk over chunk-refined segment ids
 (mask.Mask.chunked), forward and backward against a float64 numpy reference that cuts
 each packed document into chunks by its own positions: the reference, the CPU causal
-blocks and splash (with gpt-oss's sinks too), cuDNN's call through XLA; both rings:
-tests/kernels/sinks_test.py."""
+blocks, splash and both rings on a context x tensor mesh (with gpt-oss's sinks too), and
+cuDNN's call through XLA."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from tests.kernels import sinks_test
 from zoo import kernels
 from zoo.kernels import gpu
 from zoo.kernels import mask as mask_lib
+from zoo.kernels import ring
 
 CHUNK = 128
 
@@ -76,3 +78,22 @@ def test_the_reference_the_causal_blocks_and_splash_attend_within_chunks_with_si
 def test_cudnns_call_takes_the_chunks_as_a_window_and_segments():
   _check(lambda q, k, v, segments, _: gpu.attention(q, k, v, chunked(segments),
                                                     implementation='xla'), sinks=False)
+
+
+@pytest.mark.parametrize('kernel', ['xla', 'splash'])
+def test_both_rings_take_sinks_and_chunks_with_heads_over_tensor(kernel):
+  """gpt-oss's sinks split over tensor with their heads, on Llama 4's chunked mask (a window
+  over chunk-refined segment ids) round a context ring."""
+  q, k, v, segments, weights = ring_splash_test._inputs(2)
+  N, L = ring_splash_test.N, ring_splash_test.L
+  sinks = sinks_test._sinks(q.shape[2])
+  mesh = jax.make_mesh((N, 2), ('context', 'tensor'), devices=jax.devices()[:2 * N],
+                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  spread = lambda x: ring.balance(x, N)
+  slots = spread(jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), segments.shape))
+  ringed = chunked(segments, slots, spread)
+  run = lambda q, k, v, s: ring.unbalance(kernels.attention(
+      *map(spread, (q, k, v)), ringed, kernel=kernel, block_sizes=(128, 128), sinks=s), N)
+  assert kernels.ring_blocks(kernel, True, L // N) == kernel
+  sinks_test._check(run, q, k, v, sinks, segments, weights, want(segments),
+         q.shape[-1] ** -0.5, mesh)

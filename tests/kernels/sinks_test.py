@@ -1,9 +1,8 @@
 """Attention sinks (gpt-oss: a learned logit per head that joins each row's softmax
 normalizer) in every kernel that takes them, forward and backward (the sinks' own gradient
-included) against a float64 numpy reference: the reference, the CPU causal blocks, the XLA
-ring and splash blocks in the ring on a context x tensor mesh (on chunked masks; splash on
-one device: tests/kernels/chunk_test.py); and the kernels that cannot take them refused or
-passed over by `auto`."""
+included) against a float64 numpy reference: the reference and the CPU causal blocks here;
+splash and both rings with chunked masks in tests/kernels/chunk_test.py; and the kernels
+that cannot take them refused or passed over by `auto`."""
 
 import contextlib
 
@@ -13,13 +12,10 @@ import numpy as np
 import pytest
 
 from tests import helpers
-from tests.kernels import chunk_test
-from tests.kernels import ring_splash_test
 from tests.kernels import ring_test
 from zoo import config as config_lib
 from zoo import kernels
 from zoo.kernels import mask as mask_lib
-from zoo.kernels import ring
 
 
 def _numpy(q, k, v, mask, sinks, scale, weights):
@@ -85,25 +81,6 @@ def test_the_reference_and_the_causal_blocks_add_each_heads_sink_to_the_normaliz
   blocks = kernels.attention(q, k, v, mask, sinks=sinks)
   assert np.all(np.asarray(blocks)[1, 100:] == 0)
   assert np.max(np.abs(np.asarray(blocks - kernels.attention(q, k, v, mask)))) > 1e-2
-
-
-@pytest.mark.parametrize('kernel', ['xla', 'splash'])
-def test_both_rings_take_sinks_and_chunks_with_heads_over_tensor(kernel):
-  """gpt-oss's sinks split over tensor with their heads, on Llama 4's chunked mask (a window
-  over chunk-refined segment ids: tests/kernels/chunk_test.py) round a context ring."""
-  q, k, v, segments, weights = ring_splash_test._inputs(2)
-  N, L = ring_splash_test.N, ring_splash_test.L
-  sinks = _sinks(q.shape[2])
-  mesh = jax.make_mesh((N, 2), ('context', 'tensor'), devices=jax.devices()[:2 * N],
-                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
-  spread = lambda x: ring.balance(x, N)
-  slots = spread(jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), segments.shape))
-  ringed = chunk_test.chunked(segments, slots, spread)
-  run = lambda q, k, v, s: ring.unbalance(kernels.attention(
-      *map(spread, (q, k, v)), ringed, kernel=kernel, block_sizes=(128, 128), sinks=s), N)
-  assert kernels.ring_blocks(kernel, True, L // N) == kernel
-  _check(run, q, k, v, sinks, segments, weights, chunk_test.want(segments),
-         q.shape[-1] ** -0.5, mesh)
 
 
 def test_kernels_without_sinks_are_refused_or_passed_over_by_auto():
