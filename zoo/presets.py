@@ -129,6 +129,29 @@ def qwen3(c, max_length=40_960):
   return c
 
 
+def qwen3_next(c):
+  """Qwen3-Next (Qwen Team 2025, "Qwen3-Next"; the models' config.json and transformers'
+  Qwen3Next): three Gated DeltaNet layers to one gated-attention layer ('DDDG'): the linear
+  layers with 16 q/k heads of 128 and 32 value heads of 128, a 4-token convolution; the
+  attention layers 16 query heads of 256 sharing 2, QK-norm, an output gate, RoPE base
+  10,000,000 on the first quarter of each head; in every layer 512 SwiGLU experts of width
+  512, top 10 renormalised, beside one shared expert of width 512 behind a sigmoid gate;
+  RMSNorm eps 1e-6 (zero-centred on import: zoo/convert/hf_qwen3_next.py); a 151,936-token
+  vocabulary, untied, a 262,144-token context."""
+  llama(c, rope_theta=10_000_000.0, max_length=262_144, norm_eps=1e-6)
+  m = c.model
+  m.vocab_size, m.num_heads, m.num_kv_heads, m.head_dim = 151_936, 16, 2, 256
+  m.qk_norm, m.rope_fraction = True, 0.25
+  m.attention.pattern, m.attention.output_gate = 'DDDG', True
+  m.delta.update(key_heads=16, value_heads=32, key_dim=128, value_dim=128, conv_width=4,
+                 chunk=64)
+  o = m.moe
+  o.top_k, o.normalize_top_k, o.expert_mlp_dim, o.capacity_factor = 10, True, 512, 0.0
+  o.num_shared_experts, o.shared_gate = 1, True
+  o.balance_loss, o.z_loss = 0.001, 0.0  # config.json router_aux_loss_coef
+  return c
+
+
 def palm(c):
   """PaLM (Chowdhery et al. 2022, sec. 2): parallel blocks with one bias-free LayerNorm,
   multi-query attention with head_dim 256, SwiGLU with d_ff = 4 d_model, RoPE, no biases,
@@ -226,6 +249,8 @@ def smoke(c):
       m[field] = len(m.attention.pattern) + 1
   if m.attention.query_scale:
     m.attention.query_scale = 16.0
+  if 'D' in m.attention.pattern:  # Gated DeltaNet layers, narrower, two chunks a row
+    m.delta.update(key_heads=2, value_heads=4, key_dim=16, value_dim=16, chunk=32)
   if m.attention.chunk:  # Llama 4: chunks and the NoPE temperature's floor that bite at 64
     m.attention.chunk, m.attention.nope_floor = 16, 16
   if m.moe.num_experts:  # keep the routing (experts, top-k, every), shrink the widths

@@ -112,6 +112,8 @@ def _model():
   # layers have 1,000,000), without rope_scaling, which is the global layers'; 0 = rotated
   # as the global layers, rope_scaling included (gpt-oss)
   m.rope_local_theta = 0.0
+  # the share of each head's channels RoPE rotates (the first ones; Qwen3-Next: 0.25)
+  m.rope_fraction = 1.0
   m.relative_buckets = 32  # t5_bias: buckets per stack's table
   m.relative_max_distance = 128  # t5_bias: offsets beyond share the last bucket
   m.relative_bias_per_layer = False  # t5_bias: a table in every layer (umT5), not per stack
@@ -163,7 +165,8 @@ def _attention_and_matmuls(m):
       'window': 0,  # causal sliding window (keys back, the query included); 0 = none
       # per-layer kinds, repeated over the layers: 'L' local (attention.window, the local
       # RoPE base), 'G' global, 'C' chunked (attention.chunk, RoPE), 'N' global without RoPE
-      # (NoPE); Gemma 2 'LG', Gemma 3 'LLLLLG', gpt-oss 'LG', Llama 4 'CCCN'; '' = every
+      # (NoPE), 'D' a Gated DeltaNet layer in place of attention (model.delta); Gemma 2
+      # 'LG', Gemma 3 'LLLLLG', gpt-oss 'LG', Llama 4 'CCCN', Qwen3-Next 'DDDG'; '' = every
       # layer alike
       'pattern': '',
       # Llama 4: each query attends its own chunk of this many tokens, causally, on the 'C'
@@ -181,6 +184,8 @@ def _attention_and_matmuls(m):
       # may give its probability to no key); splash and xla take it, flash_bias and gpu not
       'sinks': False,
       'use_bias': False,  # biases on the q, k, v and out projections (gpt-oss); or model.use_bias
+      # Qwen3-Next: each head's output x sigmoid(x W_gate) before the out projection
+      'output_gate': False,
       # logits x query_scale^-0.5 (Gemma: query_pre_attn_scalar); 0 = head_dim
       'query_scale': 0.0,
       'block_q': 0,  # splash/flash_bias blocks; 0 = min(512, length); must divide it
@@ -196,6 +201,13 @@ def _attention_and_matmuls(m):
   m.mla = ml_collections.ConfigDict({'kv_lora_rank': 0, 'q_lora_rank': 0,
                                      'qk_nope_head_dim': 128, 'qk_rope_head_dim': 64,
                                      'v_head_dim': 128})
+  # the 'D' layers of model.attention.pattern (Gated DeltaNet, zoo/models/delta_net.py):
+  # key_heads q/k heads of key_dim, value_heads v heads of value_dim (each key head serves
+  # value_heads / key_heads), a causal depthwise convolution of conv_width tokens, the
+  # delta rule solved in chunks of `chunk` tokens (zoo/kernels/delta.py; must divide
+  # data.seq_len). Defaults: Qwen3-Next's config.json
+  m.delta = ml_collections.ConfigDict({'key_heads': 16, 'value_heads': 32, 'key_dim': 128,
+                                       'value_dim': 128, 'conv_width': 4, 'chunk': 64})
   # multi-token prediction (DeepSeek-V3, zoo/models/mtp.py): depth modules after a decoder's
   # stack, module k predicting the token k + 1 ahead; their mean loss x loss_weight joins the
   # total, x late_loss_weight from late_from x train.steps on (V3: 0.3, then 0.1 for the last
@@ -236,6 +248,8 @@ def _moe():
       'capacity_factor': 0.0,  # slots per expert = ceil(k L cf / E) per sequence; 0 = dropless
       'expert_mlp_dim': 0,  # 0 = model.mlp_dim
       'num_shared_experts': 0,  # always-on experts beside the routed ones (DeepSeek)
+      # the shared experts' output x sigmoid(x w), a learned gate per token (Qwen3-Next)
+      'shared_gate': False,
       'balance_loss': 0.01,  # coefficient of the Switch load-balancing loss
       'z_loss': 0.001,  # coefficient of the router z-loss
       # auxiliary-loss-free balancing (Wang et al. 2024; DeepSeek-V3 used 0.001): a per-expert

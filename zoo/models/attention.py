@@ -38,6 +38,8 @@ class MultiHeadAttention(nn.Module):
   use_bias: bool = False
   rope_theta: float | None = None  # None = no rotary embedding
   rope_scaling: tuple = ()  # dims.rope_scaling(m): zoo/models/rope.py
+  rope_fraction: float = 1.0  # the share of each head's channels that rotates
+  output_gate: bool = False  # out x sigmoid(x W_gate) per head and channel (Qwen3-Next)
   fold_scale: bool = False  # T5: logits unscaled, K^-0.5 folded into the query init
   query_scale: float = 0.0  # logits x query_scale^-0.5 (Gemma's query_pre_attn_scalar); 0 = K
   softcap: float = 0.0  # logits soft-capped (Gemma 2); 0 = none
@@ -80,8 +82,10 @@ class MultiHeadAttention(nn.Module):
                                       dtype=self.dtype, param_dtype=self.param_dtype)
       q_BLHK, k_BSGK = norm('query_norm')(q_BLHK), norm('key_norm')(k_BSGK)
     if self.rope_theta is not None:
-      q_BLHK = rope.apply(q_BLHK, q_positions_BL, self.rope_theta, self.rope_scaling)
-      k_BSGK = rope.apply(k_BSGK, kv_positions_BS, self.rope_theta, self.rope_scaling)
+      q_BLHK = rope.apply(q_BLHK, q_positions_BL, self.rope_theta, self.rope_scaling,
+                          self.rope_fraction)
+      k_BSGK = rope.apply(k_BSGK, kv_positions_BS, self.rope_theta, self.rope_scaling,
+                          self.rope_fraction)
     if self.qk_l2_norm:
       q_BLHK, k_BSGK = rms(q_BLHK, self.qk_l2_norm), rms(k_BSGK, self.qk_l2_norm)
     if self.temperature:
@@ -109,6 +113,10 @@ class MultiHeadAttention(nn.Module):
                                  kernel=kernel, block_sizes=self.block_sizes,
                                  softcap=self.softcap, sinks=sinks_H)
     out_BLHK = nn.with_logical_constraint(out_BLHK, ('batch', 'length', 'heads', 'head_dim'))
+    if self.output_gate:
+      gate_BLHK = dense('gate', (H, K), ('embed', 'heads', 'head_dim'))(x_BLD)
+      out_BLHK = (out_BLHK.astype(jnp.float32) *
+                  jax.nn.sigmoid(gate_BLHK.astype(jnp.float32))).astype(out_BLHK.dtype)
     return dense('out', x_BLD.shape[-1], ('heads', 'head_dim', 'embed'), num_in=2,
                  scale=self.out_init_scale)(out_BLHK)
 

@@ -346,9 +346,15 @@ class MoE(nn.Module):
       bias.value = moved_bias(bias_E, statistics(sums)['load'], moe.top_k, rate)
 
     if moe.num_shared_experts:
-      y_BLD = y_BLD + layers.MLP(
+      shared_BLD = layers.MLP(
           F * moe.num_shared_experts, m.activation, use_bias=m.use_bias,
           clamp=(m.swiglu_limit, m.swiglu_alpha), init_std=std,
           out_init_scale=self.out_init_scale, quant=cfg['quant'], name='shared', dtype=dtype,
           param_dtype=param_dtype)(x_BLD)
+      if moe.shared_gate:  # Qwen2-MoE, Qwen3-Next: x sigmoid(x w), one gate per token
+        gate_BL1 = layers.DenseGeneral(1, ('embed', None), init_std=std, name='shared_gate',
+                                       dtype=dtype, param_dtype=param_dtype)(x_BLD)
+        shared_BLD = (shared_BLD.astype(jnp.float32) *
+                      jax.nn.sigmoid(gate_BL1.astype(jnp.float32))).astype(dtype)
+      y_BLD = y_BLD + shared_BLD
     return y_BLD.astype(dtype)

@@ -66,14 +66,18 @@ def yarn_attention_factor(factor, mscale=0.0, mscale_all_dim=0.0):
   return scale(1.0)
 
 
-def apply(x_BLHK, positions_BL, theta, scaling=()):
-  """x rotated by its positions (in float32), cos and sin scaled as the scaling says."""
-  half = x_BLHK.shape[-1] // 2
-  freq, attention_factor = frequencies(x_BLHK.shape[-1], theta, scaling, positions_BL)
+def apply(x_BLHK, positions_BL, theta, scaling=(), fraction=1.0):
+  """x rotated by its positions (in float32), cos and sin scaled as the scaling says; with
+  `fraction` < 1 (partial rotary: Qwen3-Next's 0.25) only the first fraction x K channels
+  rotate, as a head of that size, and the rest pass."""
+  dim = int(x_BLHK.shape[-1] * fraction)
+  half = dim // 2
+  freq, attention_factor = frequencies(dim, theta, scaling, positions_BL)
   angles_BLk = positions_BL[..., None].astype(jnp.float32) * freq[None, None]
   sin_BL1k = (jnp.sin(angles_BLk) * attention_factor)[:, :, None]
   cos_BL1k = (jnp.cos(angles_BLk) * attention_factor)[:, :, None]
   x = x_BLHK.astype(jnp.float32)
-  x1, x2 = x[..., :half], x[..., half:]
-  rotated = jnp.concatenate([x1 * cos_BL1k - x2 * sin_BL1k, x2 * cos_BL1k + x1 * sin_BL1k], -1)
+  x1, x2, rest = x[..., :half], x[..., half:dim], x[..., dim:]
+  rotated = jnp.concatenate([x1 * cos_BL1k - x2 * sin_BL1k, x2 * cos_BL1k + x1 * sin_BL1k,
+                             rest], -1)
   return rotated.astype(x_BLHK.dtype)

@@ -16,6 +16,7 @@ from zoo.kernels import bias as bias_lib
 from zoo.kernels import mask as mask_lib
 from zoo.kernels import ring
 from zoo.models import attention
+from zoo.models import delta_net
 from zoo.models import dims
 from zoo.models import head as head_lib
 from zoo.models import layers
@@ -82,6 +83,7 @@ class Block(nn.Module):
         rope_theta=((m.rope_local_theta or m.rope_theta) if local else m.rope_theta)
         if self_attention and rotary else None,
         rope_scaling=() if local and m.rope_local_theta else dims.rope_scaling(m),
+        rope_fraction=m.rope_fraction, output_gate=a.output_gate and self_attention,
         cache_kv_input=cache_kv_input,
         fold_scale=m.position == 't5_bias', query_scale=a.query_scale,
         softcap=a.softcap, qk_norm=(m.norm, m.norm_eps) if m.qk_norm else (),
@@ -94,7 +96,13 @@ class Block(nn.Module):
         block_sizes=(m.attention.block_q, m.attention.block_kv),
         log_max_logit=m.attention.log_max_logit, quant=m.quant,
         lora=adapters, name=name, **dtypes(m))
-    if m.mla.kv_lora_rank:  # DeepSeek's multi-head latent attention
+    if self.kind == 'delta':  # Qwen3-Next's linear attention
+      d = m.delta
+      attend = delta_net.GatedDeltaNet(
+          d.key_heads, d.value_heads, d.key_dim, d.value_dim, d.conv_width, d.chunk,
+          norm_eps=m.norm_eps, init_std=m.kernel_init_std, out_init_scale=_out_init_scale(m),
+          quant=m.quant, lora=adapters, name='delta', **dtypes(m))
+    elif m.mla.kv_lora_rank:  # DeepSeek's multi-head latent attention
       attend = mla.LatentAttention(m, out_init_scale=_out_init_scale(m),
                                    rope_scaling=dims.rope_scaling(m), lora=adapters,
                                    name='attention', **dtypes(m))
@@ -110,6 +118,8 @@ class Block(nn.Module):
     drop = lambda y: nn.Dropout(m.dropout_rate)(y, deterministic=not self.train)
     self_attend = lambda h: attend(h, mask=mask, q_positions_BL=positions_BL,
                                    kv_positions_BS=positions_BL, bias=bias)
+    if self.kind == 'delta':
+      self_attend = lambda h: attend(h, mask)
     # decoding: the encoder output's keys and values are projected once, into the cache
     cross_attend = lambda h: multi_head('cross_attention', self_attention=False,
                                         cache_kv_input=decoding)(
@@ -153,7 +163,7 @@ class PatternGroup(nn.Module):
     return x_BLD, None
 
 
-KINDS = {'L': 'local', 'G': 'global', 'C': 'chunked', 'N': 'nope'}
+KINDS = {'L': 'local', 'G': 'global', 'C': 'chunked', 'N': 'nope', 'D': 'delta'}
 
 
 def has_experts(m, i):

@@ -233,6 +233,35 @@ def _validate_attention(m, d, family):
                       f'{d.seq_len} (nor is it a multiple of it); chunks would be cut by the '
                       'row\'s end: make one divide the other (Llama 4: 8192)')
   _validate_pattern(m, family)
+  _validate_delta(m, d, family)
+
+
+def _validate_delta(m, d, family):
+  """The Gated DeltaNet layers ('D' in the pattern), the gated attention and partial
+  rotary beside them, and the gated shared expert: one line each before compiling."""
+  delta, pattern = m.delta, m.attention.pattern
+  if not 0 < m.rope_fraction <= 1 or int(dims.head_dim(m) * m.rope_fraction) % 2:
+    raise ConfigError(f'model.rope_fraction={m.rope_fraction} must be in (0, 1] and rotate an '
+                      f'even number of the {dims.head_dim(m)} head channels (Qwen3-Next: 0.25)')
+  if m.moe.shared_gate and not m.moe.num_shared_experts:
+    raise ConfigError('model.moe.shared_gate gates the shared experts, and '
+                      'num_shared_experts=0; set num_shared_experts=1 or shared_gate=False')
+  if 'D' not in pattern:
+    return
+  if family.ATTENTION != 'causal':
+    raise ConfigError(f"model.attention.pattern={pattern!r}: Gated DeltaNet ('D') layers run "
+                      f'left to right, for decoders; model.family={m.family!r}')
+  if min(delta.key_heads, delta.value_heads, delta.key_dim, delta.value_dim,
+         delta.conv_width, delta.chunk) < 1 or delta.value_heads % delta.key_heads:
+    raise ConfigError(f'model.delta.key_heads={delta.key_heads} must divide value_heads='
+                      f'{delta.value_heads}, and the dims, conv_width and chunk be >= 1 '
+                      '(Qwen3-Next: 16, 32, 128, 128, 4, 64)')
+  if d.seq_len % delta.chunk:
+    raise ConfigError(f'model.delta.chunk={delta.chunk} does not divide data.seq_len='
+                      f'{d.seq_len}; use a divisor (Qwen3-Next: 64)')
+  if m.mla.kv_lora_rank or m.mtp.depth:
+    raise ConfigError("Gated DeltaNet ('D') layers beside latent attention or MTP modules "
+                      'are not built; set model.mla.kv_lora_rank=0 and model.mtp.depth=0')
 
 
 def _validate_pattern(m, family):
@@ -242,10 +271,10 @@ def _validate_pattern(m, family):
   _validate_layer_kinds(m, family)
   if not pattern:
     return
-  if set(pattern) - set('LGCN'):
+  if set(pattern) - set('LGCND'):
     raise ConfigError(f'model.attention.pattern={pattern!r}: use L (local), G (global), C '
-                      "(chunked) and N (global, no RoPE), e.g. 'LG' (Gemma 2), 'LLLLLG' "
-                      "(Gemma 3), 'CCCN' (Llama 4)")
+                      "(chunked), N (global, no RoPE) and D (Gated DeltaNet), e.g. 'LG' "
+                      "(Gemma 2), 'LLLLLG' (Gemma 3), 'CCCN' (Llama 4), 'DDDG' (Qwen3-Next)")
   if 'L' in pattern and not a.window:
     raise ConfigError(f'model.attention.pattern={pattern!r} has local layers but '
                       'model.attention.window=0; set the local window (Gemma 2: 4096)')
@@ -319,6 +348,9 @@ def context_unsupported(m, family):
   if m.mtp.depth:
     return (f'model.mtp.depth={m.mtp.depth}: the prediction modules read the sequence in order, '
             'not split; set model.mtp.depth=0')
+  if 'D' in m.attention.pattern:
+    return ("Gated DeltaNet ('D') layers carry their state along the whole sequence, which a "
+            'split sequence does not pass between devices')
   return None
 
 
