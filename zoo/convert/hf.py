@@ -42,6 +42,7 @@ from zoo.convert import hf_deepseek
 from zoo.convert import hf_gemma
 from zoo.convert import hf_gpt_oss
 from zoo.convert import hf_llama4
+from zoo.convert import hf_qwen3_next
 from zoo.convert.hf_rules import ConvertError
 from zoo.convert.hf_rules import attention as _attention
 from zoo.convert.hf_rules import dense as _dense
@@ -316,6 +317,10 @@ def _llama4(hf, names):
   return _imported(hf_llama4.config(hf, names))
 
 
+def _qwen3_next(hf, names):
+  return _imported(hf_qwen3_next.config(hf, names))
+
+
 def _t5gemma(hf, names):
   return _imported(hf_gemma.t5gemma_config(hf, names))
 
@@ -377,6 +382,9 @@ ARCHITECTURES = {
                                 others=('Llama4TextModel',)),
     'llama4': Architecture(_llama4, hf_llama4.rules, ('Llama4ForConditionalGeneration',),
                            hf_llama4.to_rules, hf_llama4.from_rules),
+    'qwen3_next': Architecture(_qwen3_next, hf_qwen3_next.rules, ('Qwen3NextForCausalLM',),
+                               hf_qwen3_next.to_rules, hf_qwen3_next.from_rules,
+                               others=('Qwen3NextModel',)),
     't5gemma': Architecture(_t5gemma, hf_gemma.t5gemma_rules,
                             ('T5GemmaForConditionalGeneration',)),
     'gemma3': Architecture(_gemma, hf_gemma.rules, ('Gemma3ForConditionalGeneration',),
@@ -617,6 +625,8 @@ def _hf_config(config):
     return hf_gpt_oss.hf_config(config)
   if family == 'llama4_text':
     return hf_llama4.hf_config(config)
+  if family == 'qwen3_next':
+    return hf_qwen3_next.hf_config(config)
   hf = {'model_type': family, 'vocab_size': m.vocab_size, 'hidden_size': m.d_model,
         'num_hidden_layers': m.num_layers, 'num_attention_heads': m.num_heads,
         'num_key_value_heads': dims.kv_heads(m), 'head_dim': dims.head_dim(m),
@@ -662,7 +672,7 @@ def save(config, params, path, moe_bias=None):
   family = _model_type(config)
   arch = ARCHITECTURES[family]
   m = config.model
-  if m.moe.num_experts and family not in ('deepseek_v3', 'llama4_text') and (
+  if m.moe.num_experts and family not in ('deepseek_v3', 'llama4_text', 'qwen3_next') and (
       m.moe.every != 1 or m.moe.num_shared_experts or m.moe.capacity_factor):
     raise ConvertError('save: only Mixtral-style experts (every layer, dropless, no shared '
                        'experts; gpt-oss\'s too) and DeepSeek-V3\'s have a Hugging Face layout')

@@ -152,6 +152,8 @@ def hf_model_type(m):
     return 'gpt_oss'
   if m.moe.gate_input:
     return 'llama4_text'
+  if 'D' in m.attention.pattern or m.attention.output_gate:
+    return 'qwen3_next'
   if m.sandwich_norm:
     return 'gemma3_text' if m.qk_norm else 'gemma2'
   if m.qk_norm:

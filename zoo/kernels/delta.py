@@ -86,7 +86,7 @@ def chunked(q_BLHK, k_BLHK, v_BLHJ, g_BLH, beta_BLH, segment_ids_BL, chunk,
   cum_BNHC = jnp.cumsum(g_BNHC, axis=-1)  # log decay from the chunk's start to each token
   same_BNCC = seg_BNC[:, :, :, None] == seg_BNC[:, :, None, :]
   causal_CC = jnp.tril(jnp.ones((C, C), bool))
-  within_BN1CC = (same_BNCC & causal_CC)[:, :, None]
+  within_BN1CC = (same_BNCC & causal_CC[None, None])[:, :, None]
   # Gamma[i, j] = exp(cum_i - cum_j) for j <= i in one segment, else 0 (exponents <= 0)
   gap_BNHCC = jnp.where(within_BN1CC, cum_BNHC[..., :, None] - cum_BNHC[..., None, :], -jnp.inf)
   gamma_BNHCC = jnp.exp(gap_BNHCC)
@@ -97,8 +97,9 @@ def chunked(q_BLHK, k_BLHK, v_BLHJ, g_BLH, beta_BLH, segment_ids_BL, chunk,
   # the UT transform: (I + A) u = beta v - beta exp(cum) K S0, A = strictly lower beta Gamma K K^T
   kk_BNHCC = jnp.einsum('BNHCK,BNHDK->BNHCD', k_BNHCK, k_BNHCK)
   strict_CC = jnp.tril(jnp.ones((C, C), bool), -1)
-  system_BNHCC = jnp.where(strict_CC, beta_BNHC[..., None] * gamma_BNHCC * kk_BNHCC, 0.0)
-  system_BNHCC = system_BNHCC + jnp.eye(C, dtype=system_BNHCC.dtype)
+  system_BNHCC = jnp.where(strict_CC[None, None, None],
+                           beta_BNHC[..., None] * gamma_BNHCC * kk_BNHCC, 0.0)
+  system_BNHCC = system_BNHCC + jnp.eye(C, dtype=system_BNHCC.dtype)[None, None, None]
   rhs_BNHCX = jnp.concatenate([beta_BNHC[..., None] * v_BNHCJ,
                                (beta_BNHC * from_start_BNHC)[..., None] * k_BNHCK], axis=-1)
   solved_BNHCX = jnp.einsum('BNHCD,BNHDX->BNHCX', unit_lower_inverse(system_BNHCC),
@@ -142,7 +143,7 @@ def unit_lower_inverse(t_XCC):
   C = 1 << (width - 1).bit_length()
   if C != width:  # [[T, 0], [0, I]]^-1 = [[T^-1, 0], [0, I]]
     t_XCC = jnp.pad(t_XCC, [(0, 0)] * len(lead) + [(0, C - width)] * 2)
-    t_XCC = t_XCC + jnp.diag((jnp.arange(C) >= width).astype(t_XCC.dtype))
+    t_XCC = t_XCC + jnp.diag((jnp.arange(C) >= width).astype(t_XCC.dtype))[(None,) * len(lead)]
   inv_XNSS = jnp.ones((*lead, C, 1, 1), t_XCC.dtype)  # N blocks of S = 1
   size = 1
   while size < C:

@@ -61,9 +61,10 @@ class GatedDeltaNet(nn.Module):
     q_BLGK = self._conv('query', q_BLGK, segment_ids_BL, decoding)
     k_BLGK = self._conv('key', k_BLGK, segment_ids_BL, decoding)
     v_BLHJ = self._conv('value', v_BLHJ, segment_ids_BL, decoding)
+    wide = jnp.promote_types(self.dtype, jnp.float32)  # float32, or float64 in tests
     l2 = lambda x: x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + L2_EPS)
-    q_BLGK = l2(q_BLGK.astype(jnp.float32)) * K ** -0.5
-    k_BLGK = l2(k_BLGK.astype(jnp.float32))
+    q_BLGK = l2(q_BLGK.astype(wide)) * K ** -0.5
+    k_BLGK = l2(k_BLGK.astype(wide))
     q_BLHK, k_BLHK = (jnp.repeat(x, H // G, axis=2) for x in (q_BLGK, k_BLGK))
     q_BLHK = nn.with_logical_constraint(q_BLHK, ('batch', 'length', 'heads', 'head_dim'))
     k_BLHK = nn.with_logical_constraint(k_BLHK, ('batch', 'length', 'heads', 'head_dim'))
@@ -73,9 +74,9 @@ class GatedDeltaNet(nn.Module):
         ('heads',)), (H,), self.param_dtype)
     decay_bias_H = self.param('decay_bias', nn.with_logical_partitioning(
         nn.initializers.ones, ('heads',)), (H,), self.param_dtype)
-    g_BLH = -jnp.exp(decay_log_H.astype(jnp.float32)) * jax.nn.softplus(
-        a_BLH.astype(jnp.float32) + decay_bias_H.astype(jnp.float32))
-    beta_BLH = jax.nn.sigmoid(b_BLH.astype(jnp.float32))
+    g_BLH = -jnp.exp(decay_log_H.astype(wide))[None, None] * jax.nn.softplus(
+        a_BLH.astype(wide) + decay_bias_H.astype(wide)[None, None])
+    beta_BLH = jax.nn.sigmoid(b_BLH.astype(wide))
 
     if decoding:
       state = self.variable('cache', 'state', jnp.zeros, (x_BLD.shape[0], H, K, J),
@@ -96,8 +97,9 @@ class GatedDeltaNet(nn.Module):
         nn.initializers.ones, ('head_dim',)), (J,), self.param_dtype)
     o_BLHJ = o_BLHJ * jax.lax.rsqrt(jnp.mean(o_BLHJ * o_BLHJ, axis=-1, keepdims=True) +
                                     self.norm_eps)
-    o_BLHJ = (o_BLHJ.astype(self.dtype) * scale_J.astype(self.dtype)).astype(jnp.float32)
-    o_BLHJ = (o_BLHJ * jax.nn.silu(z_BLHJ.astype(jnp.float32))).astype(self.dtype)
+    o_BLHJ = (o_BLHJ.astype(self.dtype) *
+              scale_J.astype(self.dtype)[None, None, None]).astype(wide)
+    o_BLHJ = (o_BLHJ * jax.nn.silu(z_BLHJ.astype(wide))).astype(self.dtype)
     return dense('out', x_BLD.shape[-1], ('heads', 'head_dim', 'embed'), num_in=2,
                  scale=self.out_init_scale)(o_BLHJ)
 
@@ -122,10 +124,12 @@ class GatedDeltaNet(nn.Module):
       past_segments_BP = jnp.full((B, W - 1), -1, segment_ids_BL.dtype)
     inputs_BTHK = jnp.concatenate([past_BPHK, x_BLHK], axis=1)  # T = W - 1 + L
     segments_BT = jnp.concatenate([past_segments_BP, segment_ids_BL], axis=1)
-    out_BLHK = jnp.zeros(x_BLHK.shape, jnp.float32)
+    wide = jnp.promote_types(self.dtype, jnp.float32)
+    out_BLHK = jnp.zeros(x_BLHK.shape, wide)
     for w in range(W):  # tap w reads the input W - 1 - w tokens back
       same_BL = segments_BT[:, w:w + L] == segment_ids_BL
-      tap_BLHK = inputs_BTHK[:, w:w + L].astype(jnp.float32) * kernel_WHK[w].astype(jnp.float32)
+      tap_BLHK = (inputs_BTHK[:, w:w + L].astype(wide) *
+                  kernel_WHK[w].astype(wide)[None, None])
       out_BLHK = out_BLHK + jnp.where(same_BL[:, :, None, None], tap_BLHK, 0.0)
     if decoding and not self.is_initializing():
       held.value = inputs_BTHK[:, L:]
