@@ -24,10 +24,11 @@ PROMPTS = [[2, 10, 11, 12, 13, 14], [2, 20, 21]]  # the second is left-padded by
 TEACHER = [30, 31, 32, 33]  # tokens fed after the prompts
 
 
-def _decoder(moe=None, window=0, attention=None, mla=None, **overrides):
+def _decoder(moe=None, window=0, attention=None, mla=None, delta=None, **overrides):
   config = helpers.tiny_config(**overrides)
   config.model.attention.window = window
   config.model.attention.update(attention or {})
+  config.model.delta.update(delta or {})
   config.model.mla.update(mla or {})
   if moe:
     config.model.moe.update(moe)
@@ -64,8 +65,16 @@ def _full_logits(model, variables, tokens):
     dict(position='rope', window=3, num_layers=4, activation='clamped_swiglu',
          swiglu_limit=0.5, attention=dict(pattern='LGCN', chunk=3, sinks=True, use_bias=True,
                                           nope_scale=0.5, nope_floor=2, qk_l2_norm=True)),
+    # Qwen3-Next: Gated DeltaNet layers (their state and convolution inputs in the cache, the
+    # prefill in chunks of 4, the padded prompt's state reset at its first real token) and
+    # gated attention with half of each head rotated; a pattern and its tail, experts beside
+    # a gated shared expert
+    dict(position='rope', num_layers=4, qk_norm=True, rope_fraction=0.5,
+         attention=dict(pattern='DDG', output_gate=True),
+         delta=dict(key_heads=2, value_heads=4, key_dim=8, value_dim=8, chunk=4),
+         moe=dict(num_experts=4, top_k=2, num_shared_experts=1, shared_gate=True)),
 ], ids=['rope_gqa', 'learned', 'sinusoidal_mqa', 'alibi', 'window', 'parallel', 'moe',
-        'gemma_pattern', 'mla', 'gpt_oss_llama4'])
+        'gemma_pattern', 'mla', 'gpt_oss_llama4', 'qwen3_next'])
 def test_cached_decoding_gives_the_full_forward_logits(overrides):
   model, variables = _decoder(**overrides)
   ids, segments = decoding.left_pad(PROMPTS, pad_id=0)

@@ -229,6 +229,10 @@ def _validate_generate(g, m):
                       f'module (model.mtp.depth=1, now {m.mtp.depth}) and no other draft '
                       f'(generate.draft_workdir={g.draft_workdir!r}); set draft_mtp=False or '
                       'fix the other field')
+  if (g.draft_workdir or g.draft_mtp) and 'D' in m.attention.pattern:
+    raise ConfigError('speculative decoding (generate.draft_workdir or draft_mtp) rewinds the '
+                      "cache past rejected tokens, and Gated DeltaNet ('D') layers keep one "
+                      'state that cannot rewind; turn the draft off')
   if g.draft_workdir or g.draft_mtp:
     _positive('generate.draft_tokens', g.draft_tokens)
     neutral = {'generate.num_beams': (g.num_beams, 1),

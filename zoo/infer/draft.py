@@ -55,6 +55,10 @@ def load_config(config, workdir):
         f'generate.draft_workdir={g.draft_workdir}: a {draft.model.family} with '
         f'model.vocab_size={draft.model.vocab_size}; the draft must be a decoder over this '
         f"model's {config.model.vocab_size} ids")
+  if 'D' in draft.model.attention.pattern:
+    raise ConfigError(f'generate.draft_workdir={g.draft_workdir}: its Gated DeltaNet (\'D\') '
+                      'layers keep one state that cannot rewind past rejected tokens; draft '
+                      'with an attention-only decoder')
   mine = corpus_lib.tokenizer_path(config.data, workdir)
   theirs = corpus_lib.tokenizer_path(draft.data, g.draft_workdir)
   if tokenizer_lib.checksum(mine) != tokenizer_lib.checksum(theirs):

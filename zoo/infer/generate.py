@@ -108,14 +108,20 @@ def _decode_loop(step_fn, logits_BV, cache, counts_BV, rng, max_new_tokens, samp
 
 
 def reorder_cache(cache, rows):
-  """The KV cache of the given batch rows (the batch axis sits before the last three:
-  keys [G, K, S], values [G, S, K]; the layer scan stacks layers in front). The
-  cross-attention's input keys and values stay: the beams of a row share its encoder
-  input."""
+  """The cache of the given batch rows (the batch axis sits before the dims each leaf has
+  per row: keys [G, K, S], values [G, S, K], a Gated DeltaNet layer's state [H, K, J] and
+  segment [], its convolution's inputs [W - 1, H, K] and their segments [W - 1]; the layer
+  scan stacks layers in front). The cross-attention's input keys and values stay: the beams
+  of a row share its encoder input."""
   def pick(path, leaf):
-    if path[-1].key in ('cached_key', 'cached_value'):
-      return jnp.take(leaf, rows, axis=leaf.ndim - 4)
-    return leaf  # cache_index: the same for every row
+    name = path[-1].key
+    per_row = (3 if name in ('cached_key', 'cached_value', 'state') or
+               name.endswith('_conv_inputs') else
+               1 if name.endswith('_conv_segments') else 0 if name == 'state_segment'
+               else None)
+    if per_row is None:
+      return leaf  # cache_index: the same for every row
+    return jnp.take(leaf, rows, axis=leaf.ndim - 1 - per_row)
   return jax.tree_util.tree_map_with_path(pick, cache)
 
 
