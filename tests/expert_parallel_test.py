@@ -68,6 +68,9 @@ def test_experts_on_a_circular_pipeline_over_a_split_sequence_give_the_data_loss
     # other layer (chunked layers on a context ring: tests/kernels/chunk_test.py)
     ('llama4_scout', {'fsdp': 2, 'tensor': 2, 'expert': 2}, ['model.num_layers=4']),
     ('llama4_maverick', {'data': 2, 'tensor': 2, 'expert': 2}, ['model.num_layers=4']),
+    # Qwen3-Next: three Gated DeltaNet layers (their key and value heads over tensor) and a
+    # gated-attention one, experts beside a gated shared expert over the expert axis
+    ('qwen3_next_80b_a3b', {'data': 2, 'tensor': 2, 'expert': 2}, ['model.num_layers=4']),
 ])
 def test_moe_smokes_on_a_mesh_give_one_devices_losses(name, mesh, overrides):
   """Four steps on the mesh against the same steps on one device, in float32 (the batches
