@@ -9,8 +9,8 @@ expert; a 262,144-token context.
 Source: Qwen/Qwen3-Next-80B-A3B-Instruct config.json (full_attention_interval 4,
 linear_* shapes, norm_topk_prob true, router_aux_loss_coef 0.001, partial_rotary_factor
 0.25); Qwen Team 2025, "Qwen3-Next" (80B parameters, 3B active, 15T training tokens). The
-shapes give 81,323,853,312 parameters, as transformers counts them, 3,002,416,128 active
-with the input embedding left out (the card's way).
+shapes give 79,674,391,296 parameters (as transformers counts them) and 3,563,764,480 active
+with the input embedding left out (the MoE cards' way).
 """
 
 from zoo import config as config_lib

@@ -409,6 +409,26 @@ def test_a_chunked_layers_kv_cache_keeps_one_chunk():
   assert (ring, full) == ((12 * 131_072 + 36 * 8192) * layer_token, 48 * 131_072 * layer_token)
 
 
+def test_qwen3_next_counts_its_linear_layers_state_and_flops_by_hand():
+  result = analytic.plan(run_lib.load(helpers.config_file('qwen3_next_80b_a3b', arg=None)), 1)
+  # as transformers counts them (meta-device Qwen3NextForCausalLM of config.json's shape)
+  assert result['params_total'] == 79_674_391_296
+  assert result['params_active_without_input_embedding'] == 3_563_764_480
+  # the KV cache: the 12 gated-attention layers only, 2 kv heads x 256, bf16
+  assert result['kv_cache_bytes_per_token'] == 12 * 2 * 2 * 256 * 2
+  # each of the 36 linear layers: a float32 [32, 128, 128] state and the convolution's
+  # last 3 inputs of q, k (16 x 128 each) and v (32 x 128), bf16, at any length
+  per_layer = 32 * 128 * 128 * 4 + 3 * (2 * 16 * 128 + 32 * 128) * 2
+  assert result['recurrent_state'] == {'layers': 36, 'bytes_per_sequence': 36 * per_layer}
+  # FLOPs: 6 N + the 12 attention layers over L / 2 keys + the 36 linear layers' mixing
+  # (64-token chunks: k.k, q.k, the solve's right sides, attend.u; the state read twice and
+  # written; the blocked inverse)
+  L, C, K = 4096, 64, 128
+  delta = 6 * 36 * 32 * (C * (3 * K + 2 * K) + 3 * K * K + 2 * C * C / 3)
+  assert result['flops_per_token'] == round(6 * 3_563_764_480 + 12 * 16 * 256 * 12 * L / 2 +
+                                            delta)
+
+
 def test_flops_by_hand_bert_attends_both_ways():
   config = helpers.load(helpers.config_file('bert_base', arg=None))  # the 512-token phase
   D, F, V, layers, L = 768, 3072, 30522, 12, 512

@@ -104,11 +104,25 @@ def _mean_keys(m, length, layers, causal, extra_local=0):
                         if m.attention.pattern else layers)
   local = count('local') + extra_local if 0 < W < length else 0
   chunked = count('chunked') if 0 < C < length else 0
-  total = layers + extra_local
+  total = layers + extra_local - (count('delta') if m.attention.pattern else 0)
   if causal:
     return ((total - local - chunked) * length / 2 + local * (W - W * (W - 1) / (2 * length)) +
             chunked * C / 2)
   return (total - local) * length + local * (2 * W + 1 - W * (W + 1) / length)
+
+
+def _delta_flops(m, length):
+  """Per token, the Gated DeltaNet layers' mixing (zoo/kernels/delta.py, chunks of C =
+  min(model.delta.chunk, length)), forward and backward (x 3) of its multiply-adds (x 2)
+  per value head: the chunk's k.k, q.k, the solve's right sides (J + K) and attend.u over C
+  keys, reading the state twice and writing it (3 K J), and the blocked inverse (about
+  2 C^2 / 3); its projections are parameters (6 N)."""
+  layers = sum(transformer.layer_kind(m, i) == 'delta' for i in range(m.num_layers)) \
+      if m.attention.pattern else 0
+  d = m.delta
+  C, K, J = min(d.chunk, length), d.key_dim, d.value_dim
+  per_head = C * (3 * K + 2 * J) + 3 * K * J + 2 * C * C / 3
+  return 6 * layers * d.value_heads * per_head
 
 
 def _attention_flops(config):
@@ -124,7 +138,8 @@ def _attention_flops(config):
                                  m.mla.v_head_dim)
   kind = families.get(m).ATTENTION
   if kind == 'causal':  # a prediction module's block is a layer, with the window
-    return round(per_key * _mean_keys(m, L, m.num_layers, True, m.mtp.depth))
+    return round(per_key * _mean_keys(m, L, m.num_layers, True, m.mtp.depth) +
+                 _delta_flops(m, L))
   if kind == 'bidirectional':
     return round(per_key * _mean_keys(m, L, m.num_layers, False))
   S, T = L, config.data.target_seq_len

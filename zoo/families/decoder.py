@@ -138,8 +138,15 @@ def task_example(kind, example, tokenizer, data_config):
 
 
 def kv_cache_layers(m):
-  """Layers whose keys and values a generated token adds to the cache (plan mode)."""
-  return m.num_layers
+  """Layers whose keys and values a generated token adds to the cache (plan mode): all but
+  the Gated DeltaNet ones, which keep a fixed-size state."""
+  return m.num_layers - delta_layers(m)
+
+
+def delta_layers(m):
+  """How many layers are Gated DeltaNet ('D' in model.attention.pattern)."""
+  pattern = m.attention.pattern
+  return sum(pattern[i % len(pattern)] == 'D' for i in range(m.num_layers)) if pattern else 0
 
 
 def hf_model_type(m):

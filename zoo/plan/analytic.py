@@ -30,6 +30,8 @@ from zoo import config as config_lib
 from zoo import counting
 from zoo import families
 from zoo import sharding
+from zoo.families import decoder
+from zoo.models import delta_net
 from zoo.models import dims
 from zoo.models import mla
 from zoo.models import transformer
@@ -355,6 +357,12 @@ def kv_cache(config, cached_layers):
       rings.update({kind: (layers, span)} if layers else {})
   ringed = sum(n for n, _ in rings.values())
   out = {'kv_cache_bytes_per_token': (cached_layers - ringed) * per_token}
+  recurrent = decoder.delta_layers(m)
+  if recurrent:  # Gated DeltaNet layers: a fixed-size state, at any length
+    d = m.delta
+    out['recurrent_state'] = {'layers': recurrent, 'bytes_per_sequence': recurrent * (
+        delta_net.state_bytes(d.key_heads, d.value_heads, d.key_dim, d.value_dim,
+                              d.conv_width, np.dtype(m.dtype).itemsize))}
   if ringed:
     kind = next(iter(rings)) if len(rings) == 1 else 'local and chunked'
     out['kv_cache_local'] = {'layers': ringed, 'window': max(w for _, w in rings.values()),
@@ -476,6 +484,11 @@ def _kv_cache_lines(result):
                   for n, (ring, full) in at.items()))
   elif 'kv_cache_bytes_per_token' in result:
     lines.append(f"KV cache: {result['kv_cache_bytes_per_token']:,} bytes/token")
+  if 'recurrent_state' in result:
+    state = result['recurrent_state']
+    lines.append(f"Recurrent state: {state['layers']} Gated DeltaNet layers hold "
+                 f"{_size(state['bytes_per_sequence'])} per sequence at any length (float32 "
+                 'state, the convolution\'s last inputs)')
   return lines
 
 
