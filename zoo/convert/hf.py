@@ -9,7 +9,8 @@ scalings), Mistral, Mixtral, Qwen 3 (dense and MoE), Gemma 2, Gemma 3 (ForCausal
 text model of a ForConditionalGeneration: zoo/convert/hf_gemma.py), DeepSeek-V3
 (zoo/convert/hf_deepseek.py), gpt-oss (its MXFP4 experts dequantized on import:
 zoo/convert/hf_gpt_oss.py), Llama 4 (ForCausalLM, and the text model of a
-ForConditionalGeneration: zoo/convert/hf_llama4.py); the
+ForConditionalGeneration: zoo/convert/hf_llama4.py), Qwen3-Next (zoo/convert/hf_qwen3_next.py);
+the
 ForSequenceClassification heads of BERT, GPT-2, Llama and Mistral (model.num_labels,
 model.label_names: a decoder reads each row's last token, as transformers' last non-pad
 token on right-padded rows whose text holds no pad id). Each is a table
