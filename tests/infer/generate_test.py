@@ -37,11 +37,6 @@ def _decoder(moe=None, window=0, attention=None, mla=None, delta=None, **overrid
   return model, {'params': params['params']}
 
 
-def _full_logits(model, variables, tokens):
-  """One unpadded row through the model without a cache -> logits [L, V]."""
-  return np.asarray(model.apply(variables, {'inputs': jnp.asarray([tokens])})[0])
-
-
 @pytest.mark.parametrize('overrides', [
     dict(position='rope'),  # GQA: 4 heads share 2 kv heads
     dict(position='learned'),
@@ -86,14 +81,16 @@ def test_cached_decoding_gives_the_full_forward_logits(overrides):
       'inputs': jnp.asarray(tokens), 'segment_ids': kv_segments[:, start:start + tokens.shape[1]],
       'positions': kv_positions[:, start:start + tokens.shape[1]],
       'kv_segment_ids': kv_segments, 'kv_positions': kv_positions}
-  logits, cache = model.apply(variables, batch(0, ids), mutable=['cache'])
+  decode = jax.jit(lambda variables, batch: model.apply(variables, batch, mutable=['cache']))
+  logits, cache = decode(variables, batch(0, ids))
   steps = [np.asarray(logits[:, -1])]
-  for i, token in enumerate(TEACHER[:-1]):
-    logits, cache = model.apply({**variables, **cache}, batch(P + i, np.full((B, 1), token)),
-                                mutable=['cache'])
+  for i, token in enumerate(TEACHER[:-1]):  # one compile for the steps
+    logits, cache = decode({**variables, **cache}, batch(P + i, np.full((B, 1), token)))
     steps.append(np.asarray(logits[:, -1]))
+  forward = jax.jit(model.apply)
   for row, prompt in enumerate(PROMPTS):
-    want = _full_logits(model, variables, prompt + TEACHER[:-1])[len(prompt) - 1:]
+    tokens = prompt + TEACHER[:-1]
+    want = np.asarray(forward(variables, {'inputs': jnp.asarray([tokens])})[0])[len(prompt) - 1:]
     np.testing.assert_allclose(np.stack([s[row] for s in steps]), want, atol=2e-5, rtol=2e-5)
 
 

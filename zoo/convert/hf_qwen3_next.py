@@ -150,12 +150,18 @@ def _linear_attention(m, zoo, hf):
           rule(f'{zoo}/out/kernel', f'{hf}.out_proj.weight', hf_rules.linear_in(H, J))]
 
 
+def _dims(m):
+  """(key heads, value heads per key head, key dim, value dim, attention heads, d_model,
+  attention head dim)."""
+  d = m.delta
+  return (d.key_heads, d.value_heads // d.key_heads, d.key_dim, d.value_dim, m.num_heads,
+          m.d_model, dims.head_dim(m))
+
+
 def to_rules(tensors, m):
   """The hub's fused tensors -> one per rule (in_proj_qkvz, in_proj_ba, conv1d and q_proj
   split as the module docstring says)."""
-  d = m.delta
-  G, r, K, J = d.key_heads, d.value_heads // d.key_heads, d.key_dim, d.value_dim
-  H, D, HK = m.num_heads, m.d_model, dims.head_dim(m)
+  G, r, K, J, H, D, HK = _dims(m)
   out = dict(tensors)
   for name in [n for n in out if n.endswith('.linear_attn.in_proj_qkvz.weight')]:
     prefix = name[:-len('in_proj_qkvz.weight')]
@@ -178,9 +184,7 @@ def to_rules(tensors, m):
 
 def from_rules(tensors, m):
   """to_rules' inverse."""
-  d = m.delta
-  G, r, K, J = d.key_heads, d.value_heads // d.key_heads, d.key_dim, d.value_dim
-  H, D, HK = m.num_heads, m.d_model, dims.head_dim(m)
+  G, r, K, J, H, D, HK = _dims(m)
   out = dict(tensors)
   for name in [n for n in out if n.endswith('.linear_attn.in_proj_q.weight')]:
     prefix = name[:-len('in_proj_q.weight')]
