@@ -27,7 +27,8 @@ from zoo.models import transformer
 
 CONVENTIONS = {  # by the family's ATTENTION
     'causal': '6*N_matmul + 12*heads*head_dim*keys per query: seq_len/2 causal, a window\'s '
-               'mean where local, chunk/2 where chunked',
+               'mean where local, chunk/2 where chunked; + the delta rule\'s chunk matmuls '
+               'on Gated DeltaNet layers',
     'bidirectional': '6*N_matmul + 12*heads*head_dim*seq_len: bidirectional',
     'cross': '6*N_matmul, the decoder and head at target/input tokens + '
                        '12*heads*head_dim*keys: encoder bidirectional, decoder causal, '

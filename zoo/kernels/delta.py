@@ -131,6 +131,7 @@ def chunked(q_BLHK, k_BLHK, v_BLHJ, g_BLH, beta_BLH, segment_ids_BL, chunk,
   return o_BLHJ, state_BHKJ, seg_BNC[:, -1, -1]
 
 
+@jax.custom_vjp
 def unit_lower_inverse(t_XCC):
   """The inverse of unit lower-triangular matrices [..., C, C] by blocks, in log2(C)
   rounds of matmuls (padded to a power of two with the identity): each round joins pairs of
@@ -159,3 +160,21 @@ def unit_lower_inverse(t_XCC):
                                 jnp.concatenate([corner_XnSS, second_XnSS], -1)], -2)
     size *= 2
   return inv_XNSS.reshape(*lead, C, C)[..., :width, :width]
+
+
+def _inverse_forward(t_XCC):
+  inv_XCC = unit_lower_inverse(t_XCC)
+  return inv_XCC, inv_XCC
+
+
+def _inverse_backward(inv_XCC, d_inv_XCC):
+  """d(T^-1) = -T^-1 dT T^-1: the cotangent of T is -T^-T d(T^-1) T^-T, kept strictly
+  lower (T's diagonal is 1 and its upper triangle 0 by construction)."""
+  inv_T = jnp.swapaxes(inv_XCC, -1, -2)
+  d_t_XCC = -jnp.einsum('...ab,...bc,...cd->...ad', inv_T, d_inv_XCC, inv_T)
+  C = inv_XCC.shape[-1]
+  return (jnp.where(jnp.tril(jnp.ones((C, C), bool), -1)[(None,) * (inv_XCC.ndim - 2)],
+                    d_t_XCC, 0.0),)
+
+
+unit_lower_inverse.defvjp(_inverse_forward, _inverse_backward)

@@ -50,7 +50,9 @@ class Block(nn.Module):
   rotated as the global layers, gpt-oss), 'global' attends everything with
   model.rope_theta and model.rope_scaling, 'chunked' attends its model.attention.chunk
   (rotated as global), 'nope' attends everything without a rotary embedding (Llama 4,
-  with its temperature tuning); '' = no pattern (the window and chunk, if any, everywhere)."""
+  with its temperature tuning), 'delta' mixes by a Gated DeltaNet layer in place of
+  attention (Qwen3-Next: zoo/models/delta_net.py); '' = no pattern (the window and chunk,
+  if any, everywhere)."""
   config: Any  # frozen model config
   train: bool = False
   moe: bool = False  # a mixture of experts in place of the MLP
@@ -146,8 +148,8 @@ class Block(nn.Module):
 
 class PatternGroup(nn.Module):
   """One repeat of model.attention.pattern: a Block per letter ('L' local, 'G' global, 'C'
-  chunked, 'N' no RoPE; experts in every moe.every-th), the unit scanned in patterned
-  stacks."""
+  chunked, 'N' no RoPE, 'D' Gated DeltaNet; experts in every moe.every-th), the unit
+  scanned in patterned stacks."""
   config: Any
   train: bool = False
   adapters: lora.Spec = lora.Spec()  # train.lora's (zoo.families.build)
