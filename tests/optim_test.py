@@ -37,6 +37,16 @@ def test_decay_mask_spares_norm_scales_and_biases_even_when_scanned():
   assert all(k.endswith(('kernel', 'embedding')) for k in decayed)
 
 
+def test_decay_mask_spares_a_gated_deltanets_decay_rates_and_norm_gain():
+  config = helpers.tiny_config()
+  config.model.attention.pattern = 'DG'
+  config.model.delta.update(key_heads=2, value_heads=4, key_dim=8, value_dim=8, chunk=8)
+  mask = _flat(optim.decay_mask(nn.unbox(_boxed_params(config))))
+  delta = {k.split('/delta/')[1]: v for k, v in mask.items() if '/delta/' in k}
+  assert {k for k, v in delta.items() if not v} == {'decay_log', 'decay_bias', 'norm_scale'}
+  assert delta['query/kernel'] and delta['query_conv'] and delta['out/kernel']
+
+
 def test_weight_decay_moves_kernels_but_not_norm_scales():
   config = helpers.tiny_config()
   config.optim.weight_decay, config.optim.clip_norm = 0.5, 0.0

@@ -19,9 +19,10 @@ from zoo import muon
 from zoo import phases as phases_lib
 from zoo.errors import ConfigError
 
-# norm gains, biases (Flax names them so; the experts' are wi_0_bias, ..., router_bias) and
-# attention sinks
-NO_DECAY_LEAVES = ('scale', 'bias', 'sinks')
+# norm gains, biases (Flax names them so; the experts' are wi_0_bias, ..., router_bias),
+# attention sinks, and a Gated DeltaNet layer's decay rates, its norm's gain (decay_bias:
+# a bias) as Qwen3-Next and FLA keep them
+NO_DECAY_LEAVES = ('scale', 'bias', 'sinks', 'decay_log', 'norm_scale')
 PARAM_SCALE_FLOOR = 1e-3  # Adafactor's epsilon_2: the smallest parameter RMS a step scales by
 
 
@@ -78,7 +79,7 @@ def wsd_decay_steps(optim_config, total):
 # ---------------------------------------------------------------------------- AdamW
 
 def decay_mask(params):
-  """True where weight decay applies: every leaf but norm scales, biases and sinks."""
+  """True where weight decay applies: every leaf but NO_DECAY_LEAVES and *_bias."""
   def decays(path, _):
     name = str(getattr(path[-1], 'key', ''))
     return name not in NO_DECAY_LEAVES and not name.endswith('_bias')

@@ -54,8 +54,8 @@ def _batch(name, ref):
 def test_zoo_logits_equal_the_pytorch_logits(name):
   config, variables = hf.load_variables(os.path.join(FIXTURES, name))
   ref = np.load(os.path.join(FIXTURES, name, 'reference.npz'))
-  out = families.build(config.model).apply(variables,
-                                         jax.tree.map(jnp.asarray, _batch(name, ref)))
+  out = jax.jit(families.build(config.model).apply)(variables,
+                                                  jax.tree.map(jnp.asarray, _batch(name, ref)))
   logits = out['logits'] if isinstance(out, dict) else out
   real = ref['attention_mask'][..., None] > 0 if 'attention_mask' in ref else True
   np.testing.assert_allclose(np.where(real, logits, 0), np.where(real, ref['logits'], 0),

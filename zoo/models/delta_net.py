@@ -142,4 +142,3 @@ def state_bytes(key_heads, value_heads, key_dim, value_dim, conv_width, cache_by
   convolution's held inputs (in the cache dtype's `cache_bytes` per value)."""
   conv = (conv_width - 1) * (2 * key_heads * key_dim + value_heads * value_dim)
   return int(value_heads * key_dim * value_dim * 4 + conv * cache_bytes)
-
