@@ -112,10 +112,8 @@ def _model():
   # layers have 1,000,000), without rope_scaling, which is the global layers'; 0 = rotated
   # as the global layers, rope_scaling included (gpt-oss)
   m.rope_local_theta = 0.0
-  # the share of each head's channels RoPE rotates (the first ones; Qwen3-Next: 0.25)
-  m.rope_fraction = 1.0
-  m.relative_buckets = 32  # t5_bias: buckets per stack's table
-  m.relative_max_distance = 128  # t5_bias: offsets beyond share the last bucket
+  m.rope_fraction = 1.0  # the share of each head's channels RoPE rotates (Qwen3-Next: 0.25)
+  m.relative_buckets, m.relative_max_distance = 32, 128  # t5_bias: buckets; offsets past it: last
   m.relative_bias_per_layer = False  # t5_bias: a table in every layer (umT5), not per stack
   m.use_bias = False
   m.tie_embeddings = False

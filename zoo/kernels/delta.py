@@ -14,8 +14,10 @@ carries the state, so memory is linear in the length and the work is matmuls. Bo
 the state (and the segment it belongs to) a call starts from and return the one it ends
 with, which is what decoding keeps in its cache.
 
+q and k come normalised, and q scaled, from the caller (zoo/models/delta_net.py).
+
 Glossary: B batch, L length, H heads, K key head dim, J value head dim, N chunks, C chunk
-length. q and k are normalised and q scaled by the caller (zoo/models/delta_net.py).
+length.
 """
 
 import jax
@@ -100,11 +102,11 @@ def chunked(q_BLHK, k_BLHK, v_BLHJ, g_BLH, beta_BLH, segment_ids_BL, chunk,
   system_BNHCC = jnp.where(strict_CC[None, None, None],
                            beta_BNHC[..., None] * gamma_BNHCC * kk_BNHCC, 0.0)
   system_BNHCC = system_BNHCC + jnp.eye(C, dtype=system_BNHCC.dtype)[None, None, None]
-  rhs_BNHCX = jnp.concatenate([beta_BNHC[..., None] * v_BNHCJ,
+  rhs = jnp.concatenate([beta_BNHC[..., None] * v_BNHCJ,
                                (beta_BNHC * from_start_BNHC)[..., None] * k_BNHCK], axis=-1)
-  solved_BNHCX = jnp.einsum('BNHCD,BNHDX->BNHCX', unit_lower_inverse(system_BNHCC),
-                            rhs_BNHCX)
-  values_BNHCJ, keys_read_BNHCK = solved_BNHCX[..., :J], solved_BNHCX[..., J:]
+  solved = jnp.einsum('BNHCD,BNHDX->BNHCX', unit_lower_inverse(system_BNHCC),
+                            rhs)
+  values_BNHCJ, keys_read_BNHCK = solved[..., :J], solved[..., J:]
   attend_BNHCC = jnp.einsum('BNHCK,BNHDK->BNHCD', q_BNHCK, k_BNHCK) * gamma_BNHCC
   q_read_BNHCK = q_BNHCK * from_start_BNHC[..., None]
   # each token's decay to the chunk's end, if it is in the last token's segment
@@ -132,49 +134,49 @@ def chunked(q_BLHK, k_BLHK, v_BLHJ, g_BLH, beta_BLH, segment_ids_BL, chunk,
 
 
 @jax.custom_vjp
-def unit_lower_inverse(t_XCC):
+def unit_lower_inverse(t):
   """The inverse of unit lower-triangular matrices [..., C, C] by blocks, in log2(C)
   rounds of matmuls (padded to a power of two with the identity): each round joins pairs of
   inverted diagonal blocks, [[A, 0], [M, B]]^-1 = [[A^-1, 0], [-B^-1 M A^-1, B^-1]]. Only
   matmuls, so the MXU runs it and autodiff needs nothing more; unlike the triangular solve,
   whose XLA:CPU call hung beside the experts' ragged matmuls in one step.
   """
-  width = t_XCC.shape[-1]
-  lead = t_XCC.shape[:-2]
+  width = t.shape[-1]
+  lead = t.shape[:-2]
   C = 1 << (width - 1).bit_length()
   if C != width:  # [[T, 0], [0, I]]^-1 = [[T^-1, 0], [0, I]]
-    t_XCC = jnp.pad(t_XCC, [(0, 0)] * len(lead) + [(0, C - width)] * 2)
-    t_XCC = t_XCC + jnp.diag((jnp.arange(C) >= width).astype(t_XCC.dtype))[(None,) * len(lead)]
-  inv_XNSS = jnp.ones((*lead, C, 1, 1), t_XCC.dtype)  # N blocks of S = 1
+    t = jnp.pad(t, [(0, 0)] * len(lead) + [(0, C - width)] * 2)
+    t = t + jnp.diag((jnp.arange(C) >= width).astype(t.dtype))[(None,) * len(lead)]
+  inv = jnp.ones((*lead, C, 1, 1), t.dtype)  # C blocks of one
   size = 1
   while size < C:
     n = C // (2 * size)
-    pairs_XnPP = jnp.moveaxis(jnp.diagonal(
-        t_XCC.reshape(*lead, n, 2 * size, n, 2 * size), axis1=-4, axis2=-2), -1, -3)
-    lower_XnSS = pairs_XnPP[..., size:, :size]
-    inv_XnTSS = inv_XNSS.reshape(*lead, n, 2, size, size)
-    first_XnSS, second_XnSS = inv_XnTSS[..., 0, :, :], inv_XnTSS[..., 1, :, :]
-    corner_XnSS = -jnp.einsum('...ab,...bc,...cd->...ad', second_XnSS, lower_XnSS, first_XnSS)
-    zeros_XnSS = jnp.zeros_like(first_XnSS)
-    inv_XNSS = jnp.concatenate([jnp.concatenate([first_XnSS, zeros_XnSS], -1),
-                                jnp.concatenate([corner_XnSS, second_XnSS], -1)], -2)
+    pairs = jnp.moveaxis(jnp.diagonal(
+        t.reshape(*lead, n, 2 * size, n, 2 * size), axis1=-4, axis2=-2), -1, -3)
+    lower = pairs[..., size:, :size]
+    halves = inv.reshape(*lead, n, 2, size, size)
+    first, second = halves[..., 0, :, :], halves[..., 1, :, :]
+    corner = -jnp.einsum('...ab,...bc,...cd->...ad', second, lower, first)
+    zeros = jnp.zeros_like(first)
+    inv = jnp.concatenate([jnp.concatenate([first, zeros], -1),
+                                jnp.concatenate([corner, second], -1)], -2)
     size *= 2
-  return inv_XNSS.reshape(*lead, C, C)[..., :width, :width]
+  return inv.reshape(*lead, C, C)[..., :width, :width]
 
 
-def _inverse_forward(t_XCC):
-  inv_XCC = unit_lower_inverse(t_XCC)
-  return inv_XCC, inv_XCC
+def _inverse_forward(t):
+  inv = unit_lower_inverse(t)
+  return inv, inv
 
 
-def _inverse_backward(inv_XCC, d_inv_XCC):
+def _inverse_backward(inv, d_inv):
   """d(T^-1) = -T^-1 dT T^-1: the cotangent of T is -T^-T d(T^-1) T^-T, kept strictly
   lower (T's diagonal is 1 and its upper triangle 0 by construction)."""
-  inv_T = jnp.swapaxes(inv_XCC, -1, -2)
-  d_t_XCC = -jnp.einsum('...ab,...bc,...cd->...ad', inv_T, d_inv_XCC, inv_T)
-  C = inv_XCC.shape[-1]
-  return (jnp.where(jnp.tril(jnp.ones((C, C), bool), -1)[(None,) * (inv_XCC.ndim - 2)],
-                    d_t_XCC, 0.0),)
+  inv_t = jnp.swapaxes(inv, -1, -2)
+  d_t = -jnp.einsum('...ab,...bc,...cd->...ad', inv_t, d_inv, inv_t)
+  C = inv.shape[-1]
+  return (jnp.where(jnp.tril(jnp.ones((C, C), bool), -1)[(None,) * (inv.ndim - 2)],
+                    d_t, 0.0),)
 
 
 unit_lower_inverse.defvjp(_inverse_forward, _inverse_backward)

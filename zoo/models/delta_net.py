@@ -11,7 +11,8 @@ state [B, H, K, J] and the convolution's last width - 1 inputs, with the segment
 belong to; nothing grows with the sequence.
 
 Glossary: B batch, L length, D d_model, G key heads, H value heads (each key head serves
-H / G of them), K key head dim, J value head dim, W convolution width.
+H / G of them), K key head dim, J value head dim, W convolution width, P the convolution's
+W - 1 held input tokens, T tokens P + L, S keys (attention's argument, unused here).
 """
 
 import flax.linen as nn
@@ -28,7 +29,8 @@ L2_EPS = 1e-6  # the q and k normalisation's (transformers' and FLA's)
 
 class GatedDeltaNet(nn.Module):
   """x [B, L, D] and the layer's `Mask` (its query segment ids; kv_cache when decoding)
-  -> [B, L, D]."""
+  -> [B, L, D]. Called as attention is; positions and a position bias go unused (the state
+  carries the order)."""
   key_heads: int
   value_heads: int
   key_dim: int
@@ -44,7 +46,7 @@ class GatedDeltaNet(nn.Module):
   param_dtype: jnp.dtype = jnp.float32
 
   @nn.compact
-  def __call__(self, x_BLD, mask):
+  def __call__(self, x_BLD, mask, q_positions_BL=None, kv_positions_BS=None, bias=None):
     G, H, K, J = self.key_heads, self.value_heads, self.key_dim, self.value_dim
     dense = lambda name, f, axes, num_in=1, scale=1.0: layers.DenseGeneral(
         f, axes, num_in=num_in, dtype=self.dtype, param_dtype=self.param_dtype,

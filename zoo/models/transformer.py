@@ -99,11 +99,7 @@ class Block(nn.Module):
         log_max_logit=m.attention.log_max_logit, quant=m.quant,
         lora=adapters, name=name, **dtypes(m))
     if self.kind == 'delta':  # Qwen3-Next's linear attention
-      d = m.delta
-      attend = delta_net.GatedDeltaNet(
-          d.key_heads, d.value_heads, d.key_dim, d.value_dim, d.conv_width, d.chunk,
-          norm_eps=m.norm_eps, init_std=m.kernel_init_std, out_init_scale=_out_init_scale(m),
-          quant=m.quant, lora=adapters, name='delta', **dtypes(m))
+      attend = _gated_delta_net(m, adapters)
     elif m.mla.kv_lora_rank:  # DeepSeek's multi-head latent attention
       attend = mla.LatentAttention(m, out_init_scale=_out_init_scale(m),
                                    rope_scaling=dims.rope_scaling(m), lora=adapters,
@@ -120,8 +116,6 @@ class Block(nn.Module):
     drop = lambda y: nn.Dropout(m.dropout_rate)(y, deterministic=not self.train)
     self_attend = lambda h: attend(h, mask=mask, q_positions_BL=positions_BL,
                                    kv_positions_BS=positions_BL, bias=bias)
-    if self.kind == 'delta':
-      self_attend = lambda h: attend(h, mask)
     # decoding: the encoder output's keys and values are projected once, into the cache
     cross_attend = lambda h: multi_head('cross_attention', self_attention=False,
                                         cache_kv_input=decoding)(
@@ -144,6 +138,15 @@ class Block(nn.Module):
         x_BLD = norm('cross_attention_norm')(x_BLD + drop(cross_attend(x_BLD)))
       x_BLD = norm('mlp_norm')(x_BLD + drop(mlp(x_BLD)))
     return nn.with_logical_constraint(x_BLD, ('batch', 'length', 'activation_embed')), None
+
+
+def _gated_delta_net(m, adapters):
+  """The Gated DeltaNet layer of model.delta (a pattern's 'D' letter)."""
+  d = m.delta
+  return delta_net.GatedDeltaNet(
+      d.key_heads, d.value_heads, d.key_dim, d.value_dim, d.conv_width, d.chunk,
+      norm_eps=m.norm_eps, init_std=m.kernel_init_std, out_init_scale=_out_init_scale(m),
+      quant=m.quant, lora=adapters, name='delta', **dtypes(m))
 
 
 class PatternGroup(nn.Module):
