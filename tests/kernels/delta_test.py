@@ -105,16 +105,17 @@ def test_a_packed_row_runs_its_documents_as_if_alone():
   layer = delta_net.GatedDeltaNet(key_heads=2, value_heads=4, key_dim=8, value_dim=8,
                                   conv_width=4, chunk=4)
   rng = np.random.default_rng(4)
-  first, second = rng.normal(size=(1, 7, 16)), rng.normal(size=(1, 9, 16))
-  alone = lambda x: mask_lib.Mask(jnp.ones(x.shape[:2], jnp.int32),
-                                  jnp.ones(x.shape[:2], jnp.int32), causal=True)
-  params = layer.init(jax.random.PRNGKey(0), jnp.asarray(first, jnp.float32), alone(first))
-  apply = jax.jit(layer.apply)
-  run = lambda x, mask: np.asarray(apply(params, jnp.asarray(x, jnp.float32), mask))
-  segments = jnp.asarray([[1] * 7 + [2] * 9])
-  packed = run(np.concatenate([first, second], 1), mask_lib.Mask(segments, segments, causal=True))
-  np.testing.assert_allclose(packed[:, :7], run(first, alone(first)), atol=1e-5, rtol=1e-5)
-  np.testing.assert_allclose(packed[:, 7:], run(second, alone(second)), atol=1e-5, rtol=1e-5)
+  first, second = rng.normal(size=(7, 16)), rng.normal(size=(9, 16))
+  packed = np.concatenate([first, second])
+  pad = lambda x: np.concatenate([x, np.zeros((16 - len(x), 16))])
+  # one batch: the packed row, each document alone (padding after it), the packed row as
+  # one document (no reset)
+  x = jnp.asarray(np.stack([packed, pad(first), pad(second), packed]), jnp.float32)
+  segments = jnp.asarray([[1] * 7 + [2] * 9, [1] * 7 + [0] * 9, [1] * 9 + [0] * 7, [1] * 16])
+  mask = mask_lib.Mask(segments, segments, causal=True)
+  params = layer.init(jax.random.PRNGKey(0), x, mask)
+  out = np.asarray(jax.jit(layer.apply)(params, x, mask))
+  np.testing.assert_allclose(out[0, :7], out[1, :7], atol=1e-5, rtol=1e-5)
+  np.testing.assert_allclose(out[0, 7:], out[2, :9], atol=1e-5, rtol=1e-5)
   # the second document does depend on what it reads: its convolution and state are its own
-  unreset = run(np.concatenate([first, second], 1), alone(np.zeros((1, 16))))
-  assert np.abs(unreset[:, 7:] - packed[:, 7:]).max() > 1e-2
+  assert np.abs(out[3, 7:] - out[0, 7:]).max() > 1e-2
