@@ -71,12 +71,12 @@ def test_two_beams_find_the_sequence_greedy_misses():
   np.testing.assert_allclose(np.exp([one_score[0], two_score[0]]), [0.18, 0.36], rtol=1e-5)
 
 
-@pytest.mark.parametrize('pattern', ['', 'DG'], ids=['attention', 'gated_deltanet'])
-def test_the_beam_score_is_the_full_forward_log_probability_of_its_tokens(pattern):
-  """With Gated DeltaNet layers too: the beams reorder their recurrent state and
-  convolution inputs with the rows (generate.reorder_cache)."""
+def test_the_beam_score_is_the_full_forward_log_probability_of_its_tokens():
+  """On a Gated DeltaNet layer and an attention layer ('DG'): the beams reorder the
+  keys and values, and the recurrent state and convolution inputs, with the rows
+  (generate.reorder_cache)."""
   config = helpers.tiny_config(position='rope')
-  config.model.attention.pattern = pattern
+  config.model.attention.pattern = 'DG'
   config.model.delta.update(key_heads=2, value_heads=4, key_dim=8, value_dim=8, chunk=4)
   model = families.build(config.model)
   variables = {'params': jax.jit(model.init)(jax.random.PRNGKey(0), families.example_batch(
