@@ -118,8 +118,7 @@ def _delta_flops(m, length):
   per value head: the chunk's k.k, q.k, the solve's right sides (J + K) and attend.u over C
   keys, reading the state twice and writing it (3 K J), and the blocked inverse (about
   2 C^2 / 3); its projections are parameters (6 N)."""
-  layers = sum(transformer.layer_kind(m, i) == 'delta' for i in range(m.num_layers)) \
-      if m.attention.pattern else 0
+  layers = families.decoder.delta_layers(m)
   d = m.delta
   C, K, J = min(d.chunk, length), d.key_dim, d.value_dim
   per_head = C * (3 * K + 2 * J) + 3 * K * J + 2 * C * C / 3
