@@ -48,8 +48,8 @@ def test_experts_on_a_circular_pipeline_over_a_split_sequence_give_the_data_loss
 
 
 @pytest.mark.parametrize('name, mesh, overrides', [
-    # 16 experts (the smoke's cut of 128), top 8 renormalised, QK-norm; no expert axis: the
-    # experts whole on each device, the rows' positions split over tensor
+    # 16 experts (the smoke's cut of 128), top 8 renormalised, QK-norm; no expert axis: every
+    # expert on each device, its F split over tensor
     ('qwen3_30b_a3b', {'fsdp': 4, 'tensor': 2}, []),
     # latent attention (its latents over fsdp, ring attention over context), a dense first
     # layer, sigmoid routing in 4 of 8 groups, the loss-free bias (the balance loss over the
@@ -63,14 +63,15 @@ def test_experts_on_a_circular_pipeline_over_a_split_sequence_give_the_data_loss
     # and a full layer, biased router and experts over the expert axis, the clamped SwiGLU
     # (gpt_oss_120b's smoke is gpt_oss_20b's; one repeat of the pattern, no tail layer)
     ('gpt_oss_20b', {'data': 2, 'tensor': 2, 'expert': 2}, ['model.num_layers=2']),
-    # Llama 4: chunked layers (each document's own chunks), a NoPE layer, input-gated top-1
-    # sigmoid experts beside a shared one, heads over tensor; Maverick's experts in every
-    # other layer (chunked layers on a context ring: tests/kernels/chunk_test.py)
-    ('llama4_scout', {'fsdp': 2, 'tensor': 2, 'expert': 2}, ['model.num_layers=4']),
-    ('llama4_maverick', {'data': 2, 'tensor': 2, 'expert': 2}, ['model.num_layers=4']),
-    # Qwen3-Next: three Gated DeltaNet layers (their key and value heads over tensor) and a
+    # Llama 4 (Maverick; Scout is its shape with experts in every layer): chunked layers (each
+    # document's own chunks), a NoPE layer, input-gated top-1 sigmoid experts beside a
+    # shared one in every other layer, heads over tensor (chunked layers on a context ring:
+    # tests/kernels/chunk_test.py)
+    ('llama4_maverick', {'fsdp': 2, 'tensor': 2, 'expert': 2}, ['model.num_layers=4']),
+    # Qwen3-Next: a Gated DeltaNet layer (its key and value heads over tensor) and a
     # gated-attention one, experts beside a gated shared expert over the expert axis
-    ('qwen3_next_80b_a3b', {'data': 2, 'tensor': 2, 'expert': 2}, ['model.num_layers=4']),
+    ('qwen3_next_80b_a3b', {'data': 2, 'tensor': 2, 'expert': 2},
+     ['model.attention.pattern=DG', 'model.num_layers=2']),
 ])
 def test_moe_smokes_on_a_mesh_give_one_devices_losses(name, mesh, overrides):
   """Four steps on the mesh against the same steps on one device, in float32 (the batches

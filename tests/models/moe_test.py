@@ -246,23 +246,36 @@ def test_shared_experts_add_a_dense_mlp():
   assert params['shared']['wi_0']['kernel'].shape == (16, 8)
 
 
-@pytest.mark.parametrize('axes, capacity_factor, balance_scope, length, want', [
-    ((('fsdp', 2), ('tensor', 2)), 0.0, 'batch', 8, ('tensor',)),  # dropless: positions split
-    ((('tensor', 2), ('context', 2)), 0.0, 'batch', 8, ('context', 'tensor')),
-    ((('tensor', 2), ('context', 2)), 0.0, 'batch', 6, ('context',)),  # 6 = 2 x 3: no tensor
-    ((('fsdp', 2), ('tensor', 2)), 1.25, 'batch', 8, ()),  # capacity is per whole sequence
-    ((('fsdp', 2), ('tensor', 2)), 0.0, 'sequence', 8, ()),  # so is the sequence balance
-    ((('fsdp', 4),), 0.0, 'batch', 8, ()),
-])
-def test_the_tensor_shards_route_different_positions_where_that_is_exact(
-    axes, capacity_factor, balance_scope, length, want):
-  """The experts' shard_map splits a row's positions over context and, for dropless experts
-  with the batch-wide balance, over tensor (so the tensor shards do not run the same
-  tokens' experts); the mesh equal to one device is tests/expert_parallel_test.py's."""
-  mesh = jax.sharding.AbstractMesh(tuple(n for _, n in axes), tuple(a for a, _ in axes))
-  settings = ml_collections.ConfigDict(
-      {'capacity_factor': capacity_factor, 'balance_scope': balance_scope})
-  assert moe._length_axes(mesh, length, settings) == want
+@pytest.mark.parametrize('capacity_factor, use_bias', [(0.0, True), (2.0, False)])
+def test_the_tensor_shards_each_run_a_slice_of_every_experts_f_and_sum_to_one_device(
+    capacity_factor, use_bias):
+  """On fsdp 2 x tensor 2 the experts' shard_map takes each expert's F split over tensor,
+  as the weights are stored (fsdp alone gathers them), and sums the shards' outputs: the
+  layer and its gradients equal one device's, and no device gathers a whole expert."""
+  layer = _layer(capacity_factor=capacity_factor, use_bias=use_bias)  # E 4, D 16, F 8
+  x = jnp.asarray(np.random.default_rng(5).normal(size=(4, 8, 16)), jnp.float32)
+  boxed = layer.init(jax.random.PRNGKey(0), x)['params']
+  params = nn.unbox(boxed)
+
+  def loss(params, x):
+    y, _ = layer.apply({'params': params}, x, mutable=['moe'])
+    return jnp.sum(jnp.sin(y))
+
+  step = jax.jit(jax.value_and_grad(loss))
+  want = step(params, x)
+  mesh = jax.make_mesh((2, 2), ('fsdp', 'tensor'), devices=jax.devices()[:4],
+                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  rules = (('expert', None), ('embed', 'fsdp'), ('mlp', 'tensor'))
+  with jax.set_mesh(mesh):
+    stored = jax.device_put(params, nn.logical_to_mesh_sharding(
+        nn.get_partition_spec(boxed), mesh, rules))
+    got = step(stored, x)
+    compiled = step.lower(stored, x).compile().as_text()
+  np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+  jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6), got[1],
+               want[1])
+  assert 'f32[4,16,4]' in compiled  # an expert stack's slice: F / 2
+  assert 'f32[4,16,8]' not in compiled and 'f32[4,8,16]' not in compiled  # never whole
 
 
 @pytest.mark.parametrize('overrides, message', [

@@ -11,10 +11,11 @@
   each pair's activations cross the network once each way, however many shards there are.
 
 Both run under `shard_map` over the batch axes (data, fsdp, expert), and over `context`
-where the sequence is split (dropless only: each device routes its chunk's tokens) and, for
-dropless experts, over `tensor` (the tensor shards route different positions), with
-the expert weights split over `expert`, so the communication is what is written here, not
-the partitioner's choice. Routing is per token and capacity per sequence, so results do not
+where the sequence is split (dropless only: each device routes its chunk's tokens), with
+the expert weights split over `expert` and their F over `tensor` (Megatron's split: each
+tensor shard runs its tokens through its F/t slice of every expert and the outputs are
+summed over `tensor`), so the communication is what is written here, not the
+partitioner's choice. Routing is per token and capacity per sequence, so results do not
 depend on the mesh.
 
 Gates: top-k probabilities renormalised to sum to 1 (Mixtral); with top_k = 1 the raw
@@ -129,13 +130,20 @@ def _expert_mlp(x_MD, w, cfg, group_sizes=None, experts_M=None):
     rows = jnp.clip(experts_M, 0, group_sizes.shape[0] - 1)  # rows past the groups: dropped
     bias = lambda b_EF: b_EF[rows]
   dense = lambda x, name: matmul(x, w[name]) + (
-      bias(w[name + '_bias']).astype(x.dtype) if name + '_bias' in w else 0)
+      bias(_once(w[name + '_bias'], name, cfg)).astype(x.dtype) if name + '_bias' in w else 0)
   activation = cfg['activation']
   if activation in layers.GATED:
     h = layers.gated(activation, dense(x_MD, 'wi_0'), dense(x_MD, 'wi_1'), cfg['clamp'])
   else:
     h = layers.ACTIVATION_FNS[activation](dense(x_MD, 'wi_0'))
   return dense(h, 'wo')
+
+
+def _once(bias, name, cfg):
+  """The output projection's bias on one tensor shard (the shards' outputs are summed)."""
+  if name != 'wo' or not cfg['split_hidden']:
+    return bias
+  return bias * (jax.lax.axis_index('tensor') == 0).astype(bias.dtype)
 
 
 def _capacity_experts(x_BLD, gates_BLA, experts_BLA, w, cfg, num_shards):
@@ -242,6 +250,8 @@ def _moe_shard(x_BLD, router, bias_E, w, cfg, num_shards, batch_axes):
       cfg['top_groups'], cfg['routed_scale'])
   experts_fn = _dropless_experts if cfg['capacity_factor'] == 0 else _capacity_experts
   y_BLD, dropped = experts_fn(x_BLD, gates_BLA, experts_BLA, w, cfg, num_shards)
+  if cfg['split_hidden']:  # each tensor shard's F/t slice: its part of the sum
+    y_BLD = jax.lax.psum(y_BLD, 'tensor')
 
   sums = {'pairs_per_expert': jnp.sum(jax.nn.one_hot(experts_BLA, E), axis=(0, 1, 2)),
           'probs': jnp.sum(probs_BLE, axis=(0, 1)),
@@ -256,20 +266,15 @@ def _moe_shard(x_BLD, router, bias_E, w, cfg, num_shards, batch_axes):
   return y_BLD, sums
 
 
-def _length_axes(mesh, length, moe):
-  """The mesh axes a row's positions are split over in the experts' shard_map: `context`
-  where the sequence is split (each device routes its chunk: routing is per token); and
-  `tensor` for dropless experts with a batch-wide balance, where the length divides, so
-  the tensor shards run different tokens' experts instead of the same ones (capacity is
-  per sequence, and 'sequence' balance needs whole rows)."""
-  if mesh.empty:
-    return ()
-  axes = ('context',) if mesh.shape.get('context', 1) > 1 else ()
+def _weight_specs(w, mesh, hidden):
+  """The experts' weights in their shard_map: experts over `expert`, F over `tensor` where
+  it divides (the layout they are stored in, so fsdp alone gathers them), else whole."""
+  e = 'expert' if mesh.shape.get('expert', 1) > 1 else None
   tensor = mesh.shape.get('tensor', 1)
-  if (tensor > 1 and not moe.capacity_factor and moe.balance_scope == 'batch' and
-      length % (math.prod(mesh.shape[a] for a in axes) * tensor) == 0):
-    axes += ('tensor',)
-  return axes
+  f = 'tensor' if tensor > 1 and hidden % tensor == 0 else None
+  specs = {'wi_0': P(e, None, f), 'wi_1': P(e, None, f), 'wo': P(e, f, None),
+           'wi_0_bias': P(e, f), 'wi_1_bias': P(e, f), 'wo_bias': P(e, None)}
+  return {k: specs[k] for k in w}, f is not None
 
 
 class MoE(nn.Module):
@@ -323,20 +328,20 @@ class MoE(nn.Module):
     x_BLD = x_BLD.astype(dtype)
     mesh = jax.sharding.get_abstract_mesh()
     batch_axes = () if mesh.empty else tuple(a for a in sharding.BATCH_AXES if a in mesh.shape)
-    length_axes = _length_axes(mesh, x_BLD.shape[1], moe)
+    length_axes = ('context',) if not mesh.empty and mesh.shape.get('context', 1) > 1 else ()
     if mesh.empty or mesh.size == 1 or x_BLD.shape[0] % math.prod(
         mesh.shape[a] for a in batch_axes) or (
-            'context' in length_axes and x_BLD.shape[1] % mesh.shape['context']):
+            length_axes and x_BLD.shape[1] % mesh.shape['context']):
       # no mesh, or init's one-row example batch
-      y_BLD, sums = _moe_shard(x_BLD, router, bias_E, w, cfg, 1, ())
+      y_BLD, sums = _moe_shard(x_BLD, router, bias_E, w, {**cfg, 'split_hidden': False}, 1, ())
     else:
-      num_shards = mesh.shape.get('expert', 1)
-      expert_spec = P('expert') if num_shards > 1 else P()
+      weight_specs, split_hidden = _weight_specs(w, mesh, F)
       token_spec = P(batch_axes, length_axes or None)
       fn = jax.shard_map(
-          functools.partial(_moe_shard, cfg=cfg, num_shards=num_shards,
+          functools.partial(_moe_shard, cfg={**cfg, 'split_hidden': split_hidden},
+                            num_shards=mesh.shape.get('expert', 1),
                             batch_axes=batch_axes + length_axes),
-          mesh=mesh, in_specs=(token_spec, P(), P(), {k: expert_spec for k in w}),
+          mesh=mesh, in_specs=(token_spec, P(), P(), weight_specs),
           out_specs=(token_spec, P()), check_vma=False)
       y_BLD, sums = fn(x_BLD, router, bias_E, w)
     for name in sums:

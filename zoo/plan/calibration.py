@@ -108,6 +108,9 @@ POINTS = (
        'model.num_layers=4', 'train.batch_size=32', FULL),
     _p('deepseek-v3-mla', 'deepseek_v3', 'v5p-64', {'fsdp': 4, 'expert': 8},
        'model.num_layers=4', 'train.batch_size=32', 'train.batch_ramp=', FULL),
+    # and without an expert axis: every expert's F split over tensor, the pairs whole
+    _p('deepseek-v3-tensor', 'deepseek_v3', 'v5p-64', {'fsdp': 4, 'tensor': 8},
+       'model.num_layers=5', 'train.batch_size=32', 'train.batch_ramp=', FULL),
     _p('deepseek-v2-lite', 'deepseek_v2_lite', 'v5p-16', {'fsdp': 2, 'expert': 4},
        'train.batch_size=16', FULL),
     _p('switch-capacity', 'switch_base_8', 'v5p-8', {'fsdp': 2, 'expert': 2},

@@ -28,8 +28,9 @@ The estimate (a ranking aid; compile the chosen mesh with --plan_topology to con
   gradients as the rules shard them, the update's float32 temporaries; what the backward
   keeps and one layer's working set, traced per batch row (zoo/plan/residuals.py: JAX's
   residuals of the loss with the config's remat policy and without, the attention kernel
-  of the platform), the layer's with the copies of its largest weight fsdp gathers and a
-  dropless expert-parallel dispatch's buffers, or the loss's float32 logits and their
+  of the platform), the layer's with the copies of its largest weight fsdp gathers, a
+  dropless expert-parallel dispatch's buffers and, over tensor, a MoE layer's [pairs, D]
+  arrays whole on each tensor shard, or the loss's float32 logits and their
   gradient, whichever is larger; a pipeline's kept iterations, buffers and regrouped
   parameters (_pipeline_activations, analytic.pipeline_plan). Its constants are fitted
   to the TPU compiler over zoo/plan/calibration.py's grid (benchmarks/plan_calibration.py;
@@ -160,6 +161,11 @@ GPU_ACTIVATIONS = 0.8
 # a layer's largest weight fsdp gathers (forward, backward and its gradient before the
 # reduce-scatter); the share of an expert-parallel dispatch's buffers live at the peak
 UPDATE, GATHERED_COPIES, DISPATCH = 0.5, 3, 0.8
+# and the [pairs, D] arrays of a MoE layer (zoo/models/moe.py) each tensor shard holds whole:
+# the repeated input, sorted, the experts' output sorted and back, in the recomputed forward
+# and as gradients, and the [pairs, D] index arrays XLA:TPU expands the row gathers and
+# scatters to (qwen3-moe-no-expert and deepseek-v3-tensor in the grid)
+PAIR_COPIES = 8
 
 
 def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None):
@@ -181,6 +187,10 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None):
   traced = traced or residuals.measure(config, on, context)
   rows = t.batch_size / (data * fsdp * expert) / t.microbatches
   layer = traced['layer'] * rows / tensor  # one layer's working set
+  if m.moe.num_experts and tensor > 1:
+    # but the tensor shards each hold a MoE layer's [pairs, D] buffers whole (they split F)
+    layer += rows * config.data.seq_len / context * _pair_values(m) * (
+        1 - 1 / tensor) * compute_bytes
   if m.moe.num_experts and expert > 1 and not m.moe.capacity_factor:
     # and the buffers of a dropless expert-parallel dispatch (the trace has no expert axis)
     layer += DISPATCH * rows * config.data.seq_len / context * _mlp_working(
@@ -194,11 +204,13 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None):
       layers = families.total_layers(m) / stages
       tables = _params_along(boxed, 'vocab')
       gathered += ((params - tables) / layers + tables) * compute_bytes / tensor
-    if m.moe.num_experts and fsdp * tensor > 1:
-      # the stage's expert stacks, every layer's at once: the experts' shard_map takes them
-      # whole over all axes but expert, and XLA hoists that gather out of the microbatch
+    if m.moe.num_experts and fsdp > 1:
+      # the stage's expert stacks, every layer's at once: fsdp gathers them for the experts'
+      # shard_map (F split over tensor) and XLA hoists that gather out of the microbatch
       # loop (qwen3_235b_a22b's row in docs/performance.md)
-      gathered += _params_along(boxed, 'expert') / stages / expert * compute_bytes
+      gathered += sum(int(np.prod(leaf.shape)) / _expert_split(leaf, spec, tensor, expert)
+                      for leaf, spec in _with_axes(boxed) if 'expert' in spec
+                      ) / stages * compute_bytes
   else:
     gathered = (GATHERED_COPIES * _largest_layer_weight(boxed, tensor, expert) *
                 compute_bytes if fsdp > 1 else 0.0)
@@ -227,10 +239,17 @@ def _teacher_bytes(config, sizes):
 
 def _largest_layer_weight(boxed, tensor, expert):
   """Elements of a layer's largest weight on one device once fsdp has gathered it (split
-  over tensor; an expert stack over expert only: the experts' shard_map takes it whole
-  over the other axes, zoo/models/moe.py)."""
-  return max((int(np.prod(leaf.shape[1:])) / (expert if 'expert' in spec else tensor)
+  over tensor; an expert stack as the experts' shard_map takes it, `_expert_split`)."""
+  return max((int(np.prod(leaf.shape[1:])) / (
+      _expert_split(leaf, spec, tensor, expert) if 'expert' in spec else tensor)
               for leaf, spec in _with_axes(boxed) if spec[:1] == ('layers',)), default=0)
+
+
+def _expert_split(leaf, spec, tensor, expert):
+  """The devices an expert stack is split over in the experts' shard_map: expert, and
+  tensor where it divides the stack's F (zoo/models/moe.py); fsdp gathers the rest."""
+  f = leaf.shape[spec.index('mlp')] if 'mlp' in spec else 1
+  return expert * (tensor if f % tensor == 0 else 1)
 
 
 def _pipeline_activations(config, sizes, rows, traced, layer):
@@ -268,6 +287,12 @@ def _mlp_working(m, expert_shards, tensor):
   rows = moe.top_k * (moe.capacity_factor or expert_shards)
   hidden = (3 if m.activation in layers_lib.GATED else 2) * (moe.expert_mlp_dim or m.mlp_dim)
   return 2 * rows * (2 * m.d_model + hidden / tensor)
+
+
+def _pair_values(m):
+  """Values per token in a MoE layer's [pairs, D] arrays: k pairs (k x cf slots with
+  capacity), PAIR_COPIES arrays of them."""
+  return PAIR_COPIES * m.moe.top_k * (m.moe.capacity_factor or 1) * m.d_model
 
 
 def _with_axes(boxed):
