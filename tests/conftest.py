@@ -44,11 +44,13 @@ jax.config.update('jax_default_matmul_precision', 'highest')
 jax.config.update('jax_numpy_rank_promotion', 'raise')
 
 
-# The longest files first: --dist loadfile hands each file to one worker, so a long file
-# dealt last keeps one worker busy while the other waits (these four are each 4 to 7
-# minutes of worker time, a fifth of the suite).
-FIRST = ('tests/sharding_test.py', 'tests/notebooks_test.py', 'tests/launch_test.py',
-         'tests/configs_test.py')
+# The longest files first, longest first: --dist loadfile hands each file to one worker,
+# so a long file dealt last keeps one worker busy while the other waits (these ten are 2 to
+# 7 minutes of worker time each, more than half the suite).
+FIRST = ('tests/configs_test.py', 'tests/sharding_test.py', 'tests/launch_test.py',
+         'tests/expert_parallel_test.py', 'tests/pod_test.py', 'tests/notebooks_test.py',
+         'tests/plan_tpu_test.py', 'tests/infer/generate_test.py',
+         'tests/plan_calibration_test.py', 'tests/train/finetune_test.py')
 
 
 def pytest_collection_modifyitems(items):
