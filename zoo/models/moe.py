@@ -318,7 +318,7 @@ class MoE(nn.Module):
            'router': moe.router, 'num_groups': moe.num_groups, 'top_groups': moe.top_groups,
            'routed_scale': moe.routed_scale, 'balance_scope': moe.balance_scope,
            'quant': m.quant, 'clamp': (m.swiglu_limit, m.swiglu_alpha),
-           'gate_input': moe.gate_input}
+           'gate_input': moe.gate_input, 'split_hidden': False}
 
     rate, bias, bias_E = moe.bias_update_rate, None, None
     if rate:
@@ -333,7 +333,7 @@ class MoE(nn.Module):
         mesh.shape[a] for a in batch_axes) or (
             length_axes and x_BLD.shape[1] % mesh.shape['context']):
       # no mesh, or init's one-row example batch
-      y_BLD, sums = _moe_shard(x_BLD, router, bias_E, w, {**cfg, 'split_hidden': False}, 1, ())
+      y_BLD, sums = _moe_shard(x_BLD, router, bias_E, w, cfg, 1, ())
     else:
       weight_specs, split_hidden = _weight_specs(w, mesh, F)
       token_spec = P(batch_axes, length_axes or None)

@@ -303,8 +303,8 @@ def _with_axes(boxed):
 
 
 def _params_along(boxed, axis):
-  """Parameters of the leaves with logical axis `axis` ('vocab': the embedding and an untied
-  head; 'expert': the expert stacks)."""
+  """Parameters of the leaves with logical axis `axis` (e.g. 'vocab': the embedding and an
+  untied head)."""
   return sum(int(np.prod(leaf.shape)) for leaf, spec in _with_axes(boxed) if axis in spec)
 
 
