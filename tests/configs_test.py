@@ -18,7 +18,8 @@ from zoo.train import loop
 from zoo.train import metrics as metrics_lib
 
 CONFIGS = sorted(glob.glob(os.path.join(REPO, 'configs', '*.py')))
-SMOKE = ['train.steps=12']
+# one eval and one checkpoint, at the end: each smoke's loss falls, its eval compiles and runs
+SMOKE = ['train.steps=12', 'train.eval_every=12', 'train.checkpoint_every=12']
 
 
 def _smoke(path):

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -552,3 +553,12 @@ def test_with_remat_full_each_layer_keeps_its_input_alone():
   assert residuals.measure(config, 'cpu', context=2)['layers'] == pytest.approx(3 * row / 2,
                                                                                 rel=0.05)
   assert residuals.measure(config, 'cpu')['layer'] > 2 * row
+
+
+def test_the_residuals_leave_out_what_the_weights_alone_give_and_keep_a_weight_shaped_activation():
+  """sin(x @ w) with x, w both [8, 8]: the backward keeps cos(x @ w) (an activation, though
+  shaped like w) and w's compute-dtype copy (made from w alone: the plan counts gathered
+  weights itself); only the activation is counted."""
+  f = lambda w, x: jnp.sum(jnp.sin(x @ w.astype(jnp.bfloat16)))
+  kept = residuals._residuals(f, jnp.ones((8, 8), jnp.float32), jnp.ones((8, 8), jnp.bfloat16))
+  assert [(a.shape, str(a.dtype)) for a in kept] == [((8, 8), 'bfloat16')]

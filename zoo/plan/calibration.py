@@ -70,6 +70,8 @@ POINTS = (
     _p('llama-microbatches', 'llama3_8b', 'v5p-8', {'fsdp': 4}, L8, 'train.batch_size=32',
        'train.microbatches=4', FULL),
     _p('llama-tensor8', 'llama3_8b', 'v5p-16', {'tensor': 8}, L8, 'train.batch_size=8', FULL),
+    _p('llama-dots', 'llama3_8b', 'v5p-8', {'fsdp': 4}, L8, 'train.batch_size=8',
+       'model.remat=dots'),
     _p('gpt3-6.7b', 'gpt3_6_7b', 'v5p-8', {'fsdp': 4}, L8, 'train.batch_size=16',
        'train.batch_ramp=', FULL),
     _p('gpt2-xl-none', 'gpt2_xl', 'v5p-8', {'fsdp': 4}, 'train.batch_size=16', NONE),
@@ -113,6 +115,14 @@ POINTS = (
        'model.num_layers=5', 'train.batch_size=32', 'train.batch_ramp=', FULL),
     _p('deepseek-v2-lite', 'deepseek_v2_lite', 'v5p-16', {'fsdp': 2, 'expert': 4},
        'train.batch_size=16', FULL),
+    # the newer shapes: gpt-oss (sinks, window and full layers, biased experts), Llama 4
+    # (chunked layers, a NoPE one, a shared expert), Qwen3-Next (Gated DeltaNet layers)
+    _p('gpt-oss-expert', 'gpt_oss_20b', 'v5p-16', {'fsdp': 2, 'expert': 4},
+       'model.num_layers=4', 'train.batch_size=16', FULL),
+    _p('llama4-scout-expert', 'llama4_scout', 'v5p-16', {'fsdp': 2, 'expert': 4},
+       'model.num_layers=4', 'train.batch_size=8', FULL),
+    _p('qwen3-next-expert', 'qwen3_next_80b_a3b', 'v5p-16', {'fsdp': 2, 'expert': 4},
+       'model.num_layers=4', 'train.batch_size=16', FULL),
     _p('switch-capacity', 'switch_base_8', 'v5p-8', {'fsdp': 2, 'expert': 2},
        'train.batch_size=64', NONE),
     # encoder-decoders (flash_bias on TPU), T5Gemma

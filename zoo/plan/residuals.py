@@ -11,9 +11,10 @@ and the full depth is extrapolated (as zoo/plan/compiled.py counts the FLOPs):
 - `layer`: bytes per row one layer keeps with no remat, the largest over the stacks: what a
   layer's forward holds for its backward, so the working set of a rematerialised layer's
   backward as well.
-A batch of one row is traced. Residuals shaped like a parameter (its compute-dtype copy)
-and the logits (the vocabulary last) are left out: the plan counts fsdp's gathered weights
-and the loss's logits itself.
+A batch of one row is traced. Residuals computed from the parameters alone (their
+compute-dtype copies) and the logits (the vocabulary last) are left out: the plan counts
+fsdp's gathered weights and the loss's logits itself. (Left out by their shape instead, a
+[L, F] activation would go with the [D, F] weight it matches wherever L = D.)
 """
 
 import functools
@@ -62,22 +63,27 @@ def _traced(config, layers, remat, on):
     # the other collections (MoE's router bias and statistics): small, held as zeros
     others = jax.tree.map(lambda v: np.zeros(v.shape, v.dtype),
                           {k: v for k, v in variables.items() if k != 'params'})
-    shapes = {tuple(p.shape) for p in jax.tree.leaves(params)}
     rng = jax.random.PRNGKey(0)  # training: dropout's masks are kept too
     saved = _residuals(lambda p, b: loss({**others, 'params': p}, b, rng).total, params, batch)
   return float(sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in saved
-                   if not (tuple(a.shape) in shapes and len(a.shape) > 1)
-                   and a.shape[-1:] != (variant.model.vocab_size,)))
+                   if a.shape[-1:] != (variant.model.vocab_size,)))
 
 
-def _residuals(f, *args):
-  """The abstract values jax.vjp(f, *args) keeps for the backward pass, each once, but the
-  arguments themselves (what jax's saved_residuals lists, without its descriptions)."""
-  closed, shapes = jax.make_jaxpr(lambda *a: jax.vjp(f, *a), return_shape=True)(*args)
+def _residuals(f, params, *args):
+  """The abstract values jax.vjp(f, params, *args) keeps for the backward pass, each once
+  (what jax's saved_residuals lists, without its descriptions), but the arguments themselves
+  and what is computed from the parameters alone (their compute-dtype copies, reshaped)."""
+  closed, shapes = jax.make_jaxpr(lambda *a: jax.vjp(f, *a), return_shape=True)(params,
+                                                                                 *args)
   count = len(jax.tree.leaves(shapes[1]))
   arguments = set(closed.jaxpr.invars)
+  weights = set(closed.jaxpr.invars[:len(jax.tree.leaves(params))])
+  for eqn in closed.jaxpr.eqns:  # in order: an equation of weights alone gives weights
+    read = [v for v in eqn.invars if isinstance(v, jax_core.Var)]
+    if read and all(v in weights for v in read):
+      weights.update(eqn.outvars)
   kept = {id(v): v for v in closed.jaxpr.outvars[len(closed.jaxpr.outvars) - count:]
-          if isinstance(v, jax_core.Var) and v not in arguments}
+          if isinstance(v, jax_core.Var) and v not in arguments and v not in weights}
   return [v.aval for v in kept.values()]
 
 

@@ -100,9 +100,11 @@ def _hierarchical(nbytes, size, slices, reduce):
   return ici, dcn
 
 
-def estimate(config, sizes, chip, plan_result, boxed, slices=1, traced=None):
+def estimate(config, sizes, chip, plan_result, boxed, slices=1, traced=None, layout=None):
   """(seconds per step, per-device bytes) for one mesh; with slices > 1 the traffic of
-  mesh.dcn_axis that crosses slices goes at the chip's DCN bandwidth."""
+  mesh.dcn_axis that crosses slices goes at the chip's DCN bandwidth. layout: the sweep's
+  Layout of `boxed` (made here when None)."""
+  layout = layout or Layout(config, boxed)
   m, t = config.model, config.train
   chips = math.prod(sizes.values())
   data, fsdp, tensor = sizes['data'], sizes['fsdp'], sizes['tensor']
@@ -120,8 +122,7 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1, traced=None):
   comm, dcn = 0.0, 0.0  # bytes per chip over ICI, over DCN
   regrouped = 0.0  # circular: the parameters moved to their stages and their gradients
   if stages > 1:
-    pipe = analytic.pipeline_plan(config, sizes, analytic.stacked_param_bytes(
-        boxed, sharding.rules(config), sizes))
+    pipe = analytic.pipeline_plan(config, sizes, layout.stacked(sizes))
     seconds /= 1 - pipe['bubble']
     regrouped = pipe['regroup_bytes_per_step_per_device']
     handed = pipe['boundary_bytes_per_step_per_device'] + regrouped
@@ -148,8 +149,8 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1, traced=None):
     comm += layers * tokens_per_device * ring['bytes_per_token_per_layer_train']
   seconds += comm / chip.ici_bandwidth + dcn / chip.dcn_bandwidth
 
-  return seconds, device_bytes(config, sizes, plan_result, boxed, chip.platform,
-                               traced)['total']
+  return seconds, device_bytes(config, sizes, plan_result, boxed, chip.platform, traced,
+                               layout)['total']
 
 
 # XLA:GPU holds less of the traced activations than XLA:TPU, whose compiler the model is
@@ -168,20 +169,21 @@ UPDATE, GATHERED_COPIES, DISPATCH = 0.5, 3, 0.8
 PAIR_COPIES = 8
 
 
-def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None):
+def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None, layout=None):
   """Per-device bytes of the train step on the mesh `sizes`, with the attention kernel that
   runs on platform `on` -> {'params', 'optimizer_state', 'gradients', 'update' (its
   temporaries; with microbatches the accumulated gradients too), 'activations' (what the
   backward keeps and the largest working set), 'gathered' (the weights fsdp gathers for a
   layer, a circular pipeline's regrouped copy), 'teacher' (train.teacher's parameters),
   'total'}: the module docstring's memory
-  model. traced: residuals.measure's for the mesh's context (the sweep's, computed once)."""
+  model. traced: residuals.measure's for the mesh's context (the sweep's, computed once);
+  layout: the sweep's Layout of `boxed` (made here when None)."""
   m, t = config.model, config.train
   data, fsdp, tensor = sizes['data'], sizes['fsdp'], sizes['tensor']
   expert, context, stages = (sizes.get(a, 1) for a in ('expert', 'context', 'stage'))
   compute_bytes = np.dtype(m.dtype).itemsize
-  held = analytic.state_bytes(boxed, sharding.rules(config), sizes, config.optim,
-                              state_lib.trainable(config.train.lora.rank, nn.unbox(boxed)))[1]
+  layout = layout or Layout(config, boxed)
+  held = layout.held(sizes)
   # a device's rows of one microbatch at a time, of its L / context positions (a ring's
   # block of queries and keys), split over tensor
   traced = traced or residuals.measure(config, on, context)
@@ -197,8 +199,8 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None):
         m, expert, tensor) * compute_bytes
   if stages > 1:  # the logits are gone by the pipeline's backward pass, the peak
     activations = _pipeline_activations(config, sizes, rows, traced, layer)
-    gathered = analytic.pipeline_plan(config, sizes, analytic.stacked_param_bytes(
-        boxed, sharding.rules(config), sizes))['regroup_bytes_per_step_per_device']
+    gathered = analytic.pipeline_plan(config, sizes, layout.stacked(sizes))[
+        'regroup_bytes_per_step_per_device']
     if fsdp > 1:  # one layer's parameters and the vocabulary tables gathered whole
       params = plan_result['params_total'] / stages
       layers = families.total_layers(m) / stages
@@ -227,6 +229,33 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None):
          'gradients': held['gradients'], 'update': update, 'activations': activations,
          'gathered': gathered, 'teacher': _teacher_bytes(config, sizes)}
   return {**out, 'total': sum(out.values())}
+
+
+class Layout:
+  """The parameters' bytes per device on a mesh as the config's rules, optimizer and LoRA
+  split them (analytic.state_bytes, and a pipeline stage's stacks), each mesh's counted
+  once: a sweep asks for a mesh's once for every pipeline schedule it tries."""
+
+  def __init__(self, config, boxed):
+    self.config, self.boxed, self._held, self._stacked = config, boxed, {}, {}
+
+  def held(self, sizes):
+    """{'params', 'optimizer_state', 'gradients'} bytes per device on the mesh `sizes`."""
+    key = tuple(sorted(sizes.items()))
+    if key not in self._held:
+      c = self.config
+      self._held[key] = analytic.state_bytes(
+          self.boxed, sharding.rules(c), sizes, c.optim,
+          state_lib.trainable(c.train.lora.rank, nn.unbox(self.boxed)))[1]
+    return self._held[key]
+
+  def stacked(self, sizes):
+    """analytic.stacked_param_bytes on the mesh `sizes`."""
+    key = tuple(sorted(sizes.items()))
+    if key not in self._stacked:
+      self._stacked[key] = analytic.stacked_param_bytes(self.boxed,
+                                                        sharding.rules(self.config), sizes)
+    return self._stacked[key]
 
 
 def _teacher_bytes(config, sizes):
@@ -321,7 +350,7 @@ def sweep(run, tpu_slice):
     axes += ('stage',)
   boxed = counting.abstract_params(config)
   base = analytic.plan(run, mesh_sizes={a: 1 for a in sharding.MESH_AXES}, boxed=boxed)
-  rows, variants, traced = [], {}, {}
+  rows, variants, traced, layout = [], {}, {}, Layout(config, boxed)
   phase_batches = sorted({p.batch_size for p in run.phases[:-1]})
   for sizes in factorizations(tpu_slice.chips, axes):
     sizes = {a: sizes.get(a, 1) for a in sharding.MESH_AXES}
@@ -337,7 +366,7 @@ def sweep(run, tpu_slice):
         if context not in traced:  # what the backward keeps does not hang on the schedule
           traced[context] = residuals.measure(config, tpu_slice.chip.platform, context)
         seconds, per_device = estimate(meshed, sizes, tpu_slice.chip, base, boxed,
-                                       tpu_slice.slices, traced[context])
+                                       tpu_slice.slices, traced[context], layout)
         row.update(step_seconds=seconds, per_device_bytes=int(per_device),
                    fits=per_device <= tpu_slice.chip.hbm_bytes)
       rows.append(row)
