@@ -14,7 +14,8 @@ FIGURES = {'moe': 2, 'shapes': 2, 'sharding': 2, 'tour': 0, 'training': 2}  # im
 # run here smaller than saved (the same cells): fewer steps, a smaller slice, lengths, depth
 SMALLER = {'moe': {'STEPS': 20}, 'sharding': {
     'SLICE_NAME': 'v5p-32', 'LENGTHS': (1024, 4096),
-    'OVERRIDES': ['train.batch_size=64', 'model.remat=full', 'model.num_layers=2']}}
+    'OVERRIDES': ['train.batch_size=64', 'data.seq_len=1024', 'model.remat=full',
+                  'model.num_layers=2']}}
 SMALLER_SAYS = {'moe': 'at step 20', 'sharding': 'sweep on v5p-32'}  # ... as its outputs show
 NOTEBOOKS = execute.paths()
 name_of = lambda path: os.path.basename(path)[:-len('.ipynb')]
