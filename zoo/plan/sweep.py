@@ -237,25 +237,25 @@ class Layout:
   once: a sweep asks for a mesh's once for every pipeline schedule it tries."""
 
   def __init__(self, config, boxed):
-    self.config, self.boxed, self._held, self._stacked = config, boxed, {}, {}
+    self.config, self.boxed, self._seen = config, boxed, {}
 
   def held(self, sizes):
     """{'params', 'optimizer_state', 'gradients'} bytes per device on the mesh `sizes`."""
-    key = tuple(sorted(sizes.items()))
-    if key not in self._held:
-      c = self.config
-      self._held[key] = analytic.state_bytes(
-          self.boxed, sharding.rules(c), sizes, c.optim,
-          state_lib.trainable(c.train.lora.rank, nn.unbox(self.boxed)))[1]
-    return self._held[key]
+    c = self.config
+    return self._once('held', sizes, lambda: analytic.state_bytes(
+        self.boxed, sharding.rules(c), sizes, c.optim,
+        state_lib.trainable(c.train.lora.rank, nn.unbox(self.boxed)))[1])
 
   def stacked(self, sizes):
     """analytic.stacked_param_bytes on the mesh `sizes`."""
-    key = tuple(sorted(sizes.items()))
-    if key not in self._stacked:
-      self._stacked[key] = analytic.stacked_param_bytes(self.boxed,
-                                                        sharding.rules(self.config), sizes)
-    return self._stacked[key]
+    return self._once('stacked', sizes, lambda: analytic.stacked_param_bytes(
+        self.boxed, sharding.rules(self.config), sizes))
+
+  def _once(self, what, sizes, make):
+    key = (what, tuple(sorted(sizes.items())))
+    if key not in self._seen:
+      self._seen[key] = make()
+    return self._seen[key]
 
 
 def _teacher_bytes(config, sizes):
