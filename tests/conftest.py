@@ -4,7 +4,10 @@ XLA's CPU backend compiles at LLVM optimization level 0 (subprocesses too, throu
 helpers.cpu_env): the suite compiles far more than it runs, and level 0 takes about a
 quarter off each compile (the whole suite on 2 cores: 1510 s before, 1149 s after). No
 fast math runs at any level; results differ from level 2 at most by rounding (where LLVM
-would have fused a multiply-add), inside every test's tolerance. Notebooks run as a reader
+would have fused a multiply-add), inside every test's tolerance. XLA:CPU's older loop
+emitters stand in for its MLIR fusion emitters (--xla_cpu_use_fusion_emitters=false), which
+take longer to compile the same fusions: sharding_test's nine mesh runs on 2 cores, 123 s
+with them and 93 s without; the steps themselves run as fast. Notebooks run as a reader
 runs them.
 
 Compiled executables go to a persistent cache shared by the whole run, subprocesses
@@ -21,7 +24,8 @@ import tempfile
 
 os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                            ' --xla_force_host_platform_device_count=8'
-                           ' --xla_backend_optimization_level=0').strip()
+                           ' --xla_backend_optimization_level=0'
+                           ' --xla_cpu_use_fusion_emitters=false').strip()
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 _CACHE = None
 if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:

@@ -164,7 +164,8 @@ def test_muon_on_fsdp_tensor_expert_gives_one_devices_parameters():
     assert [float(r['loss']) for r in got_rows] == pytest.approx(
         [float(r['loss']) for r in want_rows], rel=1e-5)
     moved = jax.tree.map(lambda a, b: np.abs(a - b).max(), got, want)
-    assert max(jax.tree.leaves(jax.tree.map(lambda d, s: d / s, moved, scale))) < 1e-5, gather
+    # float32 rounding of the split sums, through three steps' Newton-Schulz iterations
+    assert max(jax.tree.leaves(jax.tree.map(lambda d, s: d / s, moved, scale))) < 3e-5, gather
   momentum = initial['opt_state'][1].inner_states['muon'].inner_state[0].momentum
   wi = momentum['layers']['block_0']['moe']['wi_0']
   assert wi.sharding.spec == initial['params']['layers']['block_0']['moe']['wi_0'].sharding.spec
