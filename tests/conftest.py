@@ -6,7 +6,7 @@ quarter off each compile (the whole suite on 2 cores: 1510 s before, 1149 s afte
 fast math runs at any level; results differ from level 2 at most by rounding (where LLVM
 would have fused a multiply-add), inside every test's tolerance. XLA:CPU's older loop
 emitters stand in for its MLIR fusion emitters (--xla_cpu_use_fusion_emitters=false), which
-take longer to compile the same fusions: sharding_test's nine mesh runs on 2 cores, 123 s
+take longer to compile the same fusions: nine mesh runs of sharding_test on 2 cores, 123 s
 with them and 93 s without; the steps themselves run as fast. Notebooks run as a reader
 runs them.
 
