@@ -25,7 +25,7 @@ FAMILIES = {'decoder': 'gpt_shakespeare', 'encoder': 'bert_base',
 # the canary (zoo/train/canary.py) off: these tests compare the raw partitioning themselves
 STEPS = ['train.steps=5', 'train.eval_every=100', 'train.checkpoint_every=5',
          'optim.warmup_steps=1', 'train.canary=off']
-# (data alone splits nothing but the batch, as every config's smoke runs: data 2 here)
+# data alone (8) runs in every config's smoke (configs_test); here data 2 beside fsdp and tensor
 MESHES = {'data2_fsdp2_tensor2': (2, 2, 2), 'fsdp4_tensor2': (1, 4, 2)}
 # (data, fsdp, tensor, context, stage): the sequence split, ring attention in every layer
 # (on a pipeline's stages too)
