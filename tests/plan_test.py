@@ -562,3 +562,17 @@ def test_the_residuals_leave_out_what_the_weights_alone_give_and_keep_a_weight_s
   f = lambda w, x: jnp.sum(jnp.sin(x @ w.astype(jnp.bfloat16)))
   kept = residuals._residuals(f, jnp.ones((8, 8), jnp.float32), jnp.ones((8, 8), jnp.bfloat16))
   assert [(a.shape, str(a.dtype)) for a in kept] == [((8, 8), 'bfloat16')]
+
+
+def test_the_compiled_temporaries_are_what_the_buffer_assignment_placed():
+  # a 4-layer scan of tanh(h @ w) keeps every layer's [N, D] float32 output for the
+  # backward pass: the temporaries the compiler places hold those 4 x N x D floats at least
+  layers, n, d = 4, 512, 128
+
+  def loss(w, h):
+    return jax.lax.scan(lambda h, w_l: (jnp.tanh(h @ w_l), None), h, w)[0].sum()
+  lowered = jax.jit(jax.grad(loss)).lower(jnp.zeros((layers, d, d)), jnp.zeros((n, d)))
+  step, placed = compiled._compile_placed(lowered)  # pylint: disable=protected-access
+  assert layers * n * d * 4 <= placed <= step.memory_analysis().temp_size_in_bytes
+  bytes_ = compiled.memory_bytes(step.memory_analysis(), placed)
+  assert bytes_['temporaries'] == placed and bytes_['arguments'] == (layers * d + n) * d * 4

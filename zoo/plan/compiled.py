@@ -1,16 +1,22 @@
 """The real train step, compiled ahead of time for a mesh of devices that need not be here:
 simulated CPU devices (--plan_compile) or a TPU slice described by libtpu (--plan_topology).
 
-What comes back is the compiler's: per-device memory (memory_analysis) and per-device FLOPs
-and HBM bytes (cost_analysis). cost_analysis counts the body of the layer scan once, so the
-FLOPs and bytes are corrected by compiling the same step with 1 and 2 unrolled layers (per
+What comes back is the compiler's: per-device memory and per-device FLOPs and HBM bytes
+(cost_analysis). The memory is what XLA placed: memory_analysis's arguments, outputs and
+code beside the temporaries of the compiler's own buffer assignment (read from its dump),
+the bytes XLA:TPU checks against HBM (memory_analysis's temporaries are larger on TPU:
+docs/contracts.md, Known problems). cost_analysis counts the body of the layer scan once, so
+the FLOPs and bytes are corrected by compiling the same step with 1 and 2 unrolled layers (per
 stack): cost(L layers) = cost(1) + (L - 1) x (cost(2) - cost(1)), or with a layer pattern of
 p layers its repeats: cost(p) + (L / p - 1) x (cost(2p) - cost(p)); ring attention's hops
 (mesh.context) are unrolled in those compiles for the same reason. Unrolled layers run no
 pipeline (mesh.stage): the plan adds the bubble to the step time itself.
 """
 
+import glob
+import os
 import re
+import tempfile
 import time
 
 import flax.linen as nn
@@ -93,15 +99,31 @@ def _unrolled_cost(run, mesh):
   return total
 
 
-def memory_bytes(memory):
-  """A compiled program's memory_analysis() -> its per-device bytes by part and in total."""
+def memory_bytes(memory, temporaries=None):
+  """A compiled program's memory_analysis() -> its per-device bytes by part and in total;
+  `temporaries`: the buffer assignment's (_compile_placed), else memory_analysis's."""
   parts = {
       'arguments': int(memory.argument_size_in_bytes),
       'outputs_not_aliased': int(memory.output_size_in_bytes - memory.alias_size_in_bytes),
-      'temporaries': int(memory.temp_size_in_bytes),
+      'temporaries': int(memory.temp_size_in_bytes if temporaries is None else temporaries),
       'code': int(memory.generated_code_size_in_bytes),
   }
   return {**parts, 'total': sum(parts.values())}
+
+
+_TEMP = re.compile(r'^allocation \d+: size (\d+), preallocated-temp', re.M)
+
+
+def _compile_placed(lowered):
+  """lowered.compile() -> (compiled, its temporaries' bytes as the compiler's buffer
+  assignment placed them, or None where it wrote none: a cached executable)."""
+  with tempfile.TemporaryDirectory() as dump:
+    compiled = lowered.compile(compiler_options={'xla_dump_to': dump})
+    found = glob.glob(os.path.join(dump, '*after_optimizations-buffer-assignment.txt'))
+    if not found:
+      return compiled, None
+    with open(found[0], encoding='utf-8') as f:
+      return compiled, sum(int(size) for size in _TEMP.findall(f.read()))
 
 
 _DEFINITION = re.compile(r'^\s*(?:ROOT )?%?([\w.\-]+) = ([a-z0-9]+)\[', re.M)
@@ -139,7 +161,7 @@ def compile_step(run, devices, scan_corrected_cost=True):
   start = time.time()
   try:
     with progress.heartbeat('compiling the train step'):
-      compiled = lower(run, mesh).compile()
+      compiled, placed = _compile_placed(lower(run, mesh))
   except jax.errors.JaxRuntimeError as e:
     exhausted = _exhausted(e)
     if exhausted is None:
@@ -161,7 +183,7 @@ def compile_step(run, devices, scan_corrected_cost=True):
     print(f'compiled in {time.time() - start:.0f} s', flush=True)
   return {
       'narrow_dots': narrow_dots(compiled.as_text()),
-      'per_device_bytes': memory_bytes(memory),
+      'per_device_bytes': memory_bytes(memory, placed),
       'flops_per_step_per_device': float(flops),
       'hbm_bytes_per_step_per_device': float(bytes_accessed),
       'compile_seconds': round(compile_seconds, 1),

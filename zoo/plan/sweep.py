@@ -33,8 +33,9 @@ The estimate (a ranking aid; compile the chosen mesh with --plan_topology to con
   arrays whole on each tensor shard, or the loss's float32 logits and their
   gradient, whichever is larger; a pipeline's kept iterations, buffers and regrouped
   parameters (_pipeline_activations, analytic.pipeline_plan). Its constants are fitted
-  to the TPU compiler over zoo/plan/calibration.py's grid (benchmarks/plan_calibration.py;
-  docs/performance.md has the table).
+  to the TPU compiler's memory_analysis bytes over zoo/plan/calibration.py's grid
+  (benchmarks/plan_calibration.py; docs/performance.md has the table against the bytes
+  the compiler places, which are lower).
 """
 
 import math
@@ -157,8 +158,8 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1, traced=None, lay
 # calibrated on: 0.72 x (llama3_8b, 2 layers, 16 x 4096) to 0.80 x (gpt2_xl, 8 x 1024) and
 # about 0.85 x (gpt2_xl, 16 x 1024) on an H200 (docs/performance.md, GPU)
 GPU_ACTIVATIONS = 0.8
-# Fitted to the TPU compiler over the calibration grid (zoo/plan/calibration.py,
-# docs/performance.md): the update's float32 temporaries, per gradient byte; the copies of
+# Fitted to the TPU compiler's memory_analysis bytes over the calibration grid
+# (zoo/plan/calibration.py, docs/performance.md): the update's float32 temporaries, per gradient byte; the copies of
 # a layer's largest weight fsdp gathers (forward, backward and its gradient before the
 # reduce-scatter); the share of an expert-parallel dispatch's buffers live at the peak
 UPDATE, GATHERED_COPIES, DISPATCH = 0.5, 3, 0.8
