@@ -33,11 +33,11 @@ from zoo.train import runtime
 
 
 class DoesNotFit(Exception):
-  """The TPU compiler ran out of HBM placing the step: `needed` bytes (its temporaries
-  alone, a lower bound on the total) against `available`."""
+  """The TPU compiler ran out of HBM placing the step: `needed` bytes (its temporaries,
+  arguments and outputs as far as it got: a lower bound) against `available`."""
 
   def __init__(self, needed, available):
-    super().__init__(f'the TPU compiler needs {needed / 2**30:,.2f} GiB of temporaries alone, '
+    super().__init__(f'the TPU compiler needs at least {needed / 2**30:,.2f} GiB, '
                      f'more than the {available / 2**30:,.2f} GiB of HBM')
     self.needed, self.available = needed, available
 

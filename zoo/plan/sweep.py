@@ -424,7 +424,7 @@ def confirm(run, rows, count, devices, chip, margin=CONFIRM_MARGIN):
     try:
       total = compiled.compile_step(run_lib.resolve(meshed), devices, scan_corrected_cost=False)[
           'per_device_bytes']['total']
-    except compiled.DoesNotFit as e:  # the temporaries alone: at least this much
+    except compiled.DoesNotFit as e:  # what the compiler had placed: at least this much
       row.update(compiled_bytes=int(e.needed), compiled_fits=False, compiled_at_least=True)
       continue
     row.update(compiled_bytes=int(total), compiled_fits=total <= chip.hbm_bytes)
