@@ -159,9 +159,10 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1, traced=None, lay
 # about 0.85 x (gpt2_xl, 16 x 1024) on an H200 (docs/performance.md, GPU)
 GPU_ACTIVATIONS = 0.8
 # Fitted to the TPU compiler's memory_analysis bytes over the calibration grid
-# (zoo/plan/calibration.py, docs/performance.md): the update's float32 temporaries, per gradient byte; the copies of
-# a layer's largest weight fsdp gathers (forward, backward and its gradient before the
-# reduce-scatter); the share of an expert-parallel dispatch's buffers live at the peak
+# (zoo/plan/calibration.py, docs/performance.md): the update's float32 temporaries, per
+# gradient byte; the copies of a layer's largest weight fsdp gathers (forward, backward and
+# its gradient before the reduce-scatter); the share of an expert-parallel dispatch's
+# buffers live at the peak
 UPDATE, GATHERED_COPIES, DISPATCH = 0.5, 3, 0.8
 # and the [pairs, D] arrays of a MoE layer (zoo/models/moe.py) each tensor shard holds whole:
 # the repeated input, sorted, the experts' output sorted and back, in the recomputed forward
