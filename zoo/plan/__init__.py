@@ -52,7 +52,7 @@ def _compiled(run, result, devices, tpu_slice):
   # with stages the cost compiles (layers unrolled) would run no pipeline: the step time
   # takes the analytic FLOPs over 1 - the bubble, the memory is the compiler's
   pipelined = 'pipeline' in result
-  # the memory model's figure (zoo/plan/sweep.py, the sweep's and the preflight's) for this
+  # the memory model's figure (zoo/plan/memory.py, the sweep's and the preflight's) for this
   # mesh, shown beside the compiler's
   platform = 'tpu' if tpu_slice else devices[0].platform
   result['estimated_bytes_per_device'] = int(preflight.estimate(run, sizes, platform)['total'])

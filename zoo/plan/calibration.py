@@ -1,4 +1,4 @@
-"""The memory model (zoo/plan/sweep.py device_bytes) against the TPU compiler: a grid of
+"""The memory model (zoo/plan/memory.py) against the TPU compiler: a grid of
 (config, slice, mesh) points spanning the families and regimes, each AOT-compiled for its
 slice through libtpu; benchmarks/plan_calibration.py prints the table (docs/performance.md),
 tests/plan_calibration_test.py holds a few cheap points to it.

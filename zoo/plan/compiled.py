@@ -101,7 +101,7 @@ def _unrolled_cost(run, mesh):
 
 def memory_bytes(memory, temporaries=None):
   """A compiled program's memory_analysis() -> its per-device bytes by part and in total;
-  `temporaries`: the buffer assignment's (_compile_placed), else memory_analysis's."""
+  `temporaries`: the buffer assignment's (compile_placed), else memory_analysis's."""
   parts = {
       'arguments': int(memory.argument_size_in_bytes),
       'outputs_not_aliased': int(memory.output_size_in_bytes - memory.alias_size_in_bytes),
@@ -114,7 +114,7 @@ def memory_bytes(memory, temporaries=None):
 _TEMP = re.compile(r'^allocation \d+: size (\d+), preallocated-temp', re.M)
 
 
-def _compile_placed(lowered):
+def compile_placed(lowered):
   """lowered.compile() -> (compiled, its temporaries' bytes as the compiler's buffer
   assignment placed them, or None where it wrote none: a cached executable)."""
   with tempfile.TemporaryDirectory() as dump:
@@ -161,7 +161,7 @@ def compile_step(run, devices, scan_corrected_cost=True):
   start = time.time()
   try:
     with progress.heartbeat('compiling the train step'):
-      compiled, placed = _compile_placed(lower(run, mesh))
+      compiled, placed = compile_placed(lower(run, mesh))
   except jax.errors.JaxRuntimeError as e:
     exhausted = _exhausted(e)
     if exhausted is None:

@@ -1,7 +1,7 @@
 """Before anything is written or compiled: does the train step fit in this machine's memory?
 
-The estimate is the sweep's memory model (zoo/plan/sweep.py device_bytes: parameters,
-optimizer state, gradients, the update's temporaries, activations, fsdp's gathered layer)
+The estimate is the memory model (zoo/plan/memory.py: parameters, optimizer state,
+gradients, the update's temporaries, activations, fsdp's gathered layer; the sweep's too)
 for the configured mesh, with the attention kernel that runs here. It is compared with
 what one device has: an accelerator's memory limit, or on CPUs the host memory available
 now (MemAvailable, within a cgroup's limit) shared by this process's CPU devices. A step
@@ -19,7 +19,7 @@ from zoo import run as run_lib
 from zoo.errors import ConfigError
 from zoo.plan import analytic
 from zoo.plan import suggest
-from zoo.plan import sweep
+from zoo.plan import memory
 
 GIB = 2**30
 
@@ -65,7 +65,7 @@ def estimate(run, sizes, platform):
   by part."""
   boxed = counting.abstract_params(run.config)
   base = analytic.plan(run, mesh_sizes=sizes, boxed=boxed)
-  return sweep.device_bytes(run.config, sizes, base, boxed, on=platform)
+  return memory.device_bytes(run.config, sizes, base, boxed, on=platform)
 
 
 def available_bytes(device, local_devices):

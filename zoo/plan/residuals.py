@@ -2,13 +2,15 @@
 forward pass (jax.vjp's residuals of the family's loss, abstract shapes, nothing
 compiled), per batch row, with the attention kernel of the platform planned for.
 
-Traced with the layers unrolled at 1 and 2 layers (units: a MoE group of moe.every layers;
-after model.moe.first_dense dense ones) per stack, so a layer's share is the difference
-and the full depth is extrapolated (as zoo/plan/compiled.py counts the FLOPs):
+Traced with the layers unrolled at one and two units per stack (a unit: a layer, a MoE
+group of moe.every layers, the layers of model.attention.pattern; after model.moe.first_dense
+dense ones), so a unit's share is the difference and the full depth is extrapolated (as
+zoo/plan/compiled.py counts the FLOPs):
 - `kept`: bytes per row the whole step keeps with the config's remat policy (every layer's
   and the embedding's and loss's);
 - `layers`: the part of `kept` the stacked layers keep (after the first dense ones);
-- `layer`: bytes per row one layer keeps with no remat, the largest over the stacks: what a
+- `layer`: bytes per row one layer keeps with no remat, the largest over the stacks and
+  the unit's layers (a pattern's global layer, a group's MoE one; each added alone): what a
   layer's forward holds for its backward, so the working set of a rematerialised layer's
   backward as well.
 A batch of one row is traced. Residuals computed from the parameters alone (their
@@ -18,6 +20,7 @@ fsdp's gathered weights and the loss's logits itself. (Left out by their shape i
 """
 
 import functools
+import math
 
 import flax.linen as nn
 import jax
@@ -92,28 +95,29 @@ def _measure(frozen, on):
   config = frozen.as_configdict()
   m = config.model
   fields = families.get(m).LAYER_FIELDS
-  unit = m.moe.every if m.moe.num_experts else 1
   dense = m.moe.first_dense if m.moe.num_experts else 0
+  # the repeating unit: a MoE group of moe.every layers, a layer pattern's (local and
+  # global, ...) layers, or both
+  unit = math.lcm(m.moe.every if m.moe.num_experts else 1, len(m.attention.pattern) or 1)
   base_layers = [dense + unit] * len(fields)
   policy = m.remat
 
-  def grow(remat):
-    """(the traced bytes at base_layers, each stack's bytes per layer)"""
-    base = _traced(config, base_layers, remat, on)
-    per_layer = []
-    for i in range(len(fields)):
-      layers = list(base_layers)
-      layers[i] += unit
-      per_layer.append((_traced(config, layers, remat, on) - base) / unit)
-    return base, per_layer
+  def traced(remat, i, extra):
+    layers = list(base_layers)
+    layers[i] += extra
+    return _traced(config, layers, remat, on)
 
-  base, per_layer = grow(policy)
-  kept = base
-  for field, share in zip(fields, per_layer):
-    kept += (m[field] - dense - unit) * share
-  none = per_layer if policy == 'none' else grow('none')[1]
+  base = _traced(config, base_layers, policy, on)
+  per_layer = [(traced(policy, i, unit) - base) / unit for i in range(len(fields))]
+  kept = base + sum((m[field] - dense - unit) * share for field, share in zip(fields, per_layer))
   layered = sum((m[field] - dense) * share for field, share in zip(fields, per_layer))
-  return {'kept': kept, 'layers': layered, 'layer': max(none)}
+  # the largest layer of the unit without remat: each of its layers added one at a time
+  none_base = base if policy == 'none' else _traced(config, base_layers, 'none', on)
+  largest = 0.0
+  for i in range(len(fields)):
+    grown = [none_base] + [traced('none', i, j) for j in range(1, unit + 1)]
+    largest = max(largest, *(b - a for a, b in zip(grown, grown[1:])))
+  return {'kept': kept, 'layers': layered, 'layer': largest}
 
 
 def measure(config, on, context=1):

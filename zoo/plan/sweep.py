@@ -24,24 +24,13 @@ The estimate (a ranking aid; compile the chosen mesh with --plan_topology to con
   activations to the next stage and their gradient back, and a circular schedule moves the
   parameters to their stages and the gradients back (analytic.pipeline_plan); fsdp,
   data and tensor traffic are of the stage's own layers;
-- memory (device_bytes; docs/plan.md "The memory model"): params, optimizer state and
-  gradients as the rules shard them, the update's float32 temporaries; what the backward
-  keeps and one layer's working set, traced per batch row (zoo/plan/residuals.py: JAX's
-  residuals of the loss with the config's remat policy and without, the attention kernel
-  of the platform), the layer's with the copies of its largest weight fsdp gathers, a
-  dropless expert-parallel dispatch's buffers and, over tensor, a MoE layer's [pairs, D]
-  arrays whole on each tensor shard, or the loss's float32 logits and their
-  gradient, whichever is larger; a pipeline's kept iterations, buffers and regrouped
-  parameters (_pipeline_activations, analytic.pipeline_plan). Its constants are fitted
-  to the TPU compiler's memory_analysis bytes over zoo/plan/calibration.py's grid
-  (benchmarks/plan_calibration.py; docs/performance.md has the table against the bytes
-  the compiler places, which are lower).
+- memory: zoo/plan/memory.py's model (docs/plan.md "The memory model"), its constants
+  fitted to the bytes the TPU compiler places over zoo/plan/calibration.py's grid
+  (benchmarks/plan_calibration.py; the table in docs/performance.md).
 """
 
 import math
 
-import flax.linen as nn
-import jax
 import numpy as np
 
 from zoo.run import checks as run_checks
@@ -50,14 +39,12 @@ from zoo import families
 from zoo import run as run_lib
 from zoo import sharding
 from zoo.errors import ConfigError
-from zoo.families import loss as loss_lib
-from zoo.models import layers as layers_lib
 from zoo.plan import analytic
 from zoo.plan import compiled
+from zoo.plan import memory
 from zoo.plan import residuals
 from zoo.plan import topology
 from zoo.train import runtime
-from zoo.train import state as state_lib
 
 
 def factorizations(n, axes):
@@ -105,7 +92,7 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1, traced=None, lay
   """(seconds per step, per-device bytes) for one mesh; with slices > 1 the traffic of
   mesh.dcn_axis that crosses slices goes at the chip's DCN bandwidth. layout: the sweep's
   Layout of `boxed` (made here when None)."""
-  layout = layout or Layout(config, boxed)
+  layout = layout or memory.Layout(config, boxed)
   m, t = config.model, config.train
   chips = math.prod(sizes.values())
   data, fsdp, tensor = sizes['data'], sizes['fsdp'], sizes['tensor']
@@ -150,193 +137,8 @@ def estimate(config, sizes, chip, plan_result, boxed, slices=1, traced=None, lay
     comm += layers * tokens_per_device * ring['bytes_per_token_per_layer_train']
   seconds += comm / chip.ici_bandwidth + dcn / chip.dcn_bandwidth
 
-  return seconds, device_bytes(config, sizes, plan_result, boxed, chip.platform, traced,
+  return seconds, memory.device_bytes(config, sizes, plan_result, boxed, chip.platform, traced,
                                layout)['total']
-
-
-# XLA:GPU holds less of the traced activations than XLA:TPU, whose compiler the model is
-# calibrated on: 0.72 x (llama3_8b, 2 layers, 16 x 4096) to 0.80 x (gpt2_xl, 8 x 1024) and
-# about 0.85 x (gpt2_xl, 16 x 1024) on an H200 (docs/performance.md, GPU)
-GPU_ACTIVATIONS = 0.8
-# Fitted to the TPU compiler's memory_analysis bytes over the calibration grid
-# (zoo/plan/calibration.py, docs/performance.md): the update's float32 temporaries, per
-# gradient byte; the copies of a layer's largest weight fsdp gathers (forward, backward and
-# its gradient before the reduce-scatter); the share of an expert-parallel dispatch's
-# buffers live at the peak
-UPDATE, GATHERED_COPIES, DISPATCH = 0.5, 3, 0.8
-# and the [pairs, D] arrays of a MoE layer (zoo/models/moe.py) each tensor shard holds whole:
-# the repeated input, sorted, the experts' output sorted and back, in the recomputed forward
-# and as gradients, and the [pairs, D] index arrays XLA:TPU expands the row gathers and
-# scatters to (qwen3-moe-no-expert and deepseek-v3-tensor in the grid)
-PAIR_COPIES = 8
-
-
-def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None, layout=None):
-  """Per-device bytes of the train step on the mesh `sizes`, with the attention kernel that
-  runs on platform `on` -> {'params', 'optimizer_state', 'gradients', 'update' (its
-  temporaries; with microbatches the accumulated gradients too), 'activations' (what the
-  backward keeps and the largest working set), 'gathered' (the weights fsdp gathers for a
-  layer, a circular pipeline's regrouped copy), 'teacher' (train.teacher's parameters),
-  'total'}: the module docstring's memory
-  model. traced: residuals.measure's for the mesh's context (the sweep's, computed once);
-  layout: the sweep's Layout of `boxed` (made here when None)."""
-  m, t = config.model, config.train
-  data, fsdp, tensor = sizes['data'], sizes['fsdp'], sizes['tensor']
-  expert, context, stages = (sizes.get(a, 1) for a in ('expert', 'context', 'stage'))
-  compute_bytes = np.dtype(m.dtype).itemsize
-  layout = layout or Layout(config, boxed)
-  held = layout.held(sizes)
-  # a device's rows of one microbatch at a time, of its L / context positions (a ring's
-  # block of queries and keys), split over tensor
-  traced = traced or residuals.measure(config, on, context)
-  rows = t.batch_size / (data * fsdp * expert) / t.microbatches
-  layer = traced['layer'] * rows / tensor  # one layer's working set
-  if m.moe.num_experts and tensor > 1:
-    # but the tensor shards each hold a MoE layer's [pairs, D] buffers whole (they split F)
-    layer += rows * config.data.seq_len / context * _pair_values(m) * (
-        1 - 1 / tensor) * compute_bytes
-  if m.moe.num_experts and expert > 1 and not m.moe.capacity_factor:
-    # and the buffers of a dropless expert-parallel dispatch (the trace has no expert axis)
-    layer += DISPATCH * rows * config.data.seq_len / context * _mlp_working(
-        m, expert, tensor) * compute_bytes
-  if stages > 1:  # the logits are gone by the pipeline's backward pass, the peak
-    activations = _pipeline_activations(config, sizes, rows, traced, layer)
-    gathered = analytic.pipeline_plan(config, sizes, layout.stacked(sizes))[
-        'regroup_bytes_per_step_per_device']
-    if fsdp > 1:  # one layer's parameters and the vocabulary tables gathered whole
-      params = plan_result['params_total'] / stages
-      layers = families.total_layers(m) / stages
-      tables = _params_along(boxed, 'vocab')
-      gathered += ((params - tables) / layers + tables) * compute_bytes / tensor
-    if m.moe.num_experts and fsdp > 1:
-      # the stage's expert stacks, every layer's at once: fsdp gathers them for the experts'
-      # shard_map (F split over tensor) and XLA hoists that gather out of the microbatch
-      # loop (qwen3_235b_a22b's row in docs/performance.md)
-      gathered += sum(int(np.prod(leaf.shape)) / _expert_split(leaf, spec, tensor, expert)
-                      for leaf, spec in _with_axes(boxed) if 'expert' in spec
-                      ) / stages * compute_bytes
-  else:
-    gathered = (GATHERED_COPIES * _largest_layer_weight(boxed, tensor, expert) *
-                compute_bytes if fsdp > 1 else 0.0)
-    # the float32 logits and their gradient: the working set of the loss's backward
-    length = families.loss_length(config)
-    logits = (rows * (loss_lib.chunk_len(config, length) or length / context) *
-              m.vocab_size / tensor * 4 * 2)
-    # the peak: a layer's backward with its gathered weights, or the loss's
-    activations = traced['kept'] * rows / tensor + max(layer, logits - gathered)
-  if on == 'gpu':
-    activations *= GPU_ACTIVATIONS
-  update = held['gradients'] * (UPDATE + (t.microbatches > 1))
-  out = {'params': held['params'], 'optimizer_state': held['optimizer_state'],
-         'gradients': held['gradients'], 'update': update, 'activations': activations,
-         'gathered': gathered, 'teacher': _teacher_bytes(config, sizes)}
-  return {**out, 'total': sum(out.values())}
-
-
-class Layout:
-  """The parameters' bytes per device on a mesh as the config's rules, optimizer and LoRA
-  split them (analytic.state_bytes, and a pipeline stage's stacks), each mesh's counted
-  once: a sweep asks for a mesh's once for every pipeline schedule it tries."""
-
-  def __init__(self, config, boxed):
-    self.config, self.boxed, self._seen = config, boxed, {}
-
-  def held(self, sizes):
-    """{'params', 'optimizer_state', 'gradients'} bytes per device on the mesh `sizes`."""
-    c = self.config
-    return self._once('held', sizes, lambda: analytic.state_bytes(
-        self.boxed, sharding.rules(c), sizes, c.optim,
-        state_lib.trainable(c.train.lora.rank, nn.unbox(self.boxed)))[1])
-
-  def stacked(self, sizes):
-    """analytic.stacked_param_bytes on the mesh `sizes`."""
-    return self._once('stacked', sizes, lambda: analytic.stacked_param_bytes(
-        self.boxed, sharding.rules(self.config), sizes))
-
-  def _once(self, what, sizes, make):
-    key = (what, tuple(sorted(sizes.items())))
-    if key not in self._seen:
-      self._seen[key] = make()
-    return self._seen[key]
-
-
-def _teacher_bytes(config, sizes):
-  """train.teacher's parameters per device (its forward's activations come and go before
-  the student's backward: not counted)."""
-  if not config.train.teacher.workdir:
-    return 0
-  return analytic.teacher_plan(config, sizes)['params_bytes_per_device']
-
-
-def _largest_layer_weight(boxed, tensor, expert):
-  """Elements of a layer's largest weight on one device once fsdp has gathered it (split
-  over tensor; an expert stack as the experts' shard_map takes it, `_expert_split`)."""
-  return max((int(np.prod(leaf.shape[1:])) / (
-      _expert_split(leaf, spec, tensor, expert) if 'expert' in spec else tensor)
-              for leaf, spec in _with_axes(boxed) if spec[:1] == ('layers',)), default=0)
-
-
-def _expert_split(leaf, spec, tensor, expert):
-  """The devices an expert stack is split over in the experts' shard_map: expert, and
-  tensor where it divides the stack's F (zoo/models/moe.py); fsdp gathers the rest."""
-  f = leaf.shape[spec.index('mlp')] if 'mlp' in spec else 1
-  return expert * (tensor if f % tensor == 0 else 1)
-
-
-def _pipeline_activations(config, sizes, rows, traced, layer):
-  """Bytes of a pipeline's activations (zoo/models/pipeline.py) on the mesh `sizes`' stages
-  (not the config's: the sweep's rows) for `rows` per device (a microbatch's):
-  every one of the R M + S - 1 iterations keeps what the stage's layers keep for its
-  microbatch (remat: the bubble's iterations too; `traced`'s layers); one microbatch's
-  working set of a layer (`layer`, the rows') at a time; the [M, b, L, D] buffers (the
-  stack's input and output, the circular round's); and, outside the stack, about four
-  float32 [tokens, D] arrays (the stack's input and output and their gradients, as the
-  compiler holds them: calibrated on llama3_70b and llama3_8b, docs/performance.md). The
-  logits are not counted: their memory is free again before the pipeline's backward pass,
-  where the peak is (turning the loss's chunking off moves it by 0.08 GiB)."""
-  m = config.model
-  stages, tensor = sizes.get('stage', 1), sizes['tensor']
-  microbatches = m.pipeline_microbatches or stages
-  rounds = m.pipeline_repeats * microbatches
-  kept = rows * traced['layers'] / stages / tensor * (rounds + stages - 1) / rounds
-  row_values = config.data.seq_len / sizes.get('context', 1) * m.d_model  # a row's [L, D]
-  buffers = (2 + (m.pipeline_repeats > 1)) * rows * row_values / tensor * np.dtype(
-      m.dtype).itemsize
-  outside = rows * row_values * 4 * 4
-  return kept + layer / microbatches + buffers + outside
-
-
-def _mlp_working(m, expert_shards, tensor):
-  """Values per token the busiest feed-forward holds while its layer runs (forward or the
-  rematerialised backward): a dense MLP's 2 F/t; a MoE layer's buffers, twice (the
-  recomputed forward and its gradients): dropless, the expert-parallel receive buffer
-  holds X x k rows per token (room for every shard's pairs: zoo/models/moe.py), capacity
-  k x cf slots; each row D in, D out and the experts' F-wide intermediates (3 gated)."""
-  moe = m.moe
-  if not moe.num_experts:
-    return 2 * m.mlp_dim / tensor
-  rows = moe.top_k * (moe.capacity_factor or expert_shards)
-  hidden = (3 if m.activation in layers_lib.GATED else 2) * (moe.expert_mlp_dim or m.mlp_dim)
-  return 2 * rows * (2 * m.d_model + hidden / tensor)
-
-
-def _pair_values(m):
-  """Values per token in a MoE layer's [pairs, D] arrays: k pairs (k x cf slots with
-  capacity), PAIR_COPIES arrays of them."""
-  return PAIR_COPIES * m.moe.top_k * (m.moe.capacity_factor or 1) * m.d_model
-
-
-def _with_axes(boxed):
-  """(parameter, its logical axes as a tuple) for each leaf of the boxed parameters."""
-  specs = jax.tree.leaves(nn.get_partition_spec(boxed),
-                          is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
-  return [(leaf, tuple(spec)) for leaf, spec in zip(jax.tree.leaves(nn.unbox(boxed)), specs)]
-
-
-def _params_along(boxed, axis):
-  """Parameters of the leaves with logical axis `axis` (e.g. 'vocab': the embedding and an
-  untied head)."""
-  return sum(int(np.prod(leaf.shape)) for leaf, spec in _with_axes(boxed) if axis in spec)
 
 
 def sweep(run, tpu_slice):
@@ -352,7 +154,7 @@ def sweep(run, tpu_slice):
     axes += ('stage',)
   boxed = counting.abstract_params(config)
   base = analytic.plan(run, mesh_sizes={a: 1 for a in sharding.MESH_AXES}, boxed=boxed)
-  rows, variants, traced, layout = [], {}, {}, Layout(config, boxed)
+  rows, variants, traced, layout = [], {}, {}, memory.Layout(config, boxed)
   phase_batches = sorted({p.batch_size for p in run.phases[:-1]})
   for sizes in factorizations(tpu_slice.chips, axes):
     sizes = {a: sizes.get(a, 1) for a in sharding.MESH_AXES}
