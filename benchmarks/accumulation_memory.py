@@ -57,6 +57,7 @@ def main():
     print(f'{k:>12} {length or "off":>10} {placed["total"] / 2**30:>10.2f} '
           f'{placed["temporaries"] / 2**30:>10.2f} {seconds:>9.0f}', flush=True)
 
+
 if __name__ == '__main__':
   platform.apply()  # the CLI's platform workarounds (zoo/platform.py)
   main()

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import subprocess
@@ -559,6 +560,37 @@ def test_with_remat_full_each_layer_keeps_its_input_alone():
   assert residuals.measure(config, 'cpu', context=2)['layers'] == pytest.approx(3 * row / 2,
                                                                                 rel=0.05)
   assert residuals.measure(config, 'cpu')['layer'] > 2 * row
+
+
+def test_a_groups_working_set_is_its_largest_layer_not_the_groups_average():
+  """A MoE group of 2 (a dense layer, then a MoE one): the layer working set is the MoE
+  layer's alone, each of the group's layers added one at a time to a traced base of one
+  group; the stack's per-layer share stays the group's average."""
+  config = helpers.tiny_config(num_layers=4, remat='none')
+  config.model.moe.update(num_experts=4, top_k=2, every=2)
+  grown = [residuals._traced(config, [n], 'none', 'cpu')  # pylint: disable=protected-access
+           for n in (2, 3, 4)]
+  dense, moe = grown[1] - grown[0], grown[2] - grown[1]
+  assert moe > dense
+  measured = residuals.measure(config, 'cpu')
+  assert measured['layer'] == pytest.approx(moe)
+  assert measured['layers'] == pytest.approx(4 * (dense + moe) / 2, rel=0.01)
+
+
+def test_the_tpu_fit_holds_a_scanned_groups_deferred_weight_gradient_inputs(monkeypatch):
+  """In a layer pattern of p layers, remat full, XLA:TPU's working set adds `deferred`
+  [tokens, F] arrays for each of the other p - 1 layers (memory.py _deferred), by hand."""
+  config = helpers.tiny_config(num_layers=3, remat='full', mlp_dim=4096)
+  config.model.attention.update(pattern='LLG', window=4, kernel='xla')
+  run = run_lib.resolve(config)
+  sizes = analytic.mesh_sizes_for(config.mesh, 1)
+  with_it = preflight.estimate(run, sizes, 'tpu')
+  deferred = memory.FITS['tpu'].deferred
+  monkeypatch.setitem(memory.FITS, 'tpu', dataclasses.replace(memory.FITS['tpu'], deferred=0))
+  without = preflight.estimate(run, sizes, 'tpu')
+  tokens = config.train.batch_size * config.data.seq_len
+  assert deferred > 0 and with_it['total'] - without['total'] == pytest.approx(
+      deferred * (3 - 1) * tokens * 4096 * np.dtype(config.model.dtype).itemsize)
 
 
 def test_the_residuals_leave_out_what_the_weights_alone_give_and_keep_a_weight_shaped_activation():

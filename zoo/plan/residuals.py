@@ -102,20 +102,26 @@ def _measure(frozen, on):
   base_layers = [dense + unit] * len(fields)
   policy = m.remat
 
-  def traced(remat, i, extra):
+  seen = {}
+
+  def traced(remat, i=0, extra=0):
+    """The traced bytes with `extra` layers on stack i (each traced once: with remat none
+    the policy's traces are the working set's too)."""
     layers = list(base_layers)
     layers[i] += extra
-    return _traced(config, layers, remat, on)
+    key = (remat, tuple(layers))
+    if key not in seen:
+      seen[key] = _traced(config, layers, remat, on)
+    return seen[key]
 
-  base = _traced(config, base_layers, policy, on)
+  base = traced(policy)
   per_layer = [(traced(policy, i, unit) - base) / unit for i in range(len(fields))]
   kept = base + sum((m[field] - dense - unit) * share for field, share in zip(fields, per_layer))
   layered = sum((m[field] - dense) * share for field, share in zip(fields, per_layer))
   # the largest layer of the unit without remat: each of its layers added one at a time
-  none_base = base if policy == 'none' else _traced(config, base_layers, 'none', on)
   largest = 0.0
   for i in range(len(fields)):
-    grown = [none_base] + [traced('none', i, j) for j in range(1, unit + 1)]
+    grown = [traced('none', i, j) for j in range(unit + 1)]
     largest = max(largest, *(b - a for a, b in zip(grown, grown[1:])))
   return {'kept': kept, 'layers': layered, 'layer': largest}
 
