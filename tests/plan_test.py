@@ -593,6 +593,30 @@ def test_the_tpu_fit_holds_a_scanned_groups_deferred_weight_gradient_inputs(monk
       deferred * (3 - 1) * tokens * 4096 * np.dtype(config.model.dtype).itemsize)
 
 
+def test_a_circular_pipeline_without_remat_keeps_each_iterations_picked_weights(monkeypatch):
+  """Every iteration of a circular schedule picks its round's layers from the stage's
+  parameters; without remat the backward keeps each pick (compute dtype, split like the
+  parameters), by hand; with remat it picks them again, and one round picks the same."""
+  monkeypatch.setattr(memory, '_pipeline_activations', lambda *args: 0.0)  # the picks alone
+  config = helpers.tiny_config(num_layers=4, remat='none')
+  config.train.batch_size, config.model.pipeline_microbatches = 8, 4
+  config.mesh.data, config.mesh.stage = 2, 2
+
+  def activations(**model):
+    variant = config.copy_and_resolve_references()
+    variant.model.update(model)
+    run = run_lib.resolve(variant)
+    return preflight.estimate(run, analytic.mesh_sizes_for(variant.mesh, 4), 'tpu')[
+        'activations']
+
+  # 2 rounds: 2 x 4 + 2 - 1 = 9 iterations, each one layer of the stage's 2 (4 layers of
+  # q, out 32 x 32, k, v 32 x 16, two norms of 32, swiglu 3 x 32 x 64), in bfloat16
+  layer = 2 * 32 * 32 + 2 * 32 * 16 + 2 * 32 + 3 * 32 * 64
+  assert activations(pipeline_repeats=2, dtype='bfloat16') == pytest.approx(9 * layer * 2)
+  assert activations(pipeline_repeats=2, remat='full') == 0
+  assert activations(pipeline_repeats=1) == 0
+
+
 def test_the_residuals_leave_out_what_the_weights_alone_give_and_keep_a_weight_shaped_activation():
   """sin(x @ w) with x, w both [8, 8]: the backward keeps cos(x @ w) (an activation, though
   shaped like w) and w's compute-dtype copy (made from w alone: the plan counts gathered

@@ -268,12 +268,12 @@ def test_the_sweep_memory_of_a_pipeline_keeps_every_iterations_layer_inputs():
       fit.pipeline_gathered * regrouped, rel=1e-4)
   # no logits counted (the pipeline's backward pass is the peak): the loss chunk is moot
   assert per_device('train.loss_chunk_len=0') == per_device()
-  # the bytes the compiler places, 17.85 / 18.37 GiB per chip (docs/performance.md), within 15%
+  # the bytes the compiler places, 17.85 / 18.44 GiB per chip (docs/performance.md), within 15%
   assert per_device() / 2**30 == pytest.approx(17.85, rel=0.15)
-  assert per_device(repeats=2) / 2**30 == pytest.approx(18.37, rel=0.15)
+  assert per_device(repeats=2) / 2**30 == pytest.approx(18.44, rel=0.15)
   # context 4 x stage 4 x fsdp 8 x tensor 2, 32 microbatches, 4 rounds
   top = dict(sizes, fsdp=8, tensor=2, context=4)
-  assert per_device(repeats=4, mesh=top, microbatches=32) / 2**30 == pytest.approx(31.68,
+  assert per_device(repeats=4, mesh=top, microbatches=32) / 2**30 == pytest.approx(32.22,
                                                                                  rel=0.15)
 
 

@@ -7,7 +7,7 @@ the peak working set: a layer's backward (its traced residuals, the copies of it
 weight fsdp gathers, a MoE layer's dispatch buffers, the weight-gradient inputs the other
 layers of a scanned group hold), or the loss's (a chunk's logits and the vocabulary tables
 fsdp gathers), whichever is larger; a pipeline's kept iterations, buffers and gathered or
-regrouped parameters instead.
+regrouped parameters instead (circular without remat, every iteration's picked layers too).
 
 The constants are fitted per compiler (`FITS`): XLA:TPU's to the bytes its buffer
 assignment places over zoo/plan/calibration.py's grid (benchmarks/plan_calibration.py,
@@ -102,7 +102,8 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None, layou
     # and the buffers of a dropless expert-parallel dispatch (the trace has no expert axis)
     layer += tokens * _dispatch_values(m, expert, tensor) * compute_bytes
   if stages > 1:  # the logits are gone by the pipeline's backward pass, the peak
-    activations = fit.pipeline * _pipeline_activations(config, sizes, rows, traced, layer)
+    activations = (fit.pipeline * _pipeline_activations(config, sizes, rows, traced, layer) +
+                   _pipeline_picked(config, sizes, layout))
     gathered = _pipeline_gathered(config, sizes, plan_result, boxed, layout, fit)
   else:
     gathered = (GATHERED_COPIES * _largest_layer_weight(boxed, tensor, expert) *
@@ -196,6 +197,21 @@ def _pipeline_activations(config, sizes, rows, traced, layer):
       m.dtype).itemsize
   outside = rows * row_values * 4 * 4
   return kept + layer / microbatches + buffers + outside
+
+
+def _pipeline_picked(config, sizes, layout):
+  """Bytes of its parameters a circular pipeline without remat keeps for the backward: each
+  of the R M + S - 1 iterations' picked group (the round's G layers, in the compute dtype,
+  split like the parameters: 1 / R of the stage's). With a remat policy the checkpoint
+  picks them again from the stage's parameters; with one round the pick does not change
+  over the iterations, and JAX keeps it outside the loop (zoo/models/pipeline.py)."""
+  m = config.model
+  if m.remat != 'none' or m.pipeline_repeats == 1:
+    return 0.0
+  stages = sizes['stage']
+  iterations = m.pipeline_repeats * (m.pipeline_microbatches or stages) + stages - 1
+  float32_bytes = layout.stacked(sizes)  # the parameters are float32
+  return iterations * float32_bytes / 4 * np.dtype(m.dtype).itemsize / m.pipeline_repeats
 
 
 def _pipeline_gathered(config, sizes, plan_result, boxed, layout, fit):
