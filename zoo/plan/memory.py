@@ -63,8 +63,11 @@ GATHERED_COPIES = 3
 # a dropless expert-parallel dispatch's receive-sized arrays ([X k rows per token, ...]):
 # D wide (received, sorted, the experts' output and their gradients; XLA:TPU's row
 # scatters run in 32 bits, two of these each) and F wide (the experts' intermediates),
-# from the compiled steps of the grid's expert-axis points
-DISPATCH_D, DISPATCH_F = 8, 3
+# from the compiled steps of the grid's expert-axis points. A MoE layer in a group of
+# layers (a layer pattern's, a MoE group's, or unscanned: each layer rematerialised behind
+# its own barrier, zoo/models/transformer.py `rematted`) holds more of its recomputed
+# dispatch at once than one that is a scan's body alone (gpt-oss's peak: 12)
+DISPATCH_D, DISPATCH_D_GROUPED, DISPATCH_F = 8, 12, 3
 # and the [pairs, D] arrays of a MoE layer (zoo/models/moe.py) each tensor shard holds whole:
 # the repeated input, sorted, the experts' output sorted and back, in the recomputed forward
 # and as gradients, and the [pairs, D] index arrays XLA:TPU expands the row gathers and
@@ -242,9 +245,11 @@ def _pipeline_gathered(config, sizes, plan_result, boxed, layout, fit):
 def _dispatch_values(m, expert_shards, tensor):
   """Values per token a dropless expert-parallel MoE layer's dispatch holds at its peak: the
   receive buffer has room for X x k rows per token (every shard's pairs: zoo/models/moe.py),
-  DISPATCH_D arrays of them D wide and DISPATCH_F F wide (F split over tensor)."""
+  DISPATCH_D arrays of them D wide (DISPATCH_D_GROUPED in a group of layers) and
+  DISPATCH_F F wide (F split over tensor)."""
   rows = m.moe.top_k * expert_shards
-  return rows * (DISPATCH_D * m.d_model +
+  alone = not m.attention.pattern and m.moe.every == 1 and m.scan_layers
+  return rows * ((DISPATCH_D if alone else DISPATCH_D_GROUPED) * m.d_model +
                  DISPATCH_F * (m.moe.expert_mlp_dim or m.mlp_dim) / tensor)
 
 
