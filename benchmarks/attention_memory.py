@@ -10,12 +10,11 @@ for the backward pass).
 t5 (flash_bias vs xla, lengths 512,2048,8192): t5_v1_1_base as published (12 + 12 layers,
 12 heads of 64, relative position bias), decoder length = input length / 4.
 Both in bfloat16 with fsdp over all chips and `batch` sequences. Prints, per length and
-kernel, the compiler's per-device total and temporaries and the ratio to the shortest
-length; a step that cannot fit prints the temporaries the compiler asked for.
+kernel, the bytes per device the compiler places (total and temporaries) and the ratio to
+the shortest length; a step that cannot fit prints the bytes the compiler needed at least.
 """
 
 import argparse
-import re
 
 import jax
 
@@ -36,15 +35,12 @@ MODELS = {
 
 
 def _measure(config, devices):
-  """-> (total bytes, temporaries bytes, compile seconds), or (None, temporaries the
-  compiler asked for, None) when the step does not fit."""
+  """-> (total bytes, temporaries bytes, compile seconds), or (None, the bytes the compiler
+  needed at least, None) when the step does not fit."""
   try:
     out = compiled.compile_step(run_lib.resolve(config), devices, scan_corrected_cost=False)
-  except jax.errors.JaxRuntimeError as e:
-    asked = re.search(r'temporaries \(([\d.]+)G\)', str(e))
-    if not asked:
-      raise
-    return None, float(asked.group(1)) * 2**30, None
+  except compiled.DoesNotFit as e:
+    return None, e.needed, None
   bytes_ = out['per_device_bytes']
   return bytes_['total'], bytes_['temporaries'], out['compile_seconds']
 
@@ -74,8 +70,8 @@ def main():
       with jax.default_matmul_precision('default'):
         total, temporaries, seconds = _measure(config, devices)
       if total is None:
-        print(f'{length:>7} {kernel:>10} does not fit: the compiler asked for '
-              f'{temporaries / 2**30:.2f} GiB of temporaries', flush=True)
+        print(f'{length:>7} {kernel:>10} does not fit: the compiler needs at least '
+              f'{temporaries / 2**30:.2f} GiB', flush=True)
         continue
       first = first or total
       print(f'{length:>7} {kernel:>10} {total / 2**30:>10.2f} {temporaries / 2**30:>9.2f} '
