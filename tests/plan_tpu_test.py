@@ -280,15 +280,18 @@ def test_the_sweep_memory_of_a_pipeline_keeps_every_iterations_layer_inputs():
 def test_the_sweep_memory_of_experts_counts_their_buffers_on_the_devices_rows():
   # mixtral_8x7b, batch 256 x 4096, remat full on v5p-128: a device holds the rows of data
   # x fsdp x expert; a dropless MoE layer's receive buffer has room for X x k rows per token,
-  # DISPATCH_D arrays of them D wide and DISPATCH_F F wide (F split over tensor); in a
-  # group of layers (gpt-oss's local and global pair) DISPATCH_D_GROUPED D wide
+  # DISPATCH_D (4) arrays of them D wide and DISPATCH_F (3) F wide (F split over tensor);
+  # in a group of layers (gpt-oss's local and global pair) DISPATCH_D_GROUPED (12) D wide;
+  # DeepSeek-V3's MTP block 2 D wide and 3 F wide more
   config = helpers.load(helpers.config_file('mixtral_8x7b', arg=None), [
       'train.batch_size=256', 'model.remat=full'])
   dispatch = memory._dispatch_values  # pylint: disable=protected-access
-  assert dispatch(config.model, 8, 1) == 8 * 2 * (8 * 4096 + 3 * 14336)
-  assert dispatch(config.model, 8, 2) == 8 * 2 * (8 * 4096 + 3 * 14336 / 2)
+  assert dispatch(config.model, 8, 1) == 8 * 2 * (4 * 4096 + 3 * 14336)
+  assert dispatch(config.model, 8, 2) == 8 * 2 * (4 * 4096 + 3 * 14336 / 2)
   gpt_oss = helpers.load(helpers.config_file('gpt_oss_20b', arg=None), []).model
   assert dispatch(gpt_oss, 4, 1) == 4 * 4 * (12 * 2880 + 3 * 2880)
+  deepseek = helpers.load(helpers.config_file('deepseek_v3', arg=None), []).model
+  assert dispatch(deepseek, 16, 1) == 8 * 16 * ((4 + 2) * 7168 + (3 + 3) * 2048)
   chip = topology.parse('v5p-128').chip
 
   def per_device(sizes, microbatches):

@@ -67,7 +67,10 @@ GATHERED_COPIES = 3
 # layers (a layer pattern's, a MoE group's, or unscanned: each layer rematerialised behind
 # its own barrier, zoo/models/transformer.py `rematted`) holds more of its recomputed
 # dispatch at once than one that is a scan's body alone (gpt-oss's peak: 12)
-DISPATCH_D, DISPATCH_D_GROUPED, DISPATCH_F = 8, 12, 3
+DISPATCH_D, DISPATCH_D_GROUPED, DISPATCH_F = 4, 12, 3
+# an MTP module's MoE block (zoo/models/mtp.py; not rematerialised) holds its forward's and
+# part of its backward's receive-sized arrays through the stack's backward, beside them
+MTP_DISPATCH_D, MTP_DISPATCH_F = 2, 3
 # and the [pairs, D] arrays of a MoE layer (zoo/models/moe.py) each tensor shard holds whole:
 # the repeated input, sorted, the experts' output sorted and back, in the recomputed forward
 # and as gradients, and the [pairs, D] index arrays XLA:TPU expands the row gathers and
@@ -249,8 +252,10 @@ def _dispatch_values(m, expert_shards, tensor):
   DISPATCH_F F wide (F split over tensor)."""
   rows = m.moe.top_k * expert_shards
   alone = not m.attention.pattern and m.moe.every == 1 and m.scan_layers
+  width = (m.moe.expert_mlp_dim or m.mlp_dim) / tensor
+  mtp = m.mtp.depth * (MTP_DISPATCH_D * m.d_model + MTP_DISPATCH_F * width)
   return rows * ((DISPATCH_D if alone else DISPATCH_D_GROUPED) * m.d_model +
-                 DISPATCH_F * (m.moe.expert_mlp_dim or m.mlp_dim) / tensor)
+                 DISPATCH_F * width + mtp)
 
 
 def _deferred(m, tokens, tensor):
