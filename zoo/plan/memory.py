@@ -249,7 +249,8 @@ def _dispatch_values(m, expert_shards, tensor):
   """Values per token a dropless expert-parallel MoE layer's dispatch holds at its peak: the
   receive buffer has room for X x k rows per token (every shard's pairs: zoo/models/moe.py),
   DISPATCH_D arrays of them D wide (DISPATCH_D_GROUPED in a group of layers) and
-  DISPATCH_F F wide (F split over tensor)."""
+  DISPATCH_F F wide (F split over tensor), and each MTP module's block its own
+  MTP_DISPATCH_D and MTP_DISPATCH_F beside them."""
   rows = m.moe.top_k * expert_shards
   alone = not m.attention.pattern and m.moe.every == 1 and m.scan_layers
   width = (m.moe.expert_mlp_dim or m.mlp_dim) / tensor
