@@ -1,7 +1,8 @@
 """The pipeline (mesh.stage) on 8 simulated devices against one device: a decoder on 4
 stages (fill-drain) and T5 (both stacks) circular on 2 stages x 2 rounds x data 2 x
 tensor 2, outputs and gradients, the stages really passing activations (collective
-permutes); the bubble, and the configs it refuses."""
+permutes); the stage's parameters pinned to the stage axis; the bubble, and the configs it
+refuses."""
 
 import flax.linen as nn
 import jax
@@ -122,3 +123,21 @@ def test_a_pipelined_stack_with_dropout_trains():
   config = helpers.smoke('t5_small', 'model.dropout_rate=0.1', 'train.batch_size=8')
   rows, _, _ = helpers.train_steps(config, {'stage': 2, 'data': 4}, 2)
   assert all(np.isfinite(r['loss']) for r in rows)
+
+
+def test_a_circular_pipeline_pins_each_stages_parameters_to_the_stage_axis():
+  """4 stages x 2 rounds of 1 layer: the stage axis's blocks of 2 layers fall across rounds
+  and stages, and each stacked parameter regrouped to [S, R, G, ...] is pinned with S on
+  `stage` (left to the partitioner, every pick held two stages' weights on TPU)."""
+  config, _ = _model('decoder', repeats=2)
+  config.model.num_layers = 8
+  model = families.build(config.model)
+  batch = _batch('decoder')
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), batch)
+  with jax.set_mesh(sharding.make_mesh(dict(stage=4, fsdp=2))), nn.logical_axis_rules(
+      sharding.rules(config)):
+    text = jax.jit(model.apply).lower(params, batch).as_text()
+  pinned = [line for line in text.splitlines() if 'sharding_constraint' in line
+            and '[{"stage"}, {}, {}' in line and 'tensor<4x2x1x' in line]
+  stacked = jax.tree.leaves(params['params']['layers'])
+  assert len(stacked) > 1 and len(pinned) == len(stacked)
