@@ -252,7 +252,7 @@ def _dispatch_values(m, expert_shards, tensor):
   DISPATCH_F F wide (F split over tensor), and each MTP module's block its own
   MTP_DISPATCH_D and MTP_DISPATCH_F beside them."""
   rows = m.moe.top_k * expert_shards
-  alone = not m.attention.pattern and m.moe.every == 1 and m.scan_layers
+  alone = _group(m) == 1 and m.scan_layers  # a scan's body alone (transformer.rematted)
   width = (m.moe.expert_mlp_dim or m.mlp_dim) / tensor
   mtp = m.mtp.depth * (MTP_DISPATCH_D * m.d_model + MTP_DISPATCH_F * width)
   return rows * ((DISPATCH_D if alone else DISPATCH_D_GROUPED) * m.d_model +
@@ -264,9 +264,14 @@ def _deferred(m, tokens, tensor):
   group's: unrolled in one scan body, each rematerialised alone) while the compiler defers
   their weight gradients to the group's end (Gemma 3's six-layer group at 32k tokens, the
   grid's gemma3-32k): (group - 1) layers of `tokens` x F (a MoE layer's k x F)."""
-  group = math.lcm(len(m.attention.pattern) or 1, m.moe.every if m.moe.num_experts else 1)
+  group = _group(m)
   width = m.moe.top_k * (m.moe.expert_mlp_dim or m.mlp_dim) if m.moe.num_experts else m.mlp_dim
   return (group - 1) * tokens * width / tensor
+
+
+def _group(m):
+  """Layers in a scanned stack's unit: a layer pattern's, a MoE group's, or both."""
+  return math.lcm(len(m.attention.pattern) or 1, m.moe.every if m.moe.num_experts else 1)
 
 
 def _pair_values(m):
