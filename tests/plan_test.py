@@ -578,19 +578,25 @@ def test_a_groups_working_set_is_its_largest_layer_not_the_groups_average():
 
 
 def test_the_tpu_fit_holds_a_scanned_groups_deferred_weight_gradient_inputs(monkeypatch):
-  """In a layer pattern of p layers, remat full, XLA:TPU's working set adds `deferred`
-  [tokens, F] arrays for each of the other p - 1 layers (memory.py _deferred), by hand."""
+  """In a layer pattern of p layers, remat full, XLA:TPU's working set adds two [tokens, F]
+  and six [tokens, D] arrays for each of the other p - 1 layers (memory.py _deferred), by
+  hand, on a slice of up to 64 chips; on 128 chips none."""
   config = helpers.tiny_config(num_layers=3, remat='full', mlp_dim=4096)
   config.model.attention.update(pattern='LLG', window=4, kernel='xla')
   run = run_lib.resolve(config)
-  sizes = analytic.mesh_sizes_for(config.mesh, 1)
-  with_it = preflight.estimate(run, sizes, 'tpu')
-  deferred = memory.FITS['tpu'].deferred
-  monkeypatch.setitem(memory.FITS, 'tpu', dataclasses.replace(memory.FITS['tpu'], deferred=0))
-  without = preflight.estimate(run, sizes, 'tpu')
-  tokens = config.train.batch_size * config.data.seq_len
-  assert deferred > 0 and with_it['total'] - without['total'] == pytest.approx(
-      deferred * (3 - 1) * tokens * 4096 * np.dtype(config.model.dtype).itemsize)
+  tpu = memory.FITS['tpu']
+  deltas = {}
+  for chips in (64, 128):
+    sizes = analytic.mesh_sizes_for(config.mesh, chips)
+    with_it = preflight.estimate(run, sizes, 'tpu')['total']
+    with monkeypatch.context() as patch:
+      patch.setitem(memory.FITS, 'tpu', dataclasses.replace(tpu, deferred=(0, 0)))
+      deltas[chips] = with_it - preflight.estimate(run, sizes, 'tpu')['total']
+  tokens = config.train.batch_size * config.data.seq_len / 64  # data over the 64 chips
+  assert tpu.deferred == (2, 6) and deltas[64] == pytest.approx(
+      (3 - 1) * tokens * (2 * 4096 + 6 * config.model.d_model) *
+      np.dtype(config.model.dtype).itemsize)
+  assert deltas[128] == 0
 
 
 def test_a_circular_pipeline_without_remat_keeps_each_iterations_picked_weights(monkeypatch):

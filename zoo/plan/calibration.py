@@ -4,8 +4,10 @@ slice through libtpu; benchmarks/plan_calibration.py prints the table (docs/perf
 tests/plan_calibration_test.py holds a few cheap points to it.
 
 Layer counts are cut where the full depth only repeats the same layers (the model counts
-every term per layer, so its ratio to the compiler does not hang on depth); widths,
-vocabularies, lengths and batches are the published shapes' or a pod run's.
+every term per layer, so its ratio to the compiler does not hang on depth), to two repeats
+of a layer pattern where one would do (XLA unrolls a scan of one step and schedules its
+layers differently: gemma3-32k); widths, vocabularies, lengths and batches are the
+published shapes' or a pod run's.
 """
 
 import dataclasses
@@ -82,7 +84,7 @@ POINTS = (
        'data.seq_len=16384', FULL),
     _p('gemma2-softcap-8k', 'gemma2_9b', 'v5p-8', {'fsdp': 4}, 'model.num_layers=4',
        'train.batch_size=4', 'data.seq_len=8192', FULL),
-    _p('gemma3-32k', 'gemma3_27b', 'v5p-16', {'fsdp': 8}, 'model.num_layers=6',
+    _p('gemma3-32k', 'gemma3_27b', 'v5p-16', {'fsdp': 8}, 'model.num_layers=12',
        'train.batch_size=8', 'data.seq_len=32768', FULL),
     _p('gemma3-1b-data', 'gemma3_1b', 'v5p-8', {'data': 4}, 'train.batch_size=16', FULL),
     _p('gpt3-175b-wide', 'gpt3_175b', 'v5p-64', {'fsdp': 8, 'tensor': 4},

@@ -38,7 +38,8 @@ class Fit:
   kept_none: float  # the residuals traced with remat none
   logits: float  # a loss chunk's float32 logits and their gradient
   tables: float  # the vocabulary tables fsdp gathers, at the loss
-  deferred: float  # [tokens, F] arrays per other layer of a scanned group (see _deferred)
+  deferred: tuple  # (F, D) wide [tokens, .] arrays per other layer of a scanned group
+  deferring_chips: int  # the largest slice (chips) whose compiles defer them (_deferred)
   pipeline: float  # a pipeline's activations
   pipeline_gathered: float  # a pipeline stage's gathered and regrouped parameters
 
@@ -46,12 +47,13 @@ class Fit:
 FITS = {
     # XLA:TPU fuses the optimizer's update into its in-place writes; fusions recompute the
     # cheap elementwise residuals; a loss chunk's logits are float32 and a bfloat16 copy;
-    # the loss holds one of the two tables gathered; the latency-hiding scheduler defers a
-    # group's weight gradients to the group's end (two [tokens, F] inputs each)
-    'tpu': Fit(update=0.0, working=0.7, kept_none=0.85, logits=0.75, tables=0.5, deferred=2,
-               pipeline=0.85, pipeline_gathered=0.5),
-    'other': Fit(update=0.5, working=1.0, kept_none=1.0, logits=1.0, tables=0.0, deferred=0,
-                 pipeline=1.0, pipeline_gathered=1.0),
+    # the loss holds one of the two tables gathered; on slices of up to 64 chips the
+    # scheduler defers a group's weight gradients to the group's end (their inputs: two
+    # [tokens, F] and six [tokens, D] arrays a layer), on 128 and more it does not
+    'tpu': Fit(update=0.0, working=0.7, kept_none=0.85, logits=0.75, tables=0.5,
+               deferred=(2, 6), deferring_chips=64, pipeline=0.85, pipeline_gathered=0.5),
+    'other': Fit(update=0.5, working=1.0, kept_none=1.0, logits=1.0, tables=0.0,
+                 deferred=(0, 0), deferring_chips=0, pipeline=1.0, pipeline_gathered=1.0),
 }
 # XLA:GPU holds less of the traced activations than the 'other' fit counts: 0.72 x
 # (llama3_8b, 2 layers, 16 x 4096) to 0.80 x (gpt2_xl, 8 x 1024) and about 0.85 x (gpt2_xl,
@@ -100,7 +102,7 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None, layou
   tokens = rows * config.data.seq_len / context
   layer = traced['layer'] * rows / tensor  # one layer's working set
   if m.remat != 'none' and stages == 1:  # what a rematerialised layer's backward holds
-    layer = fit.working * layer + fit.deferred * _deferred(m, tokens, tensor) * compute_bytes
+    layer = fit.working * layer + _deferred(m, tokens, tensor, fit, sizes) * compute_bytes
   if m.moe.num_experts and tensor > 1:
     # but the tensor shards each hold a MoE layer's [pairs, D] buffers whole (they split F)
     layer += tokens * _pair_values(m) * (1 - 1 / tensor) * compute_bytes
@@ -259,14 +261,20 @@ def _dispatch_values(m, expert_shards, tensor):
                  DISPATCH_F * width + mtp)
 
 
-def _deferred(m, tokens, tensor):
-  """[tokens, F] values a scanned group's other layers hold (a layer pattern's, a MoE
-  group's: unrolled in one scan body, each rematerialised alone) while the compiler defers
-  their weight gradients to the group's end (Gemma 3's six-layer group at 32k tokens, the
-  grid's gemma3-32k): (group - 1) layers of `tokens` x F (a MoE layer's k x F)."""
+def _deferred(m, tokens, tensor, fit, sizes):
+  """Values a scanned group's other layers hold (a layer pattern's, a MoE group's: unrolled
+  in one scan body, each rematerialised alone) while the compiler defers their weight
+  gradients to the group's end: (group - 1) layers of `fit.deferred` [tokens, F / tensor]
+  (a MoE layer's k x F) and [tokens, D] arrays (gathered whole over tensor), on a mesh of
+  up to `fit.deferring_chips` devices. Gemma 3's six-layer group at 32k tokens (12 layers,
+  docs/performance.md): deferred on v5p-16 to v5p-128 (8 to 64 chips), not on v5p-256 or
+  v5p-512, whatever the mesh's axes."""
+  if math.prod(sizes.values()) > fit.deferring_chips:
+    return 0.0
   group = _group(m)
   width = m.moe.top_k * (m.moe.expert_mlp_dim or m.mlp_dim) if m.moe.num_experts else m.mlp_dim
-  return (group - 1) * tokens * width / tensor
+  wide, deep = fit.deferred
+  return (group - 1) * tokens * (wide * width / tensor + deep * m.d_model)
 
 
 def _group(m):
