@@ -125,9 +125,9 @@ POINTS = (
     _p('gpt-oss-expert', 'gpt_oss_20b', 'v5p-16', {'fsdp': 2, 'expert': 4},
        'model.num_layers=4', 'train.batch_size=16', FULL),
     _p('llama4-scout-expert', 'llama4_scout', 'v5p-16', {'fsdp': 2, 'expert': 4},
-       'model.num_layers=4', 'train.batch_size=8', FULL),
+       'model.num_layers=8', 'train.batch_size=8', FULL),
     _p('qwen3-next-expert', 'qwen3_next_80b_a3b', 'v5p-16', {'fsdp': 2, 'expert': 4},
-       'model.num_layers=4', 'train.batch_size=16', FULL),
+       'model.num_layers=8', 'train.batch_size=16', FULL),
     _p('switch-capacity', 'switch_base_8', 'v5p-8', {'fsdp': 2, 'expert': 2},
        'train.batch_size=64', NONE),
     # encoder-decoders (flash_bias on TPU), T5Gemma
