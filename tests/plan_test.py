@@ -562,13 +562,31 @@ def test_with_remat_full_each_layer_keeps_its_input_alone():
   assert residuals.measure(config, 'cpu')['layer'] > 2 * row
 
 
+def test_a_tensor_shard_holds_a_layers_residual_stream_whole_and_not_the_losss_residuals():
+  """XLA:TPU's peak at a rematerialised dense layer's backward on tensor 2, by hand: the
+  layers' kept inputs (split over tensor between layers), and 0.7 of the layer's working
+  set with its [tokens, D] values in the compute dtype whole on each shard (the rules split
+  heads and F only); the loss's and final norm's residuals are freed before it."""
+  config = helpers.tiny_config(num_layers=2, remat='full', dtype='bfloat16', mlp_dim=1024)
+  config.mesh.update(data=2, tensor=2)
+  run = run_lib.resolve(config)
+  traced = residuals.measure(run.config, 'tpu')
+  assert 0 < traced['layer_embed'] < traced['layer']
+  assert traced['layers'] < traced['kept']  # the final norm's and the loss's residuals
+  rows = config.train.batch_size / 2
+  sizes = {a: 1 for a in sharding.MESH_AXES} | {'data': 2, 'tensor': 2}
+  assert memory.FITS['tpu'].working == 0.7 and preflight.estimate(run, sizes, 'tpu')[
+      'activations'] == pytest.approx(rows / 2 * (
+          traced['layers'] + 0.7 * (traced['layer'] + traced['layer_embed'])))
+
+
 def test_a_groups_working_set_is_its_largest_layer_not_the_groups_average():
   """A MoE group of 2 (a dense layer, then a MoE one): the layer working set is the MoE
   layer's alone, each of the group's layers added one at a time to a traced base of one
   group; the stack's per-layer share stays the group's average."""
   config = helpers.tiny_config(num_layers=4, remat='none')
   config.model.moe.update(num_experts=4, top_k=2, every=2)
-  grown = [residuals._traced(config, [n], 'none', 'cpu')  # pylint: disable=protected-access
+  grown = [residuals._traced(config, [n], 'none', 'cpu')[0]  # pylint: disable=protected-access
            for n in (2, 3, 4)]
   dense, moe = grown[1] - grown[0], grown[2] - grown[1]
   assert moe > dense
@@ -580,23 +598,26 @@ def test_a_groups_working_set_is_its_largest_layer_not_the_groups_average():
 def test_the_tpu_fit_holds_a_scanned_groups_deferred_weight_gradient_inputs(monkeypatch):
   """In a layer pattern of p layers, remat full, XLA:TPU's working set adds two [tokens, F]
   and six [tokens, D] arrays for each of the other p - 1 layers (memory.py _deferred), by
-  hand, on a slice of up to 64 chips; on 128 chips none."""
+  hand, where a weight gradient is summed over up to 32 devices (32 data, or 32 data x 2
+  tensor: 64 chips); over 64 (64 data: 64 chips) none."""
   config = helpers.tiny_config(num_layers=3, remat='full', mlp_dim=4096)
   config.model.attention.update(pattern='LLG', window=4, kernel='xla')
   run = run_lib.resolve(config)
   tpu = memory.FITS['tpu']
-  deltas = {}
-  for chips in (64, 128):
-    sizes = analytic.mesh_sizes_for(config.mesh, chips)
+
+  def deferred(sizes):
+    sizes = {a: sizes.get(a, 1) for a in sharding.MESH_AXES}
     with_it = preflight.estimate(run, sizes, 'tpu')['total']
     with monkeypatch.context() as patch:
       patch.setitem(memory.FITS, 'tpu', dataclasses.replace(tpu, deferred=(0, 0)))
-      deltas[chips] = with_it - preflight.estimate(run, sizes, 'tpu')['total']
-  tokens = config.train.batch_size * config.data.seq_len / 64  # data over the 64 chips
-  assert tpu.deferred == (2, 6) and deltas[64] == pytest.approx(
-      (3 - 1) * tokens * (2 * 4096 + 6 * config.model.d_model) *
-      np.dtype(config.model.dtype).itemsize)
-  assert deltas[128] == 0
+      return with_it - preflight.estimate(run, sizes, 'tpu')['total']
+
+  tokens = config.train.batch_size * config.data.seq_len / 32  # data over 32 devices
+  by_hand = lambda tensor: ((3 - 1) * tokens * (2 * 4096 / tensor + 6 * config.model.d_model)
+                            * np.dtype(config.model.dtype).itemsize)
+  assert tpu.deferred == (2, 6) and deferred({'data': 32}) == pytest.approx(by_hand(1))
+  assert deferred({'data': 32, 'tensor': 2}) == pytest.approx(by_hand(2))
+  assert deferred({'data': 64}) == 0
 
 
 def test_a_circular_pipeline_without_remat_keeps_each_iterations_picked_weights(monkeypatch):

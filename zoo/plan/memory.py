@@ -2,12 +2,13 @@
 memory model"); the sweep ranks meshes with it and the preflight checks a run with it.
 
 Per device: the parameters, optimizer state and gradients as the rules shard them; the
-update's float32 temporaries; what the backward keeps (zoo/plan/residuals.py, traced) and
-the peak working set: a layer's backward (its traced residuals, the copies of its largest
-weight fsdp gathers, a MoE layer's dispatch buffers, the weight-gradient inputs the other
-layers of a scanned group hold), or the loss's (a chunk's logits and the vocabulary tables
-fsdp gathers), whichever is larger; a pipeline's kept iterations, buffers and gathered or
-regrouped parameters instead (circular without remat, every iteration's picked layers too).
+update's float32 temporaries; and the larger of two peaks: a layer's backward (the layers'
+kept residuals, zoo/plan/residuals.py's, traced; the layer's own with its [tokens, D]
+values whole on each tensor shard, the copies of its largest weight fsdp gathers, a MoE
+layer's dispatch buffers, the weight-gradient inputs the other layers of a scanned group
+hold) or the loss's (all the kept residuals, a chunk's logits and the vocabulary tables
+fsdp gathers); a pipeline's kept iterations, buffers and gathered or regrouped parameters
+instead (circular without remat, every iteration's picked layers too).
 
 The constants are fitted per compiler (`FITS`): XLA:TPU's to the bytes its buffer
 assignment places over zoo/plan/calibration.py's grid (benchmarks/plan_calibration.py,
@@ -35,25 +36,27 @@ class Fit:
   """A compiler's share of each traced or counted term that it holds at the peak."""
   update: float  # the update's float32 temporaries, per gradient byte
   working: float  # a rematerialised layer's traced working set (fusions recompute the rest)
+  outside: float  # the residuals outside the layers (the loss's) held at a layer's backward
   kept_none: float  # the residuals traced with remat none
   logits: float  # a loss chunk's float32 logits and their gradient
   tables: float  # the vocabulary tables fsdp gathers, at the loss
   deferred: tuple  # (F, D) wide [tokens, .] arrays per other layer of a scanned group
-  deferring_chips: int  # the largest slice (chips) whose compiles defer them (_deferred)
+  deferring_group: int  # the most devices a weight gradient is summed over that defer them
   pipeline: float  # a pipeline's activations
   pipeline_gathered: float  # a pipeline stage's gathered and regrouped parameters
 
 
 FITS = {
     # XLA:TPU fuses the optimizer's update into its in-place writes; fusions recompute the
-    # cheap elementwise residuals; a loss chunk's logits are float32 and a bfloat16 copy;
-    # the loss holds one of the two tables gathered; on slices of up to 64 chips the
-    # scheduler defers a group's weight gradients to the group's end (their inputs: two
-    # [tokens, F] and six [tokens, D] arrays a layer), on 128 and more it does not
-    'tpu': Fit(update=0.0, working=0.7, kept_none=0.85, logits=0.75, tables=0.5,
-               deferred=(2, 6), deferring_chips=64, pipeline=0.85, pipeline_gathered=0.5),
-    'other': Fit(update=0.5, working=1.0, kept_none=1.0, logits=1.0, tables=0.0,
-                 deferred=(0, 0), deferring_chips=0, pipeline=1.0, pipeline_gathered=1.0),
+    # cheap elementwise residuals; it frees the loss's residuals before the layers'
+    # backward; a loss chunk's logits are float32 and a bfloat16 copy; the loss holds one
+    # of the two tables gathered; where a weight gradient is summed over up to 32 devices
+    # the scheduler defers a group's weight gradients to the group's end (their inputs:
+    # two [tokens, F] and six [tokens, D] arrays a layer), over 64 and more it does not
+    'tpu': Fit(update=0.0, working=0.7, outside=0.0, kept_none=0.85, logits=0.75, tables=0.5,
+               deferred=(2, 6), deferring_group=32, pipeline=0.85, pipeline_gathered=0.5),
+    'other': Fit(update=0.5, working=1.0, outside=1.0, kept_none=1.0, logits=1.0, tables=0.0,
+                 deferred=(0, 0), deferring_group=0, pipeline=1.0, pipeline_gathered=1.0),
 }
 # XLA:GPU holds less of the traced activations than the 'other' fit counts: 0.72 x
 # (llama3_8b, 2 layers, 16 x 4096) to 0.80 x (gpt2_xl, 8 x 1024) and about 0.85 x (gpt2_xl,
@@ -100,7 +103,10 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None, layou
   traced = traced or residuals.measure(config, on, context)
   rows = t.batch_size / (data * fsdp * expert) / t.microbatches
   tokens = rows * config.data.seq_len / context
-  layer = traced['layer'] * rows / tensor  # one layer's working set
+  # one layer's working set: its [tokens, D] values whole on each tensor shard (a MoE
+  # layer's are PAIR_COPIES' below)
+  whole = 0 if m.moe.num_experts else traced['layer_embed']
+  layer = (traced['layer'] + (tensor - 1) * whole) * rows / tensor
   if m.remat != 'none' and stages == 1:  # what a rematerialised layer's backward holds
     layer = fit.working * layer + _deferred(m, tokens, tensor, fit, sizes) * compute_bytes
   if m.moe.num_experts and tensor > 1:
@@ -116,7 +122,12 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None, layou
   else:
     gathered = (GATHERED_COPIES * _largest_layer_weight(boxed, tensor, expert) *
                 compute_bytes if fsdp > 1 else 0.0)
-    kept = traced['kept'] * rows / tensor * (fit.kept_none if m.remat == 'none' else 1)
+    share = rows / tensor * (fit.kept_none if m.remat == 'none' else 1)
+    # what the backward keeps; by a layer's backward the loss's and the final norm's are
+    # freed (their backward ran first), the layers' kept
+    kept = traced['kept'] * share
+    kept_at_layer = (traced['layers'] + fit.outside * (traced['kept'] - traced['layers'])
+                     ) * share
     # the loss: a chunk's float32 logits and their gradient, the tables fsdp gathers
     length = families.loss_length(config)
     loss = (fit.logits * rows * (loss_lib.chunk_len(config, length) or length / context) *
@@ -124,7 +135,7 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None, layou
     if fsdp > 1:
       loss += fit.tables * _params_along(boxed, 'vocab') * compute_bytes / tensor
     # the peak: a layer's backward with its gathered weights, or the loss's
-    activations = kept + max(layer, loss - gathered)
+    activations = max(kept_at_layer + layer, kept + loss - gathered)
   if on == 'gpu':
     activations *= GPU_ACTIVATIONS
   update = held['gradients'] * (fit.update + (t.microbatches > 1))
@@ -265,11 +276,13 @@ def _deferred(m, tokens, tensor, fit, sizes):
   """Values a scanned group's other layers hold (a layer pattern's, a MoE group's: unrolled
   in one scan body, each rematerialised alone) while the compiler defers their weight
   gradients to the group's end: (group - 1) layers of `fit.deferred` [tokens, F / tensor]
-  (a MoE layer's k x F) and [tokens, D] arrays (gathered whole over tensor), on a mesh of
-  up to `fit.deferring_chips` devices. Gemma 3's six-layer group at 32k tokens (12 layers,
-  docs/performance.md): deferred on v5p-16 to v5p-128 (8 to 64 chips), not on v5p-256 or
-  v5p-512, whatever the mesh's axes."""
-  if math.prod(sizes.values()) > fit.deferring_chips:
+  (a MoE layer's k x F) and [tokens, D] arrays (gathered whole over tensor), where a
+  weight gradient is summed over up to `fit.deferring_group` devices (the mesh's all but
+  tensor). At 32k tokens (docs/performance.md): Gemma 3's six-layer group deferred over 8
+  to 32 devices and not over 64 or 128, whatever the slice and the other axes; Gemma 2's
+  pair deferred over 8 (v5p-16), 16 and 32 (tensor 4 on v5p-128 and v5p-256), not over 64
+  (fsdp 64 on v5p-128, fsdp 64 x tensor 4 on v5p-512)."""
+  if math.prod(sizes.values()) / sizes['tensor'] > fit.deferring_group:
     return 0.0
   group = _group(m)
   width = m.moe.top_k * (m.moe.expert_mlp_dim or m.mlp_dim) if m.moe.num_experts else m.mlp_dim

@@ -12,7 +12,10 @@ zoo/plan/compiled.py counts the FLOPs):
 - `layer`: bytes per row one layer keeps with no remat, the largest over the stacks and
   the unit's layers (a pattern's global layer, a group's MoE one; each added alone): what a
   layer's forward holds for its backward, so the working set of a rematerialised layer's
-  backward as well.
+  backward as well;
+- `layer_embed`: the part of `layer` in [..., D] values (d_model last) of the compute
+  dtype: inside a layer the residual stream is whole on each tensor shard (the rules split
+  its heads and F; float32 ones, a norm's, are fusions' work on the shard).
 A batch of one row is traced. Residuals computed from the parameters alone (their
 compute-dtype copies) and the logits (the vocabulary last) are left out: the plan counts
 fsdp's gathered weights and the loss's logits itself. (Left out by their shape instead, a
@@ -36,7 +39,8 @@ from zoo.data import task as task_lib
 
 def _traced(config, layers, remat, on):
   """Bytes of one row's activations the backward keeps for `config` with `layers` per stack
-  (a list, LAYER_FIELDS order) and the remat policy `remat`."""
+  (a list, LAYER_FIELDS order) and the remat policy `remat` -> [all, those d_model wide in
+  the compute dtype]."""
   variant = config.copy_and_resolve_references()
   with variant.unlocked():
     variant.model.update(scan_layers=False, remat=remat)
@@ -68,8 +72,11 @@ def _traced(config, layers, remat, on):
                           {k: v for k, v in variables.items() if k != 'params'})
     rng = jax.random.PRNGKey(0)  # training: dropout's masks are kept too
     saved = _residuals(lambda p, b: loss({**others, 'params': p}, b, rng).total, params, batch)
-  return float(sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in saved
-                   if a.shape[-1:] != (variant.model.vocab_size,)))
+  m = variant.model
+  sizes = [(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize,
+            a.shape[-1:] == (m.d_model,) and a.dtype == np.dtype(m.dtype))
+           for a in saved if a.shape[-1:] != (m.vocab_size,)]
+  return np.array([sum(n for n, _ in sizes), sum(n for n, embed in sizes if embed)], float)
 
 
 def _residuals(f, params, *args):
@@ -114,20 +121,21 @@ def _measure(frozen, on):
       seen[key] = _traced(config, layers, remat, on)
     return seen[key]
 
-  base = traced(policy)
-  per_layer = [(traced(policy, i, unit) - base) / unit for i in range(len(fields))]
+  base = traced(policy)[0]
+  per_layer = [(traced(policy, i, unit)[0] - base) / unit for i in range(len(fields))]
   kept = base + sum((m[field] - dense - unit) * share for field, share in zip(fields, per_layer))
   layered = sum((m[field] - dense) * share for field, share in zip(fields, per_layer))
   # the largest layer of the unit without remat: each of its layers added one at a time
-  largest = 0.0
+  largest = np.zeros(2)
   for i in range(len(fields)):
     grown = [traced('none', i, j) for j in range(unit + 1)]
-    largest = max(largest, *(b - a for a, b in zip(grown, grown[1:])))
-  return {'kept': kept, 'layers': layered, 'layer': largest}
+    largest = max([largest, *(b - a for a, b in zip(grown, grown[1:]))], key=lambda x: x[0])
+  return {'kept': kept, 'layers': layered, 'layer': float(largest[0]),
+          'layer_embed': float(largest[1])}
 
 
 def measure(config, on, context=1):
-  """{'kept', 'layers', 'layer'} bytes (the module docstring) for the run's
+  """{'kept', 'layers', 'layer', 'layer_embed'} bytes (the module docstring) for the run's
   config on platform `on` ('tpu', 'gpu', 'cpu'); on a ring of `context` devices, of a
   device's block of data.seq_len / context positions: the row's bytes at length x taken
   as a x + b x^2 (the scores of attention without a flash kernel are the square) from
@@ -138,7 +146,7 @@ def measure(config, on, context=1):
   half = _measure(_key(config, 2), on)
   x = config.data.seq_len
   out = dict(whole)
-  for name in ('kept', 'layers', 'layer'):
+  for name in out:
     b = 2 * (whole[name] - 2 * half[name]) / x**2
     a = (whole[name] - b * x**2) / x
     out[name] = max(a * x / context + b * (x / context)**2, 0.0)
