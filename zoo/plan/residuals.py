@@ -130,7 +130,7 @@ def _measure(frozen, on):
   for i in range(len(fields)):
     grown = [traced('none', i, j) for j in range(unit + 1)]
     largest = max([largest, *(b - a for a, b in zip(grown, grown[1:]))], key=lambda x: x[0])
-  return {'kept': kept, 'layers': layered, 'layer': float(largest[0]),
+  return {'kept': float(kept), 'layers': float(layered), 'layer': float(largest[0]),
           'layer_embed': float(largest[1])}
 
 
