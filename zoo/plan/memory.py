@@ -104,7 +104,7 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None, layou
   rows = t.batch_size / (data * fsdp * expert) / t.microbatches
   tokens = rows * config.data.seq_len / context
   # one layer's working set: its [tokens, D] values whole on each tensor shard (a MoE
-  # layer's are PAIR_COPIES' below)
+  # layer's not: PAIR_COPIES below was fitted with them split)
   whole = 0 if m.moe.num_experts else traced['layer_embed']
   layer = (traced['layer'] + (tensor - 1) * whole) * rows / tensor
   if m.remat != 'none' and stages == 1:  # what a rematerialised layer's backward holds
