@@ -564,20 +564,51 @@ def test_with_remat_full_each_layer_keeps_its_input_alone():
 
 def test_a_tensor_shard_holds_a_layers_residual_stream_whole_and_not_the_losss_residuals():
   """XLA:TPU's peak at a rematerialised dense layer's backward on tensor 2, by hand: the
-  layers' kept inputs (split over tensor between layers), and 0.7 of the layer's working
+  layers' kept inputs (split over tensor between layers), and 0.8 of the layer's working
   set with its [tokens, D] values in the compute dtype whole on each shard (the rules split
-  heads and F only); the loss's and final norm's residuals are freed before it."""
+  heads and F only) and its float32 [tokens, D] ones (the norms') recomputed; the loss's and
+  final norm's residuals are freed before it."""
   config = helpers.tiny_config(num_layers=2, remat='full', dtype='bfloat16', mlp_dim=1024)
   config.mesh.update(data=2, tensor=2)
   run = run_lib.resolve(config)
   traced = residuals.measure(run.config, 'tpu')
   assert 0 < traced['layer_embed'] < traced['layer']
+  assert 0 < traced['layer_float32'] < traced['layer'] - traced['layer_embed']
   assert traced['layers'] < traced['kept']  # the final norm's and the loss's residuals
   rows = config.train.batch_size / 2
   sizes = {a: 1 for a in sharding.MESH_AXES} | {'data': 2, 'tensor': 2}
-  assert memory.FITS['tpu'].working == 0.7 and preflight.estimate(run, sizes, 'tpu')[
-      'activations'] == pytest.approx(rows / 2 * (
-          traced['layers'] + 0.7 * (traced['layer'] + traced['layer_embed'])))
+  fit = memory.FITS['tpu']
+  assert (fit.working, fit.float32) == (0.8, 0.0) and preflight.estimate(run, sizes, 'tpu')[
+      'activations'] == pytest.approx(rows / 2 * (traced['layers'] + 0.8 * (
+          traced['layer'] + traced['layer_embed'] - traced['layer_float32'])))
+
+
+def test_a_float32_model_has_no_narrower_float32_values_to_recompute():
+  config = helpers.tiny_config(num_layers=2, remat='full', dtype='float32')
+  assert residuals.measure(config, 'tpu')['layer_float32'] == 0
+
+
+def test_on_tensor_and_fsdp_a_tied_tables_float32_gradient_is_held_split_over_tensor_alone(
+    monkeypatch):
+  """XLA:TPU holds a tied table's float32 gradient, [vocab / tensor, D], through the
+  backward on tensor > 1 (summed over fsdp at the end); on tensor 1, or untied, it does not:
+  by hand, the 64 x 32 table's 8 KiB over tensor 2."""
+  fit = memory.FITS['tpu']
+
+  def held(tied, **mesh):
+    config = helpers.tiny_config(num_layers=2, remat='full', dtype='bfloat16',
+                                 tie_embeddings=tied)
+    config.mesh.update(data=1, **mesh)
+    run, sizes = run_lib.resolve(config), {a: 1 for a in sharding.MESH_AXES} | mesh
+    out = []
+    for share in (1.0, 0.0):
+      monkeypatch.setitem(memory.FITS, 'tpu', dataclasses.replace(fit, tied_gradient=share))
+      out.append(preflight.estimate(run, sizes, 'tpu')['activations'])
+    return out[0] - out[1]
+
+  assert fit.tied_gradient == 1.0
+  assert held(True, fsdp=2, tensor=2) == pytest.approx(64 * 32 * 4 / 2)
+  assert held(True, fsdp=4) == 0 and held(False, fsdp=2, tensor=2) == 0
 
 
 def test_a_groups_working_set_is_its_largest_layer_not_the_groups_average():

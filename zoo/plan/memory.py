@@ -7,13 +7,14 @@ kept residuals, zoo/plan/residuals.py's, traced; the layer's own with its [token
 values whole on each tensor shard, the copies of its largest weight fsdp gathers, a MoE
 layer's dispatch buffers, the weight-gradient inputs the other layers of a scanned group
 hold) or the loss's (all the kept residuals, a chunk's logits and the vocabulary tables
-fsdp gathers); a pipeline's kept iterations, buffers and gathered or regrouped parameters
-instead (circular without remat, every iteration's picked layers too).
+fsdp gathers), and through both a tied table's float32 gradient; a pipeline's kept
+iterations, buffers and gathered or regrouped parameters instead (circular without remat,
+every iteration's picked layers too).
 
 The constants are fitted per compiler (`FITS`): XLA:TPU's to the bytes its buffer
-assignment places over zoo/plan/calibration.py's grid (benchmarks/plan_calibration.py,
-docs/performance.md), the others' (XLA:GPU, XLA:CPU) kept where XLA:GPU's steps were
-measured against them (docs/performance.md, GPU).
+assignment places over zoo/plan/calibration.py's grid (benchmarks/plan_calibration.py) and
+the long-sequence rows beside it (docs/performance.md), the others' (XLA:GPU, XLA:CPU)
+kept where XLA:GPU's steps were measured against them (docs/performance.md, GPU).
 """
 
 import dataclasses
@@ -36,10 +37,12 @@ class Fit:
   """A compiler's share of each traced or counted term that it holds at the peak."""
   update: float  # the update's float32 temporaries, per gradient byte
   working: float  # a rematerialised layer's traced working set (fusions recompute the rest)
+  float32: float  # its float32 [rows, tokens, D] ones (a norm's) instead, in a bf16 model
   outside: float  # the residuals outside the layers (the loss's) held at a layer's backward
   kept_none: float  # the residuals traced with remat none
   logits: float  # a loss chunk's float32 logits and their gradient
   tables: float  # the vocabulary tables fsdp gathers, at the loss
+  tied_gradient: float  # a tied table's float32 gradient, split over tensor alone
   deferred: tuple  # (F, D) wide [tokens, .] arrays per other layer of a scanned group
   deferring_group: int  # the most devices a weight gradient is summed over that defer them
   pipeline: float  # a pipeline's activations
@@ -48,15 +51,19 @@ class Fit:
 
 FITS = {
     # XLA:TPU fuses the optimizer's update into its in-place writes; fusions recompute the
-    # cheap elementwise residuals; it frees the loss's residuals before the layers'
-    # backward; a loss chunk's logits are float32 and a bfloat16 copy; the loss holds one
-    # of the two tables gathered; where a weight gradient is summed over up to 32 devices
-    # the scheduler defers a group's weight gradients to the group's end (their inputs:
-    # two [tokens, F] and six [tokens, D] arrays a layer), over 64 and more it does not
-    'tpu': Fit(update=0.0, working=0.7, outside=0.0, kept_none=0.85, logits=0.75, tables=0.5,
-               deferred=(2, 6), deferring_group=32, pipeline=0.85, pipeline_gathered=0.5),
-    'other': Fit(update=0.5, working=1.0, outside=1.0, kept_none=1.0, logits=1.0, tables=0.0,
-                 deferred=(0, 0), deferring_group=0, pipeline=1.0, pipeline_gathered=1.0),
+    # cheap elementwise residuals, a norm's float32 ones all; it frees the loss's residuals
+    # before the layers' backward; a loss chunk's logits are float32 and a bfloat16 copy;
+    # the loss holds one of the two tables gathered; on tensor > 1 it sums a tied table's
+    # gradient over fsdp only at the backward's end, holding it till then; where a weight
+    # gradient is summed over up to 32 devices the scheduler defers a group's weight
+    # gradients to the group's end (their inputs: two [tokens, F] and six [tokens, D]
+    # arrays a layer), over 64 and more it does not
+    'tpu': Fit(update=0.0, working=0.8, float32=0.0, outside=0.0, kept_none=0.85,
+               logits=0.75, tables=0.5, tied_gradient=1.0, deferred=(2, 6),
+               deferring_group=32, pipeline=0.85, pipeline_gathered=0.5),
+    'other': Fit(update=0.5, working=1.0, float32=1.0, outside=1.0, kept_none=1.0,
+                 logits=1.0, tables=0.0, tied_gradient=0.0, deferred=(0, 0),
+                 deferring_group=0, pipeline=1.0, pipeline_gathered=1.0),
 }
 # XLA:GPU holds less of the traced activations than the 'other' fit counts: 0.72 x
 # (llama3_8b, 2 layers, 16 x 4096) to 0.80 x (gpt2_xl, 8 x 1024) and about 0.85 x (gpt2_xl,
@@ -108,7 +115,9 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None, layou
   whole = 0 if m.moe.num_experts else traced['layer_embed']
   layer = (traced['layer'] + (tensor - 1) * whole) * rows / tensor
   if m.remat != 'none' and stages == 1:  # what a rematerialised layer's backward holds
-    layer = fit.working * layer + _deferred(m, tokens, tensor, fit, sizes) * compute_bytes
+    float32 = traced['layer_float32'] * rows / tensor
+    layer = (fit.working * (layer - float32) + fit.float32 * float32 +
+             _deferred(m, tokens, tensor, fit, sizes) * compute_bytes)
   if m.moe.num_experts and tensor > 1:
     # but the tensor shards each hold a MoE layer's [pairs, D] buffers whole (they split F)
     layer += tokens * _pair_values(m) * (1 - 1 / tensor) * compute_bytes
@@ -134,8 +143,10 @@ def device_bytes(config, sizes, plan_result, boxed, on='tpu', traced=None, layou
             m.vocab_size / tensor * 4 * 2)
     if fsdp > 1:
       loss += fit.tables * _params_along(boxed, 'vocab') * compute_bytes / tensor
-    # the peak: a layer's backward with its gathered weights, or the loss's
-    activations = max(kept_at_layer + layer, kept + loss - gathered)
+    # the peak: a layer's backward with its gathered weights, or the loss's; through both
+    # a tied table's float32 gradient
+    activations = max(kept_at_layer + layer, kept + loss - gathered) + _tied_gradient(
+        m, sizes, boxed, fit)
   if on == 'gpu':
     activations *= GPU_ACTIVATIONS
   update = held['gradients'] * (fit.update + (t.microbatches > 1))
@@ -170,6 +181,16 @@ class Layout:
     if key not in self._seen:
       self._seen[key] = make()
     return self._seen[key]
+
+
+def _tied_gradient(m, sizes, boxed, fit):
+  """Bytes of a tied vocabulary table's float32 gradient split over tensor alone, which
+  XLA:TPU holds from the loss's backward to the embedding's and only then sums over fsdp
+  (`fit.tied_gradient` of it; on tensor 1 it sums the loss's part at once: gemma2_9b,
+  gemma3_27b and gpt3_175b in docs/performance.md)."""
+  if not m.tie_embeddings or sizes['tensor'] == 1 or sizes['fsdp'] == 1:
+    return 0.0
+  return fit.tied_gradient * _params_along(boxed, 'vocab') * 4 / sizes['tensor']
 
 
 def _teacher_bytes(config, sizes):

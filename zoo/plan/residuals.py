@@ -15,7 +15,10 @@ zoo/plan/compiled.py counts the FLOPs):
   backward as well;
 - `layer_embed`: the part of `layer` in [..., D] values (d_model last) of the compute
   dtype: inside a layer the residual stream is whole on each tensor shard (the rules split
-  its heads and F; float32 ones, a norm's, are fusions' work on the shard).
+  its heads and F; float32 ones, a norm's, are fusions' work on the shard);
+- `layer_float32`: the part of `layer` in float32 [rows, tokens, D] values where the
+  compute dtype is narrower (a norm's statistics and products, a float32 projection):
+  XLA:TPU's fusions recompute these at a rematerialised layer's backward.
 A batch of one row is traced. Residuals computed from the parameters alone (their
 compute-dtype copies) and the logits (the vocabulary last) are left out: the plan counts
 fsdp's gathered weights and the loss's logits itself. (Left out by their shape instead, a
@@ -40,7 +43,8 @@ from zoo.data import task as task_lib
 def _traced(config, layers, remat, on):
   """Bytes of one row's activations the backward keeps for `config` with `layers` per stack
   (a list, LAYER_FIELDS order) and the remat policy `remat` -> [all, those d_model wide in
-  the compute dtype]."""
+  the compute dtype, the float32 [rows, tokens, D] ones where the compute dtype is
+  narrower]."""
   variant = config.copy_and_resolve_references()
   with variant.unlocked():
     variant.model.update(scan_layers=False, remat=remat)
@@ -73,10 +77,15 @@ def _traced(config, layers, remat, on):
     rng = jax.random.PRNGKey(0)  # training: dropout's masks are kept too
     saved = _residuals(lambda p, b: loss({**others, 'params': p}, b, rng).total, params, batch)
   m = variant.model
-  sizes = [(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize,
-            a.shape[-1:] == (m.d_model,) and a.dtype == np.dtype(m.dtype))
-           for a in saved if a.shape[-1:] != (m.vocab_size,)]
-  return np.array([sum(n for n, _ in sizes), sum(n for n, embed in sizes if embed)], float)
+  compute, narrower = np.dtype(m.dtype), np.dtype(m.dtype) != np.float32
+  parts = np.zeros(3)
+  for a in saved:
+    if a.shape[-1:] != (m.vocab_size,):
+      wide = a.shape[-1:] == (m.d_model,)
+      stream = wide and a.ndim == 3  # [rows, tokens, D], not [rows, heads, L, L = D] scores
+      parts += int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize * np.array(
+          [1, wide and a.dtype == compute, stream and narrower and a.dtype == np.float32])
+  return parts
 
 
 def _residuals(f, params, *args):
@@ -126,20 +135,21 @@ def _measure(frozen, on):
   kept = base + sum((m[field] - dense - unit) * share for field, share in zip(fields, per_layer))
   layered = sum((m[field] - dense) * share for field, share in zip(fields, per_layer))
   # the largest layer of the unit without remat: each of its layers added one at a time
-  largest = np.zeros(2)
+  largest = np.zeros(3)
   for i in range(len(fields)):
     grown = [traced('none', i, j) for j in range(unit + 1)]
     largest = max([largest, *(b - a for a, b in zip(grown, grown[1:]))], key=lambda x: x[0])
   return {'kept': float(kept), 'layers': float(layered), 'layer': float(largest[0]),
-          'layer_embed': float(largest[1])}
+          'layer_embed': float(largest[1]), 'layer_float32': float(largest[2])}
 
 
 def measure(config, on, context=1):
-  """{'kept', 'layers', 'layer', 'layer_embed'} bytes (the module docstring) for the run's
-  config on platform `on` ('tpu', 'gpu', 'cpu'); on a ring of `context` devices, of a
-  device's block of data.seq_len / context positions: the row's bytes at length x taken
-  as a x + b x^2 (the scores of attention without a flash kernel are the square) from
-  traces at data.seq_len and half of it, so that every context of a sweep costs two."""
+  """{'kept', 'layers', 'layer', 'layer_embed', 'layer_float32'} bytes (the module
+  docstring) for the run's config on platform `on` ('tpu', 'gpu', 'cpu'); on a ring of
+  `context` devices, of a device's block of data.seq_len / context positions: the row's
+  bytes at length x taken as a x + b x^2 (the scores of attention without a flash kernel
+  are the square) from traces at data.seq_len and half of it, so that every context of a
+  sweep costs two."""
   whole = _measure(_key(config, 1), on)
   if context == 1:
     return whole
