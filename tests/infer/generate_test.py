@@ -122,6 +122,19 @@ def test_greedy_generation_equals_greedy_decoding_without_a_cache_and_stops_at_e
   assert list(got[1]) == want[1][:stop] + [0] * (6 - stop)
 
 
+def test_a_bfloat16_decoder_generates_a_batch_on_a_cpu_as_each_row_alone():
+  """XLA:CPU fails a batched decode step's bfloat16 attention scores at run time
+  (zoo/platform.py cpu_dot_operands): two rows generate together, each as it does alone."""
+  model, variables = _decoder(position='rope', dtype='bfloat16')
+  fn = jax.jit(generate.make(model, 6, {'temperature': 0.0}, eos_id=-1, pad_id=0))
+  ids, segments = decoding.left_pad(PROMPTS, pad_id=0)
+  both = np.asarray(fn(variables, ids, segments, jax.random.PRNGKey(0)))
+  for row, prompt in enumerate(PROMPTS):
+    alone = np.asarray(fn(variables, np.array([prompt], np.int32),
+                          np.ones((1, len(prompt)), np.int32), jax.random.PRNGKey(0)))
+    np.testing.assert_array_equal(both[row], alone[0])
+
+
 T5_INPUTS = np.array([[10, 11, 12, 13, 3], [20, 21, 3, 0, 0]], np.int32)  # right-padded
 
 

@@ -8,6 +8,8 @@ heads per kv head, K head dim. Masks are boolean, True = may attend, broadcastab
 import jax
 import jax.numpy as jnp
 
+from zoo import platform
+
 MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite, so fully masked rows stay finite
 
 
@@ -33,7 +35,7 @@ def dot_product_attention(query, key, value, mask=None, bias=None, scale=None, s
     raise ValueError(f'kv heads {G} do not divide query heads {H}')
   scale = K ** -0.5 if scale is None else scale
   q_BLGQK = q_BLHK.reshape(B, L, G, H // G, K)
-  logits_BGQLS = jnp.einsum('BLGQK,BSGK->BGQLS', q_BLGQK, k_BSGK,
+  logits_BGQLS = jnp.einsum('BLGQK,BSGK->BGQLS', *platform.cpu_dot_operands(q_BLGQK, k_BSGK),
                             preferred_element_type=jnp.float32) * scale
   logits_BHLS = soft_cap(logits_BGQLS.reshape(B, H, L, -1), softcap)
   if bias is not None:
