@@ -185,3 +185,38 @@ def test_bert_pairs_leak_little_of_their_label_through_their_length(tmp_path):
   out = nsp_leak.measure(config, str(tmp_path), rows=2000)
   assert 0.45 < out['not_next_share'] < 0.55
   assert out['threshold_accuracy'] < 0.6, out  # 0.65 with a split at any piece
+
+
+def test_gpu_speed_reports_gains_rooflines_and_the_plan_by_hand_and_refuses_unknown_variants():
+  spec = importlib.util.spec_from_file_location(
+      'gpu_speed', os.path.join(REPO, 'benchmarks', 'gpu_speed.py'))
+  gpu_speed = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(gpu_speed)
+  train = lambda tokens, seconds, gib: {'device': 'NVIDIA H100', 'tokens_per_sec': tokens,
+                                        'step_seconds': seconds, 'mfu': 0.5,
+                                        'compiled_bytes': gib * 2**30}
+  results = {
+      'bf16': {**train(1000, 2.0, 40), 'planned_seconds': 1.5, 'planned_bytes': 44 * 2**30},
+      'cublas': train(1250, 1.6, 40),
+      'lora': train(300, 1.0, 60),
+      'lhs': {'error': 'exit 1 (its traceback above)'},
+      'decode-gpt2_xl': {'device': 'NVIDIA H100', 'batches': {1: {
+          'tokens_per_sec': 500.0, 'roofline_tokens_per_sec': 1000.0}}},
+  }
+  lines = gpu_speed.report(results).splitlines()
+  assert lines[0] == 'on NVIDIA H100'
+  rows = {}  # each variant's first row (the train table's; bf16's second is the plan's)
+  for line in lines:
+    if line.startswith('| '):
+      rows.setdefault(line.split(' | ')[0][2:], line)
+  assert '| 1.25x |' in rows['cublas'] and '| 1.00x |' in rows['bf16']
+  assert '| - |' in rows['lora']  # another shape: no gain over bf16's
+  assert rows['lhs'].endswith('exit 1 (its traceback above) |')
+  assert rows['decode-gpt2_xl'] == '| decode-gpt2_xl | 1 | 500 | 1,000 | 50% |'
+  # the plan: 1.5 s planned against 2.0 measured, 44 GiB against 40 compiled
+  planned = [line for line in lines if line.startswith('| bf16 | 1.500')]
+  assert planned == ['| bf16 | 1.500 | 2.000 | 0.75 | 44.0 | 40.0 | 1.10 |']
+  refused = subprocess.run([sys.executable, 'benchmarks/gpu_speed.py', '--only=nope'],
+                           cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+  assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith(
+      "gpu_speed.py: error: --only: unknown variants ['nope']; they are bf16, cublas")
