@@ -44,6 +44,7 @@ import sys
 import time
 import traceback
 
+os.environ.setdefault('XLA_PYTHON_CLIENT_MEM_FRACTION', '0.92')  # each child's jax reads it
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GIB = 2**30
 LLAMA_2L = ('llama3_8b', ['model.num_layers=2', 'data.seq_len=4096'])
