@@ -153,10 +153,9 @@ def _decode(config_name, overrides, smoke):
   m = run.config.model
   model = families.build(m, run.config.train.lora)
   # the weights in bfloat16, as they are read (an 8B model's float32 AdamW state would not
-  # fit beside them: no train state is made); XLA:CPU's dots take no bfloat16 weights
-  narrow = jnp.bfloat16 if jax.default_backend() == 'gpu' else jnp.float32
+  # fit beside them: no train state is made)
   variables = jax.jit(lambda key: jax.tree.map(
-      lambda x: x.astype(narrow) if x.dtype == jnp.float32 else x,
+      lambda x: x.astype(jnp.bfloat16) if x.dtype == jnp.float32 else x,
       model.init(key, families.example_batch(m, 1, 8))))(jax.random.PRNGKey(0))
   chip = topology.chip_of(jax.devices()[0]) or topology.CHIPS['h100']
   weights = counting.param_count(counting.abstract_params(run.config)) * 2
@@ -198,6 +197,8 @@ def _spawn(name, args):
   flags = VARIANTS[name][4]
   env = dict(os.environ, XLA_FLAGS=' '.join(filter(None, [os.environ.get('XLA_FLAGS'), flags])))
   path = os.path.join(args.out, f'gpu_speed_{name}.json')
+  if os.path.exists(path):  # an earlier run's: not to be read as this one's
+    os.remove(path)
   command = [sys.executable, os.path.abspath(__file__), f'--worker={name}',
              f'--steps={args.steps}', f'--out={args.out}'] + (['--smoke'] if args.smoke else [])
   start = time.perf_counter()

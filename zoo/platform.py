@@ -6,7 +6,7 @@ does the test suite (tests/conftest.py), before anything compiles.
   skip_absent_tpu()          libtpu quiet where no TPU chip is attached
   unrolled_threefry_on_cpu() large random arrays hashed without a loop on CPUs (same bits)
   compiler_options(platform) the XLA options the zoo's jit passes (CPU: region analysis)
-  cpu_dot_operands(*xs)      bfloat16 attention scores' operands widened on CPUs (an XLA:CPU
+  cpu_dot_operands(on, *xs)  bfloat16 attention scores' operands widened on CPUs (an XLA:CPU
                              run-time failure)
   restart_tuned()            huge pages for XLA:CPU's temporaries (a glibc tunable, read at
                              process start, so the CLI re-executes itself once)
@@ -97,17 +97,17 @@ def unrolled_threefry_on_cpu():
 
 # ------------------------------------------------------------------------ XLA:CPU dots
 
-def cpu_dot_operands(*operands):
+def cpu_dot_operands(target, *operands):
   """The operands of a bfloat16 x bfloat16 -> float32 dot (preferred_element_type), widened
-  to float32 where the kernels are traced for a CPU (zoo/kernels `platform()`: the default
-  backend, or what a plan traces for): XLA:CPU compiles some such dots (the attention
-  scores of a batched decode step) to a thunk that fails at run time ('Unsupported element
-  type for DotThunk::Execute: BF16 x BF16 = F32', docs/contracts.md "Known problems").
-  Exact: a bfloat16 value is a float32 one and the products are summed in float32 either
-  way. For a GPU or TPU the operands are returned as they are."""
+  to float32 where `target`, the platform the kernels are traced for (zoo/kernels
+  `platform()`: the default backend, or what a plan traces for), is a CPU: XLA:CPU compiles
+  some such dots (the attention scores of a batched decode step) to a thunk that fails at
+  run time ('Unsupported element type for DotThunk::Execute: BF16 x BF16 = F32',
+  docs/contracts.md "Known problems"). Exact: a bfloat16 value is a float32 one and the
+  products are summed in float32 either way. For a GPU or TPU they are returned as they
+  are."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from zoo import kernels  # pylint: disable=g-import-not-at-top
-  if kernels.platform() != 'cpu':
+  if target != 'cpu':
     return operands
   return tuple(x.astype(jnp.float32) if x.dtype == jnp.bfloat16 else x for x in operands)
 

@@ -35,7 +35,9 @@ def dot_product_attention(query, key, value, mask=None, bias=None, scale=None, s
     raise ValueError(f'kv heads {G} do not divide query heads {H}')
   scale = K ** -0.5 if scale is None else scale
   q_BLGQK = q_BLHK.reshape(B, L, G, H // G, K)
-  logits_BGQLS = jnp.einsum('BLGQK,BSGK->BGQLS', *platform.cpu_dot_operands(q_BLGQK, k_BSGK),
+  from zoo import kernels  # pylint: disable=g-import-not-at-top (the package imports this)
+  operands = platform.cpu_dot_operands(kernels.platform(), q_BLGQK, k_BSGK)
+  logits_BGQLS = jnp.einsum('BLGQK,BSGK->BGQLS', *operands,
                             preferred_element_type=jnp.float32) * scale
   logits_BHLS = soft_cap(logits_BGQLS.reshape(B, H, L, -1), softcap)
   if bias is not None:
