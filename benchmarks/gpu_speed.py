@@ -148,6 +148,7 @@ def _decode(config_name, overrides, smoke):
   from zoo import counting  # pylint: disable=g-import-not-at-top
   from zoo.bench import jax_side  # pylint: disable=g-import-not-at-top
   from zoo import families  # pylint: disable=g-import-not-at-top
+  from zoo.plan import analytic  # pylint: disable=g-import-not-at-top
   from zoo.plan import topology  # pylint: disable=g-import-not-at-top
   run = _load(config_name, overrides)
   m = run.config.model
@@ -159,8 +160,8 @@ def _decode(config_name, overrides, smoke):
       model.init(key, families.example_batch(m, 1, 8))))(jax.random.PRNGKey(0))
   chip = topology.chip_of(jax.devices()[0]) or topology.CHIPS['h100']
   weights = counting.param_count(counting.abstract_params(run.config)) * 2
-  kv_per_token = 2 * m.num_layers * (m.num_kv_heads or m.num_heads) * (
-      m.head_dim or m.d_model // m.num_heads) * 2
+  kv_per_token = analytic.kv_cache(run.config, families.get(m).kv_cache_layers(m))[
+      'kv_cache_bytes_per_token']  # every cached layer's, in the compute dtype
   out = {'weights_bytes': weights, 'bandwidth': chip.hbm_bandwidth, 'batches': {}}
   for b in DECODE_BATCHES if not smoke else (1, 2):
     decoder = jax_side.Decoder(model, variables, b, PROMPT, NEW)
