@@ -260,6 +260,7 @@ def _validate_task(task, m):
                         'model.num_labels=0')
     return
   _one_of('data.task.kind', task.kind, tuple(TASK_METRICS))
+  _one_of('data.task.too_long', task.too_long, ('error', 'skip'))
   if not task.path:
     raise ConfigError(f'data.task.kind={task.kind!r} needs data.task.path: a directory '
                       'holding train.jsonl and eval.jsonl')

@@ -21,9 +21,11 @@ DEFAULT_TASK_METRICS = {
     'regression': ('pearson', 'spearman'),
     'text_to_text': ('exact_match', 'bleu', 'rouge_l'),
     'prompt_completion': ('exact_match', 'mc_accuracy', 'perplexity'),
+    'chat': (),  # the held-out loss over the assistant's tokens
+    'preference': (),  # the held-out preference loss and accuracy (train.objective)
 }
 OTHER_TASK_METRICS = {'classification': (), 'regression': (), 'text_to_text': ('perplexity',),
-                      'prompt_completion': ('bleu', 'rouge_l')}
+                      'prompt_completion': ('bleu', 'rouge_l'), 'chat': (), 'preference': ()}
 TASK_METRICS = {kind: DEFAULT_TASK_METRICS[kind] + OTHER_TASK_METRICS[kind]
                 for kind in DEFAULT_TASK_METRICS}
 TOKENIZERS = ('bpe', 'unigram')
@@ -295,10 +297,17 @@ def _data(m):
   # fine-tuning on a task (zoo/data/task.py) in place of pretraining on data.path
   d.task = ml_collections.ConfigDict({
       # '' = pretraining | 'classification' | 'regression' | 'text_to_text' |
-      # 'prompt_completion' (the kinds each family takes: its TASKS)
+      # 'prompt_completion' | 'chat' (instruction tuning) | 'preference' (pairs for
+      # train.objective dpo, ipo, simpo) (the kinds each family takes: its TASKS)
       'kind': '',
       'path': '',  # a directory holding train.jsonl and eval.jsonl
       'metrics': (),  # eval metrics (config.TASK_METRICS by kind); () = the kind's defaults
+      # chat, preference: the chat template (zoo/data/chat.py), a .jinja file or a checkpoint
+      # directory; '' = the one beside data.tokenizer.path, else ChatML turns
+      'template': '',
+      # chat, preference: a conversation over data.seq_len + 1 tokens is 'error' (one line
+      # naming it) or 'skip' (left out, counted in the run header)
+      'too_long': 'error',
   })
   return d
 

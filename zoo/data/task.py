@@ -8,6 +8,7 @@ The fields each data.task.kind reads (others are ignored):
   prompt_completion  prompt, completion; choices (optional): the candidate completions
                      multiple-choice accuracy scores (default: every distinct completion
                      of the split)
+  chat, preference   conversations rendered by a chat template (zoo/data/chat_task.py)
 A task is tokenized with the run's tokenizer (data.tokenizer.path: the pretrained
 checkpoint's; else one trained on the train split's text and cached in WORKDIR/tokenizer).
 The family turns each tokenized example into a model row (its `task_example`), and the
@@ -23,6 +24,8 @@ from typing import Any
 import grain
 
 from zoo import storage
+from zoo.data import chat
+from zoo.data import chat_task
 from zoo.data import tokenizer as tokenizer_lib
 from zoo.errors import ConfigError
 
@@ -35,6 +38,7 @@ FIELDS = {  # kind -> (required text fields, optional text fields); + label wher
 }
 HEADED = ('classification', 'regression')  # kinds a label head reads
 GENERATED = ('text_to_text', 'prompt_completion')  # kinds whose outputs are generated text
+PACKED = GENERATED + ('chat',)  # kinds whose rows pack several examples
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +52,7 @@ class Task:
   records: dict  # split -> the examples as read (text), for generated-output metrics
   num_labels: int  # classification: classes; regression: 1; else 0
   sources: tuple = ()
+  skipped: dict = dataclasses.field(default_factory=dict)  # split -> too long, left out
 
   def train_documents(self):
     return len(self.train)
@@ -60,11 +65,15 @@ def split_path(task_config, split):
 def read_split(task_config, split):
   """-> the split's examples (dicts), each checked for its kind's fields; a bad line is a
   ConfigError naming the file and the line."""
+  return [record for _, record in read_numbered(task_config, split)]
+
+
+def read_numbered(task_config, split):
+  """-> [(line number, example)] of the split, each checked as read_split says."""
   path = split_path(task_config, split)
   if not storage.isfile(path):
     raise ConfigError(f'data.task.path={task_config.path!r} has no {split}.jsonl; put the '
                       f'{split} split there, one JSON object per line')
-  required, optional = FIELDS[task_config.kind]
   records = []
   for number, line in enumerate(storage.read_text(path).splitlines(), 1):
     if not line.strip():
@@ -77,26 +86,33 @@ def read_split(task_config, split):
                         'line') from None
     if not isinstance(record, dict):
       raise ConfigError(f'{where}: not a JSON object; write one object per line')
-    for field in required + (('label',) if task_config.kind in HEADED else ()):
-      if field not in record:
-        raise ConfigError(f'{where}: no field {field!r}; data.task.kind='
-                          f'{task_config.kind!r} reads {", ".join(required)}'
-                          + (', label' if task_config.kind in HEADED else ''))
-    for field in required + optional:
-      if field in record and not isinstance(record[field], str):
-        raise ConfigError(f'{where}: field {field!r} must be a string, got '
-                          f'{type(record[field]).__name__}')
-    if 'choices' in record and task_config.kind == 'prompt_completion' and not (
-        isinstance(record['choices'], list) and record['choices'] and
-        all(isinstance(c, str) for c in record['choices']) and
-        record['completion'] in record['choices']):
-      raise ConfigError(f'{where}: field choices must be a list of strings holding the '
-                        'completion')
-    _check_label(record.get('label'), task_config.kind, where)
-    records.append(record)
+    if task_config.kind in chat_task.KINDS:
+      chat_task.check(record, task_config.kind, where)
+    else:
+      _check_fields(record, task_config.kind, where)
+    records.append((number, record))
   if not records:
     raise ConfigError(f'{path} holds no examples; data.task needs a non-empty {split} split')
   return records
+
+
+def _check_fields(record, kind, where):
+  required, optional = FIELDS[kind]
+  for field in required + (('label',) if kind in HEADED else ()):
+    if field not in record:
+      raise ConfigError(f'{where}: no field {field!r}; data.task.kind={kind!r} reads '
+                        f'{", ".join(required)}' + (', label' if kind in HEADED else ''))
+  for field in required + optional:
+    if field in record and not isinstance(record[field], str):
+      raise ConfigError(f'{where}: field {field!r} must be a string, got '
+                        f'{type(record[field]).__name__}')
+  if 'choices' in record and kind == 'prompt_completion' and not (
+      isinstance(record['choices'], list) and record['choices'] and
+      all(isinstance(c, str) for c in record['choices']) and
+      record['completion'] in record['choices']):
+    raise ConfigError(f'{where}: field choices must be a list of strings holding the '
+                      'completion')
+  _check_label(record.get('label'), kind, where)
 
 
 def _check_label(label, kind, where):
@@ -140,6 +156,8 @@ def label_count(data_config):
 
 
 def _texts(records, kind):
+  if kind in chat_task.KINDS:
+    return [text for r in records for text in chat_task.texts(r, kind)]
   required, optional = FIELDS[kind]
   return [r[f] for r in records for f in required + optional if f in r]
 
@@ -156,8 +174,11 @@ def tokenized(records, kind, tokenizer):
 
 def open_task(data_config, workdir, model_labels):
   """-> Task for data.task, with the tokenizer it reads (trained on the train split's
-  text when neither data.tokenizer.path nor WORKDIR/tokenizer has one)."""
+  text when neither data.tokenizer.path nor WORKDIR/tokenizer has one; for a conversation
+  kind, with the default template's turn markers as whole pieces)."""
   task = data_config.task
+  if task.kind in chat_task.KINDS:
+    return _open_conversations(data_config, workdir)
   records = {split: read_split(task, split) for split in SPLITS}
   size = num_labels(task.kind, records, model_labels, task)
   path = tokenizer_lib.load_or_train(data_config.tokenizer, workdir,
@@ -166,3 +187,24 @@ def open_task(data_config, workdir, model_labels):
   examples = {split: grain.MapDataset.source(tokenized(records[split], task.kind, tokenizer))
               for split in SPLITS}
   return Task(task.kind, tokenizer, examples['train'], examples['eval'], records, size)
+
+
+def _open_conversations(data_config, workdir):
+  task = data_config.task
+  numbered = {split: read_numbered(task, split) for split in SPLITS}
+  records = {split: [r for _, r in numbered[split]] for split in SPLITS}
+  path = tokenizer_lib.load_or_train(data_config.tokenizer, workdir,
+                                     lambda: _texts(records['train'], task.kind),
+                                     chat.TURN_MARKERS)
+  tokenizer = tokenizer_lib.load(path)
+  template = chat.for_run(task.template, path, tokenizer)
+  examples, skipped = {}, {}
+  for split in SPLITS:
+    made, skipped[split] = chat_task.tokenized(numbered[split], task.kind, template, tokenizer,
+                                               data_config, split_path(task, split))
+    if not made:
+      raise ConfigError(f'{split_path(task, split)}: every conversation is over '
+                        f'data.seq_len={data_config.seq_len} tokens; raise data.seq_len')
+    examples[split] = grain.MapDataset.source(made)
+  return Task(task.kind, tokenizer, examples['train'], examples['eval'], records, 0,
+              skipped=skipped)

@@ -94,6 +94,18 @@ class SentencePiece(Tokenizer):
   def encode(self, texts):
     return self.processor.encode(list(texts))
 
+  def encode_with_offsets(self, text):
+    """-> (ids, [(start, end)] each piece's characters in `text`)."""
+    try:  # pieces with their byte spans in `text`
+      pieces = self.processor.encode(text, return_type='proto').pieces
+    except TypeError:  # sentencepiece before return_type
+      pieces = self.processor.encode(text, out_type='immutable_proto').pieces
+    chars = np.cumsum([0] + [len(c.encode('utf-8')) for c in text])  # char -> byte
+    at = lambda byte: int(np.searchsorted(chars, byte, side='right') - 1)
+    # a byte-fallback piece may hold no whole character: it spans the one it is part of
+    return [p.id for p in pieces], [(at(p.begin), max(at(p.end - 1) + 1, at(p.begin) + 1))
+                                    for p in pieces]
+
   def decode(self, ids):
     return self.processor.decode([int(i) for i in ids])
 
@@ -121,6 +133,11 @@ class HuggingFace(Tokenizer):
 
   def encode(self, texts):
     return [e.ids for e in self.impl.encode_batch(list(texts), add_special_tokens=False)]
+
+  def encode_with_offsets(self, text):
+    """-> (ids, [(start, end)] each token's characters in `text`)."""
+    encoding = self.impl.encode(text, add_special_tokens=False)
+    return encoding.ids, encoding.offsets
 
   def decode(self, ids):
     return self.impl.decode([int(i) for i in ids], skip_special_tokens=False)
@@ -160,15 +177,16 @@ def checksum(path):
   return hashlib.sha256(storage.read_bytes(path)).hexdigest()
 
 
-def train(documents, vocab_size, model_type):
-  """Trains a byte-fallback tokenizer that keeps newlines and spacing exactly."""
+def train(documents, vocab_size, model_type, symbols=()):
+  """Trains a byte-fallback tokenizer that keeps newlines and spacing exactly; `symbols`
+  (a chat template's turn markers) are whole pieces after USER_SYMBOLS'."""
   proto = io.BytesIO()
   try:
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(documents[:TRAINING_DOCUMENTS]), model_writer=proto,
         vocab_size=vocab_size, model_type=model_type, character_coverage=1.0,
         byte_fallback=True, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-        user_defined_symbols=list(USER_SYMBOLS), remove_extra_whitespaces=False,
+        user_defined_symbols=[*USER_SYMBOLS, *symbols], remove_extra_whitespaces=False,
         normalization_rule_name='identity', max_sentence_length=1 << 16,
         hard_vocab_limit=False, num_threads=TRAINING_THREADS, minloglevel=2)
   except RuntimeError as e:
@@ -194,12 +212,13 @@ def load(model_path):
   return from_file(model_path)
 
 
-def load_or_train(tokenizer_config, workdir, documents):
+def load_or_train(tokenizer_config, workdir, documents, symbols=()):
   """The path of tokenizer.path, else of the model cached in WORKDIR/tokenizer, else of a
-  new one trained on documents() and cached there."""
+  new one trained on documents() (with `symbols` as whole pieces) and cached there."""
   cache = path(tokenizer_config, workdir)
   if not tokenizer_config.path and not storage.exists(cache):
-    tokenizer = train(documents(), tokenizer_config.vocab_size, tokenizer_config.type)
+    tokenizer = train(documents(), tokenizer_config.vocab_size, tokenizer_config.type,
+                      symbols)
     # every process of a pod trains the identical model (TRAINING_THREADS), so whichever
     # write lands last, all read the same bytes
     storage.write_bytes(cache, tokenizer.model_proto)

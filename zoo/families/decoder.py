@@ -38,7 +38,8 @@ SEPARATE_ENCODER_EMBED = False  # no encoder
 CONTEXT_CHUNKS = 2
 # data.task.kind values it fine-tunes on (text_to_text: inputs as the prompt, targets as
 # the completion)
-TASKS = ('classification', 'regression', 'prompt_completion', 'text_to_text')
+TASKS = ('classification', 'regression', 'prompt_completion', 'text_to_text', 'chat',
+         'preference')
 PROMPT_JOINT = ''  # printed between a prompt and its generated continuation
 PENALTIES_COUNT_PROMPT = True  # generation penalties count the prompt: it is the text continued
 INPUT_SPECIALS = ('bos',)  # around a text it reads: [BOS] text
@@ -58,6 +59,8 @@ def batch_spec(data_config, batch_size):
   a classification or regression task: one example per row and its label."""
   if data_config.task.kind in ('classification', 'regression'):
     return tasks.headed_spec(data_config, batch_size)
+  if data_config.task.kind == 'preference':
+    return tasks.pair_spec(data_config, batch_size)
   rows = (batch_size, data_config.seq_len)
   int32, float32 = np.dtype(np.int32), np.dtype(np.float32)
   return {'inputs': (rows, int32), 'targets': (rows, int32), 'segment_ids': (rows, int32),
@@ -124,7 +127,12 @@ def task_example(kind, example, tokenizer, data_config):
   """A task example as the decoder reads it. classification, regression: [BOS] text [EOS]
   (text_pair [EOS]) in one row, the head reading the last token; prompt_completion (and
   text_to_text: inputs, targets): [BOS] prompt completion [EOS], the loss on the
-  completion (zoo/families/tasks.py)."""
+  completion; chat: a rendered conversation, the loss on the assistant's tokens;
+  preference: its chosen and rejected rows (zoo/families/tasks.py)."""
+  if kind == 'chat':
+    return tasks.chat_row(example['ids'], example['mask'])
+  if kind == 'preference':
+    return tasks.pair_row(example, data_config.seq_len)
   if kind in ('classification', 'regression'):
     pair = 'text_pair' in example
     head = [] if tokenizer.bos_id is None else [tokenizer.bos_id]

@@ -25,7 +25,9 @@ ATTENTION = 'cross'
 LATENT_ATTENTION = PREDICTION_MODULES = False
 SEPARATE_ENCODER_EMBED = True  # model.separate_encoder_embed: its own table (T5Gemma)
 CONTEXT_CHUNKS = 0  # cross-attention over a split sequence is not built
-TASKS = ('text_to_text',)  # data.task.kind values it fine-tunes on (T5: every task as text)
+# data.task.kind values it fine-tunes on (T5: every task as text; a conversation's last
+# assistant turn as the targets of the turns before it, as FLAN's mixtures ran)
+TASKS = ('text_to_text', 'chat')
 PROMPT_JOINT = '\n=> '  # an answer, not a continuation
 PENALTIES_COUNT_PROMPT = False  # the prompt is the encoder's input, not the text written
 INPUT_SPECIALS = ('eos',)  # around a text it reads: text [EOS]
@@ -72,13 +74,25 @@ def loss(model, config, variables, batch, rng=None, whole=None, step=None):
 
 def task_example(kind, example, tokenizer, data_config):
   """A text_to_text example: inputs + EOS to the encoder, targets + EOS decoded (from id 0,
-  as in pretraining), each cut to its length (data.seq_len, data.target_seq_len)."""
-  del kind
+  as in pretraining), each cut to its length (data.seq_len, data.target_seq_len). chat:
+  the rendered conversation up to its last assistant turn is the inputs (cut from the
+  left), that turn's tokens the targets."""
   d, eos = data_config, tokenizer.eos_id
+  if kind == 'chat':
+    example = _last_turn(example['ids'], example['mask'])
+    example['inputs'] = example['inputs'][max(len(example['inputs']) - d.seq_len + 1, 0):]
   inputs = np.asarray([*example['inputs'][:d.seq_len - 1], eos], np.int32)
   targets = np.asarray([*example['targets'][:d.target_seq_len - 1], eos], np.int32)
   return {'encoder_inputs': inputs, 'decoder_targets': targets,
           'decoder_inputs': np.concatenate([[0], targets[:-1]]).astype(np.int32)}
+
+
+def _last_turn(ids, mask):
+  """-> {'inputs': the ids before the mask's last run of ones, 'targets': that run}."""
+  marked = np.flatnonzero(mask > 0)
+  end = marked[-1] + 1
+  start = end - np.argmin(np.concatenate([mask[:end][::-1] > 0, [False]]))
+  return {'inputs': ids[:start], 'targets': ids[start:end]}
 
 
 def kv_cache_layers(m):

@@ -55,6 +55,33 @@ def completion_row(prompt, completion, tokenizer, seq_len):
   return {'inputs': tokens[:-1], 'targets': tokens[1:], 'loss_weights': weights}
 
 
+def chat_row(ids, mask):
+  """A tokenized conversation as next-token inputs and targets, the loss weighting the
+  targets the template marks as the assistant's."""
+  return {'inputs': ids[:-1], 'targets': ids[1:], 'loss_weights': mask[1:]}
+
+
+def pair_spec(data_config, batch_size):
+  """A preference pair per row: [B, 2, L] leaves, chosen at 0 and rejected at 1."""
+  rows = (batch_size, 2, data_config.seq_len)
+  int32, float32 = np.dtype(np.int32), np.dtype(np.float32)
+  return {'inputs': (rows, int32), 'targets': (rows, int32), 'segment_ids': (rows, int32),
+          'positions': (rows, int32), 'loss_weights': (rows, float32)}
+
+
+def pair_row(example, seq_len):
+  """A tokenized pair as two padded rows (segment 0 past each), stacked [2, L]."""
+  def row(side):
+    ids, mask = example[f'{side}_ids'], example[f'{side}_mask']
+    pad = lambda x, dtype: np.pad(np.asarray(x, dtype), (0, seq_len - len(ids) + 1))
+    return {'inputs': pad(ids[:-1], np.int32), 'targets': pad(ids[1:], np.int32),
+            'segment_ids': pad(np.ones(len(ids) - 1), np.int32),
+            'positions': pad(np.arange(len(ids) - 1), np.int32),
+            'loss_weights': pad(mask[1:], np.float32)}
+  chosen, rejected = row('chosen'), row('rejected')
+  return {k: np.stack([chosen[k], rejected[k]]) for k in chosen}
+
+
 def headed_counts(batch):
   """Rows and real (non-padding) rows: a label head's loss normalisers."""
   return {'rows': batch['labels'].shape[0],

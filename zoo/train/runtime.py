@@ -244,7 +244,7 @@ def _rows(config, stream, streams, tokens, tokenizer, train, start=0, track_docu
     example = lambda e: family.task_example(kind, e, tokenizer, config.data)
     return pipeline.make_task_rows(
         tokens, family.batch_spec(config.data, 1), example, train=train,
-        packed=kind in task_lib.GENERATED, seed=config.train.seed, stream=stream,
+        packed=kind in task_lib.PACKED, seed=config.train.seed, stream=stream,
         num_streams=streams.num_streams)
   return pipeline.make_rows(
       tokens, config.data, train=train, seed=config.train.seed, stream=stream,
