@@ -57,7 +57,9 @@ def run(overrides):
     data = config_lib.load(FLAGS.config, overrides).data if FLAGS.config else \
         config_lib.base().data
     tokenizer = FLAGS.tokenizer or {'type': data.tokenizer.type,
-                                    'vocab_size': data.tokenizer.vocab_size}
+                                    'vocab_size': data.tokenizer.vocab_size,
+                                    **({'split_digits': True} if data.tokenizer.split_digits
+                                       else {})}
     start = time.time()
     manifest = prepare.prepare(
         FLAGS.input, FLAGS.output, tokenizer, fmt=FLAGS.format, field=FLAGS.field,

@@ -9,7 +9,7 @@ from zoo import storage
 from zoo.config import schema
 from zoo.config.schema import ACTIVATIONS, BLOCKS, DTYPES, NORM_POSITIONS, NORMS
 from zoo.config.schema import OBJECTIVES, OPTIMIZERS, POSITIONS, SCHEDULES, TOKENIZERS
-from zoo.config.schema import SPIKE_ACTIONS, SPIKE_SIGNALS, TASK_METRICS
+from zoo.config.schema import SPIKE_ACTIONS, SPIKE_SIGNALS, TASK_METRICS, TRAIN_OBJECTIVES
 from zoo.errors import ConfigError
 
 
@@ -24,6 +24,7 @@ def check(config):
   _validate_train(config.train, config.optim, config.data)
   _validate_lora(config.train.lora)
   _validate_teacher(config.train.teacher, m)
+  _validate_objective(config)
   _validate_generate(config.generate, m)
   _validate_mesh(config.mesh, config.sharding)
   _validate_pipeline(config.mesh, m)
@@ -88,6 +89,55 @@ def _validate_teacher(teacher, m):
   if not 0 <= teacher.top_k <= m.vocab_size:
     raise ConfigError(f'train.teacher.top_k={teacher.top_k} must be in [0, model.vocab_size='
                       f'{m.vocab_size}] (0 = the whole vocabulary)')
+
+
+def _validate_objective(config):
+  t, kind, family = config.train, config.data.task.kind, config.model.family
+  _one_of('train.objective', t.objective, TRAIN_OBJECTIVES)
+  pairs = t.objective in ('dpo', 'ipo', 'simpo')
+  if pairs != (kind == 'preference'):
+    raise ConfigError(f'train.objective={t.objective!r} and data.task.kind={kind!r}: '
+                      "preference pairs train with train.objective='dpo', 'ipo' or 'simpo', "
+                      'and those objectives read data.task.kind=\'preference\'; set both')
+  if t.objective == 'lm':
+    return
+  if family != 'decoder':
+    raise ConfigError(f'train.objective={t.objective!r} trains decoders (their completions\' '
+                      f'log-probabilities), not model.family={family!r}')
+  if t.teacher.workdir:
+    raise ConfigError(f'train.objective={t.objective!r} with train.teacher.workdir: its frozen '
+                      'model is a reference, not a teacher; clear train.teacher.workdir and '
+                      'name it train.reference')
+  p = t.preference
+  if p.beta <= 0 or not 0 <= p.label_smoothing < 0.5:
+    raise ConfigError(f'train.preference.beta={p.beta} must be > 0 and label_smoothing='
+                      f'{p.label_smoothing} in [0, 0.5)')
+  uses_reference = t.objective in ('dpo', 'ipo') or (t.objective == 'grpo' and t.grpo.kl_beta)
+  if uses_reference and not (t.lora.rank or t.reference or t.init_params):
+    raise ConfigError(f'train.objective={t.objective!r} compares with a frozen reference: set '
+                      'train.init_params (the model to start from, also the reference), '
+                      'train.reference, or train.lora.rank (the reference is the model '
+                      'without its adapters)')
+  if t.objective == 'grpo':
+    _validate_grpo(t.grpo, kind)
+
+
+def _validate_grpo(g, kind):
+  if kind != 'prompts':
+    raise ConfigError(f"train.objective='grpo' samples completions of data.task.kind="
+                      f"'prompts' (JSON lines with a prompt), not {kind!r}; set it")
+  if g.group_size < 2 or g.max_new_tokens < 1 or g.updates < 1:
+    raise ConfigError(f'train.grpo.group_size={g.group_size} must be >= 2 (advantages are '
+                      f'against the group), max_new_tokens={g.max_new_tokens} and updates='
+                      f'{g.updates} >= 1')
+  if ':' not in g.reward:
+    raise ConfigError(f'train.grpo.reward={g.reward!r} must name a function as '
+                      "'module:function', e.g. 'zoo.post.arithmetic:reward'")
+  _one_of('train.grpo.advantages', g.advantages, ('group', 'dr_grpo'))
+  _one_of('train.grpo.on_bad_reward', g.on_bad_reward, ('error', 'skip'))
+  if not 0 < g.epsilon < 1 or g.kl_beta < 0:
+    raise ConfigError(f'train.grpo.epsilon={g.epsilon} must be in (0, 1) and kl_beta='
+                      f'{g.kl_beta} >= 0')
 
 
 def _validate_lora(lora):

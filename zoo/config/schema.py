@@ -14,6 +14,7 @@ NORM_POSITIONS = ('pre', 'post')
 BLOCKS = ('sequential', 'parallel')
 POSITIONS = ('learned', 'sinusoidal', 'rope', 'alibi', 't5_bias', 'none')
 OBJECTIVES = ('causal_lm', 'mlm', 'span_corruption')
+TRAIN_OBJECTIVES = ('lm', 'dpo', 'ipo', 'simpo', 'grpo')  # train.objective (zoo/objectives)
 # fine-tuning tasks (data.task.kind): the eval metrics each reports by default, and the
 # others it can (data.task.metrics)
 DEFAULT_TASK_METRICS = {
@@ -23,9 +24,11 @@ DEFAULT_TASK_METRICS = {
     'prompt_completion': ('exact_match', 'mc_accuracy', 'perplexity'),
     'chat': (),  # the held-out loss over the assistant's tokens
     'preference': (),  # the held-out preference loss and accuracy (train.objective)
+    'prompts': (),  # grpo's held-out prompts: reward and exact answers (zoo/post/grpo.py)
 }
 OTHER_TASK_METRICS = {'classification': (), 'regression': (), 'text_to_text': ('perplexity',),
-                      'prompt_completion': ('bleu', 'rouge_l'), 'chat': (), 'preference': ()}
+                      'prompt_completion': ('bleu', 'rouge_l'), 'chat': (), 'preference': (),
+                      'prompts': ()}
 TASK_METRICS = {kind: DEFAULT_TASK_METRICS[kind] + OTHER_TASK_METRICS[kind]
                 for kind in DEFAULT_TASK_METRICS}
 TOKENIZERS = ('bpe', 'unigram')
@@ -293,6 +296,8 @@ def _data(m):
       'type': 'bpe',  # 'bpe' | 'unigram'
       'vocab_size': m.get_ref('vocab_size') - d.get_ref('reserved_ids'),  # derived
       'path': '',  # '' = train on the corpus and cache in WORKDIR/tokenizer
+      # numbers split into single digits (PaLM's and Llama's tokenizers; arithmetic)
+      'split_digits': False,
   })
   # fine-tuning on a task (zoo/data/task.py) in place of pretraining on data.path
   d.task = ml_collections.ConfigDict({
@@ -340,6 +345,15 @@ def _train():
   t.lora = ml_collections.ConfigDict({'rank': 0, 'alpha': 16.0, 'dropout': 0.0,
                                       'targets': 'query,value'})
   t.teacher = _teacher()  # logit distillation (its fields: _teacher below)
+  # what the step minimises (zoo/objectives): 'lm' (the family's loss: language modelling
+  # or a task's) | 'dpo' | 'ipo' | 'simpo' (data.task.kind='preference') | 'grpo' (zoo/post)
+  t.objective = 'lm'
+  # dpo, ipo and grpo's frozen reference: a run's workdir or an import (as train.teacher's);
+  # '' = train.init_params, the weights training starts from; with LoRA (train.lora.rank >
+  # 0) the model itself with its adapters off, no copy
+  t.reference = ''
+  t.preference = _preference()
+  t.grpo = _grpo()
   # gradient accumulation: each step's global batch runs as this many microbatches (rows
   # j, j+k, j+2k, ... of every stream's share), gradients summed in float32, one update
   t.microbatches = 1
@@ -390,6 +404,29 @@ def _train():
   t.fault = ml_collections.ConfigDict({'hang_step': 0, 'spike_step': 0, 'nonfinite': (0, 0),
                                        'kill_in_save': 0})
   return t
+
+def _preference():
+  # dpo, ipo, simpo (zoo/objectives/preference.py): beta (DPO's KL strength; IPO's tau;
+  # SimPO's reward scale), label_smoothing (cDPO's label-noise rate, dpo and simpo),
+  # simpo_gamma (SimPO's target reward margin)
+  return ml_collections.ConfigDict({'beta': 0.1, 'label_smoothing': 0.0, 'simpo_gamma': 0.5})
+
+
+def _grpo():
+  # grpo (zoo/objectives/grpo.py, zoo/post/grpo.py): data.task.path holds prompts
+  # ({"prompt", ...} JSON lines; the reward reads the rest); each step samples
+  # group_size completions per prompt with the zoo's cached sampler (generate.temperature,
+  # top_k, top_p; max_new_tokens each), scores them with `reward` ('module:function',
+  # called as function(completion text, example) -> float), and takes `updates` optimizer
+  # steps on them; advantages: each reward minus its group's mean, over the group's
+  # standard deviation ('group'; DeepSeekMath) or not ('dr_grpo'; Liu et al. 2025); the
+  # ratio clipped to [1 - epsilon, 1 + epsilon]; kl_beta x the k3 estimate of KL to the
+  # reference (0 = no reference); a reward that raises or is not finite: 'error' stops the
+  # run (the last checkpoint kept), 'skip' leaves that prompt's group out and counts it
+  return ml_collections.ConfigDict({
+      'group_size': 8, 'max_new_tokens': 64, 'reward': '', 'advantages': 'group',
+      'epsilon': 0.2, 'kl_beta': 0.04, 'updates': 1, 'on_bad_reward': 'error'})
+
 
 def _teacher():
   # logit distillation (zoo/families/distill.py): a frozen teacher (a zoo workdir, an

@@ -117,7 +117,8 @@ def _tokenizer_file(tokenizer, output, documents):
       texts = documents()
       if not texts:
         raise ConfigError(f'the inputs of {output} hold no text; point them at a corpus')
-      model = tokenizer_lib.train(texts, tokenizer['vocab_size'], tokenizer['type'])
+      model = tokenizer_lib.train(texts, tokenizer['vocab_size'], tokenizer['type'],
+                                  split_digits=tokenizer.get('split_digits', False))
       storage.write_bytes(target, model.model_proto)
     return target
   target = storage.join(output, 'tokenizer' + (os.path.splitext(tokenizer)[1] or '.model'))

@@ -177,9 +177,10 @@ def checksum(path):
   return hashlib.sha256(storage.read_bytes(path)).hexdigest()
 
 
-def train(documents, vocab_size, model_type, symbols=()):
+def train(documents, vocab_size, model_type, symbols=(), split_digits=False):
   """Trains a byte-fallback tokenizer that keeps newlines and spacing exactly; `symbols`
-  (a chat template's turn markers) are whole pieces after USER_SYMBOLS'."""
+  (a chat template's turn markers) are whole pieces after USER_SYMBOLS'; split_digits:
+  every digit its own piece."""
   proto = io.BytesIO()
   try:
     spm.SentencePieceTrainer.train(
@@ -188,7 +189,8 @@ def train(documents, vocab_size, model_type, symbols=()):
         byte_fallback=True, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
         user_defined_symbols=[*USER_SYMBOLS, *symbols], remove_extra_whitespaces=False,
         normalization_rule_name='identity', max_sentence_length=1 << 16,
-        hard_vocab_limit=False, num_threads=TRAINING_THREADS, minloglevel=2)
+        hard_vocab_limit=False, num_threads=TRAINING_THREADS, split_digits=split_digits,
+        minloglevel=2)
   except RuntimeError as e:
     if 'Vocabulary size is smaller than required_chars' not in str(e):
       raise
@@ -218,7 +220,7 @@ def load_or_train(tokenizer_config, workdir, documents, symbols=()):
   cache = path(tokenizer_config, workdir)
   if not tokenizer_config.path and not storage.exists(cache):
     tokenizer = train(documents(), tokenizer_config.vocab_size, tokenizer_config.type,
-                      symbols)
+                      symbols, tokenizer_config.split_digits)
     # every process of a pod trains the identical model (TRAINING_THREADS), so whichever
     # write lands last, all read the same bytes
     storage.write_bytes(cache, tokenizer.model_proto)

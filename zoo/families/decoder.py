@@ -39,7 +39,7 @@ CONTEXT_CHUNKS = 2
 # data.task.kind values it fine-tunes on (text_to_text: inputs as the prompt, targets as
 # the completion)
 TASKS = ('classification', 'regression', 'prompt_completion', 'text_to_text', 'chat',
-         'preference')
+         'preference', 'prompts')
 PROMPT_JOINT = ''  # printed between a prompt and its generated continuation
 PENALTIES_COUNT_PROMPT = True  # generation penalties count the prompt: it is the text continued
 INPUT_SPECIALS = ('bos',)  # around a text it reads: [BOS] text

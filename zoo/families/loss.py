@@ -34,6 +34,9 @@ class Loss(NamedTuple):
   # model.attention.log_max_logit: the 'logits' collection, each attention's max logit
   # per head (a scanned stack's [layers, H]); microbatches take the max, not the sum
   max_logits: dict | None = None
+  # sums an eval pass adds over its batches and divides by weight_sum, logged as eval_NAME
+  # (a preference objective's accuracy)
+  eval_sums: dict | None = None
 
 
 def cross_entropy(logits_BLV, targets_BL, weights_BL, z_loss=0.0):

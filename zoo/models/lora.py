@@ -98,6 +98,15 @@ def merge(params, scale):
   return out
 
 
+def switched_off(params):
+  """The parameters with every adapter's b at zero: the layers compute their frozen kernels
+  alone (a preference objective's reference, without a second copy of the model)."""
+  def one(path, x):
+    keys = tuple(k.key for k in path if hasattr(k, 'key'))  # dict keys (a box's aside)
+    return jnp.zeros_like(x) if is_adapter(keys) and keys[-1] == 'b' else x
+  return jax.tree_util.tree_map_with_path(one, params)
+
+
 def trainable(params):
   """A tree of bools like `params`: True on the adapters and on a task's label head
   (transformer.label_head's 'classifier', new in a fine-tuning run)."""

@@ -24,6 +24,7 @@ import jax
 import numpy as np
 
 from zoo import families
+from zoo import objectives
 from zoo import kernels
 from zoo import progress
 from zoo import run as run_lib
@@ -55,7 +56,7 @@ def lower(run, mesh):
   config = run.config
   parts = runtime.model_state(run, mesh)
   batch_sharding = sharding.batch_sharding(mesh)
-  batch = families.abstract_batch(config, batch_sharding)
+  batch = objectives.abstract_batch(config, batch_sharding)
   teacher = (parts.teacher.shardings, parts.teacher.abstract) if parts.teacher else ()
   step = jax.jit(parts.train_step(config),
                  in_shardings=(parts.shardings, batch_sharding, *teacher[:1]),

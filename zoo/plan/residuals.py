@@ -35,6 +35,7 @@ import ml_collections
 import numpy as np
 
 from zoo import families
+from zoo import objectives
 from zoo import kernels
 from zoo import sharding
 from zoo.data import task as task_lib
@@ -64,8 +65,8 @@ def _traced(config, layers, remat, on):
       # cuDNN's keeps (its output and log-sum-exp), stands in
       m.attention.kernel, on = 'auto', 'tpu'
   model = families.build(variant.model, variant.train.lora)
-  loss = families.loss_fn(model, variant)
-  batch = families.abstract_batch(variant)
+  loss = objectives.loss_fn(model, variant)
+  batch = objectives.abstract_batch(variant)
   with kernels.target(on), nn.logical_axis_rules(sharding.rules(variant)):
     boxed = jax.eval_shape(model.init, jax.random.PRNGKey(0),
                            families.example_batch(variant.model, 1, variant.data.seq_len))

@@ -12,16 +12,22 @@ from zoo.data import streams as streams_lib
 from zoo.train import metrics as metrics_lib
 from zoo.train import state as state_lib
 from zoo.train import step as step_lib
+from zoo.train import teacher as teacher_lib
 
 
-def evaluator(config, place, streams, corpus, state, task_eval=None):
+def evaluator(config, place, streams, corpus, state, task_eval=None, reference=None):
   """-> evaluate(model variables) -> the eval row: 'eval_loss', the mean loss over the first
-  train.eval_batches batches of the held-out split (the same batches every call), and with
-  `task_eval` (a factory, zoo/infer/task_eval.make) the task's metrics as 'eval_NAME'."""
-  eval_step = place.jit(step_lib.make_eval_step(state.loss_fn(config)),
+  train.eval_batches batches of the held-out split (the same batches every call), an
+  objective's eval sums as 'eval_NAME' (a preference accuracy), and with `task_eval` (a
+  factory, zoo/infer/task_eval.make) the task's metrics as 'eval_NAME'. reference: the
+  variables of an objective's frozen reference (state.teacher's), read once."""
+  teacher = state.teacher if config.train.objective != 'lm' else None
+  eval_step = place.jit(step_lib.make_eval_step(state.loss_fn(config), teacher and teacher.model),
                         (state_lib.model_variables(state.shardings),
-                         sharding.batch_sharding(place.mesh)),
+                         sharding.batch_sharding(place.mesh),
+                         *((teacher.shardings,) if teacher else ())),
                         sharding.replicated(place.mesh))
+  frozen = (reference,) if teacher else ()
   datasets = runtime.datasets(config, streams, corpus.eval, corpus.tokenizer,
                               train=False)
   batches = streams_lib.eval_batches(datasets, config.train.eval_batches)
@@ -34,15 +40,19 @@ def evaluator(config, place, streams, corpus, state, task_eval=None):
 
   def evaluate(variables):
     loss_sum = weight_sum = 0.0
-    predicted, labels = [], []
+    predicted, labels, sums = [], [], {}
     for batch in batches:
       out = jax.device_get(eval_step(variables,
-                                     sharding.to_global(batch, place.mesh, batch_size)))
+                                     sharding.to_global(batch, place.mesh, batch_size),
+                                     *frozen))
       loss_sum, weight_sum = loss_sum + out['loss_sum'], weight_sum + out['weight_sum']
+      for key in (k for k in out if k.startswith('sum_')):
+        sums[key[4:]] = sums.get(key[4:], 0.0) + out[key]
       if 'predictions' in out:  # a label head's, on the real rows
         predicted.append(out['predictions'][out['real']])
         labels.append(out['labels'][out['real']])
-    row = {'eval_loss': float(loss_sum / max(weight_sum, 1.0))}
+    row = {'eval_loss': float(loss_sum / max(weight_sum, 1.0)),
+           **{f'eval_{k}': float(v / max(weight_sum, 1.0)) for k, v in sums.items()}}
     if metrics:
       scores = metrics.headed(np.concatenate(predicted) if predicted else None,
                               np.concatenate(labels) if labels else None)
@@ -69,7 +79,8 @@ def run(resolved, workdir, task_eval=None):
   corpus = runtime.corpus(config, workdir)
   state = runtime.model_state(resolved, place.mesh)
   step, variables = runtime.restore_variables(config, workdir, state, '--mode=eval')
-  row = evaluator(config, place, streams, corpus, state, task_eval)(variables)
+  reference = state.teacher and teacher_lib.restore(state.teacher)
+  row = evaluator(config, place, streams, corpus, state, task_eval, reference)(variables)
   if jax.process_index() == 0:
     writer = metrics_lib.Writer(workdir)
     writer.write({'step': step, **row, 'mode': 'eval'})

@@ -319,7 +319,8 @@ def _first_step(run, workdir, b, log, goodput, writer, task_eval):
   with goodput.charge('compile'):  # the mesh's first step against one device's
     b.place, canary = _canary(config, b.place, b.state, batch[0])
   with goodput.charge('setup'):
-    evaluate = evaluate_lib.evaluator(config, b.place, b.streams, b.corpus, b.parts, task_eval)
+    evaluate = evaluate_lib.evaluator(config, b.place, b.streams, b.corpus, b.parts, task_eval,
+                                      b.teacher)
   header = _describe(run, workdir, b.place, b.streams, b.corpus, b.state['params'], b.step,
                      b.cache, b.init, b.notes + canary)
   steps = _Steps(b.parts.jit_train_step(b.place, config, b.teacher, donate=True), goodput,

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 from jax.experimental.compilation_cache import compilation_cache
 
 from zoo import families
+from zoo import objectives
 from zoo import kernels
 from zoo import models
 from zoo import platform
@@ -288,17 +289,19 @@ class ModelState:
   init_fn: Callable  # rng -> state, to jit with out_shardings=shardings
   abstract: dict  # the train state as ShapeDtypeStructs with shardings
   shardings: dict
-  teacher: Any = None  # train.teacher: zoo/train/teacher.py's Teacher (nothing read yet)
+  # train.teacher, or an objective's reference (train.reference): zoo/train/teacher.py's
+  # Teacher (nothing read yet)
+  teacher: Any = None
 
   def loss_fn(self, config):
-    return families.loss_fn(self.model, config)
+    return objectives.loss_fn(self.model, config)
 
   def train_step(self, config):
     """The (unjitted) train step: loss, optimizer, schedule, train.microbatches; with a
     teacher, (state, batch, teacher variables)."""
     return step_lib.make_train_step(self.loss_fn(config), self.optimizer,
                                     self.learning_rate_fn, config.train.microbatches,
-                                    families.counts_fn(config),
+                                    objectives.counts_fn(config),
                                     tuple(config.train.fault.nonfinite),
                                     state_lib.trainable(config.train.lora.rank,
                                                         self.abstract['params']),
@@ -336,7 +339,7 @@ def model_state(run, mesh):
   config = run.config
   model = families.build(config.model, config.train.lora)
   optimizer, init_fn, abstract, shardings = state_lib.make(model, config, mesh, run.schedule)
-  teacher = teacher_lib.prepare(config, mesh) if config.train.teacher.workdir else None
+  teacher = teacher_lib.prepare(config, mesh) if teacher_lib.source(config) else None
   return ModelState(model, optimizer, run.schedule, init_fn, abstract, shardings, teacher)
 
 

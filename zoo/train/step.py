@@ -36,8 +36,8 @@ def _accumulated(grad_fn, params, batch, rng, whole, k):
 
   def add(sums, inputs):
     (loss, grads), (sum_loss, sum_grads) = run(*inputs), sums
-    total = jax.tree.map(jnp.add, sum_loss._replace(max_logits=None),
-                         loss._replace(max_logits=None))
+    total = jax.tree.map(jnp.add, sum_loss._replace(max_logits=None, eval_sums=None),
+                         loss._replace(max_logits=None, eval_sums=None))
     highest = jax.tree.map(jnp.maximum, sum_loss.max_logits, loss.max_logits)
     return (total._replace(max_logits=highest), jax.tree.map(jnp.add, sum_grads, grads)), None
 
@@ -139,12 +139,16 @@ def make_train_step(loss_fn, optimizer, learning_rate_fn, microbatches=1, counts
   return train_step
 
 
-def make_eval_step(loss_fn):
-  """(model variables, batch) -> summed loss and weight, so batches combine exactly; with a
-  label head also its predictions, the labels and which rows are real (a task's metrics)."""
-  def eval_step(variables, batch):
-    loss = loss_fn(variables, batch)
-    out = {'loss_sum': loss.nll_sum, 'weight_sum': loss.weight_sum}
+def make_eval_step(loss_fn, teacher_model=None):
+  """(model variables, batch[, the reference's variables]) -> summed loss and weight (and
+  an objective's eval sums), so batches combine exactly; with a label head also its
+  predictions, the labels and which rows are real (a task's metrics). teacher_model: an
+  objective's frozen reference, whose variables come third."""
+  def eval_step(variables, batch, teacher=None):
+    extra = {} if teacher is None else {'teacher': (teacher_model, teacher)}
+    loss = loss_fn(variables, batch, **extra)
+    out = {'loss_sum': loss.nll_sum, 'weight_sum': loss.weight_sum,
+           **{f'sum_{k}': v for k, v in (loss.eval_sums or {}).items()}}
     if loss.predictions is not None:
       out.update(predictions=loss.predictions, labels=batch['labels'],
                  real=batch['segment_ids'][:, 0] > 0)

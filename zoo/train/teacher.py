@@ -1,4 +1,5 @@
-"""train.teacher: the frozen teacher of logit distillation (zoo/families/distill.py), read
+"""train.teacher: the frozen teacher of logit distillation (zoo/families/distill.py), or
+train.reference: the frozen reference of a post-training objective (zoo/objectives), read
 from its workdir, checked against the student before anything compiles, and laid out on
 the student's mesh by the student's sharding rules.
 
@@ -17,6 +18,7 @@ import jax.numpy as jnp
 from zoo import config as config_lib
 from zoo import families
 from zoo import models
+from zoo import objectives
 from zoo import sharding
 from zoo import storage
 from zoo.data import corpus as corpus_lib
@@ -37,23 +39,41 @@ class Teacher:
   weights: str  # where its parameters are read: a checkpoint's state or an import
 
 
+@dataclasses.dataclass(frozen=True)
+class Source:
+  field: str  # the config field that names it, for messages
+  workdir: str
+  quant: str
+
+
+def source(config):
+  """Where the frozen model is read from: train.teacher.workdir, else (an objective with a
+  reference copy) train.reference, else train.init_params; None when the run has none."""
+  t = config.train
+  if t.teacher.workdir:
+    return Source('train.teacher.workdir', t.teacher.workdir, t.teacher.quant)
+  if objectives.needs_reference(config):
+    field = 'train.reference' if t.reference else 'train.init_params'
+    return Source(field, t.reference or t.init_params, '')
+  return None
+
+
 def config_for(config):
   """The teacher's config (its workdir's), checked against the student's: a decoder over
   the same vocabulary and tokenizer; laid out by the student's mesh and sharding rules."""
-  t = config.train.teacher
+  t = source(config)
   teacher = run_config.load(t.workdir)
   if teacher is None and storage.exists(storage.join(t.workdir, IMPORTED_CONFIG)):
     teacher = config_lib.load(storage.join(t.workdir, IMPORTED_CONFIG))
   if teacher is None:
-    raise ConfigError(f'train.teacher.workdir={t.workdir}: no {run_config.FILE} (a trained '
+    raise ConfigError(f'{t.field}={t.workdir}: no {run_config.FILE} (a trained '
                       f'run) or {IMPORTED_CONFIG} (python -m zoo.convert.hf) there; pass '
-                      "the teacher's workdir")
+                      "the frozen model's workdir")
   if (config.model.family, teacher.model.family) != ('decoder', 'decoder'):
-    raise ConfigError(f'train.teacher.workdir={t.workdir}: distillation runs a decoder '
-                      f'teacher for a decoder student, not a {teacher.model.family} for a '
-                      f'{config.model.family}')
+    raise ConfigError(f'{t.field}={t.workdir}: a frozen {teacher.model.family} cannot '
+                      f'teach or refer a {config.model.family}; both must be decoders')
   if teacher.model.vocab_size != config.model.vocab_size:
-    raise ConfigError(f'train.teacher.workdir={t.workdir}: its model.vocab_size='
+    raise ConfigError(f'{t.field}={t.workdir}: its model.vocab_size='
                       f'{teacher.model.vocab_size} is not the student\'s '
                       f'{config.model.vocab_size}; the two must share a vocabulary')
   teacher = teacher.copy_and_resolve_references()
@@ -70,13 +90,13 @@ def config_for(config):
 
 def check_tokenizer(config, workdir, teacher_config):
   """A ConfigError unless the teacher read text with the student's tokenizer."""
-  t = config.train.teacher
+  t = source(config)
   mine = corpus_lib.tokenizer_path(config.data, workdir)
   theirs = corpus_lib.tokenizer_path(teacher_config.data, t.workdir)
   if not storage.exists(theirs) or not storage.exists(mine):
     return  # one of them makes it on first use from the same corpus settings
   if tokenizer_lib.checksum(mine) != tokenizer_lib.checksum(theirs):
-    raise ConfigError(f'train.teacher.workdir={t.workdir}: its tokenizer ({theirs}) is not '
+    raise ConfigError(f'{t.field}={t.workdir}: its tokenizer ({theirs}) is not '
                       f"the student's ({mine}); train the student with "
                       f'--config.data.tokenizer.path={theirs}')
 
@@ -96,11 +116,11 @@ def prepare(config, mesh):
       sharding.logical_to_shardings(specs, mesh, sharding.rules(config)), unboxed)
   abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                           unboxed, shardings)
-  t = config.train.teacher
+  t = source(config)
   weights = t.workdir if checkpoint.saved_steps(t.workdir) else teacher_config.train.init_params
   if not weights:
-    raise ConfigError(f'train.teacher.workdir={t.workdir}: no checkpoint there to read the '
-                      'teacher from; train it first')
+    raise ConfigError(f'{t.field}={t.workdir}: no checkpoint there to read the '
+                      'frozen model from; train it first')
   return Teacher(teacher_config, model, abstract, shardings, weights)
 
 
