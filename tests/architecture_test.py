@@ -14,11 +14,12 @@ LAYERS = (
     ('collectives', 'muon'),
     ('models',),
     ('families',),
-    ('phases',),
+    ('phases', 'objectives'),
     ('presets', 'recipes', 'counting', 'data', 'optim'),
     ('run',),
     ('train',),
     ('infer', 'plan', 'convert'),
+    ('post',),
     ('launch', 'prepare', 'bench', 'harness'),
 )
 

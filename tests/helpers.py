@@ -13,6 +13,7 @@ import numpy as np
 
 from zoo import config as config_lib
 from zoo import families
+from zoo import objectives
 from zoo import run as run_lib
 from zoo import sharding
 from zoo.data import readers
@@ -100,14 +101,19 @@ def family_batch(config, rows, seed=0):
   rng = np.random.default_rng(seed)
   vocab = config.model.vocab_size - config.data.num_sentinels
   batch = {}
-  for key, (shape, dtype) in families.batch_spec(config, rows).items():
+  rows_first = lambda a: a.reshape((-1,) + (1,) * (len(shape) - 1))  # [B] -> [B, 1, ...]
+  for key, (shape, dtype) in objectives.batch_spec(config, rows).items():
     if key.endswith('segment_ids'):
       value = np.ones(shape)
       value[:3] = 0
     elif key.endswith('positions'):
-      value = np.broadcast_to(np.arange(shape[1]), shape)
+      value = np.broadcast_to(np.arange(shape[-1]), shape)
     elif key.endswith('loss_weights'):
-      value = rng.random(shape) < np.linspace(0.1, 0.9, shape[0])[:, None]
+      value = rng.random(shape) < rows_first(np.linspace(0.1, 0.9, shape[0]))
+    elif key.endswith('_logps'):  # GRPO's sampling-time and reference log-probabilities
+      value = rng.normal(-4.0, 0.5, shape)
+    elif key == 'advantages':
+      value = rng.normal(0.0, 1.0, shape)
     elif key in ('token_type_ids', 'next_sentence_labels'):
       value = rng.integers(0, 2, shape)
     else:

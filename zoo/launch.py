@@ -75,6 +75,8 @@ def run(overrides):
   from zoo import storage  # pylint: disable=g-import-not-at-top
   from zoo.infer import run as infer_run  # pylint: disable=g-import-not-at-top
   from zoo.infer import task_eval  # pylint: disable=g-import-not-at-top
+  from zoo.post import grpo  # pylint: disable=g-import-not-at-top
+  from zoo.post import rewards  # pylint: disable=g-import-not-at-top
   from zoo.train import evaluate  # pylint: disable=g-import-not-at-top
   from zoo.train import checkpoint  # pylint: disable=g-import-not-at-top
   from zoo.train import loop  # pylint: disable=g-import-not-at-top
@@ -97,7 +99,10 @@ def run(overrides):
     if FLAGS.mode == 'train':
       place = runtime.placement(resolved)  # a mesh that cannot be built says so first
       preflight.check(resolved)  # before anything is written or compiled
-      loop.train(resolved, workdir, task_eval.make, place)
+      if resolved.config.train.objective == 'grpo':
+        grpo.train(resolved, workdir, place)
+      else:
+        loop.train(resolved, workdir, task_eval.make, place)
     elif FLAGS.mode == 'eval':
       evaluate.run(resolved, workdir, task_eval.make)
     else:
@@ -105,7 +110,7 @@ def run(overrides):
   except ConfigError as e:
     print(f'error: {e}', file=sys.stderr, flush=True)
     sys.exit(2)
-  except (loop.TrainingError, checkpoint.WriteError) as e:
+  except (loop.TrainingError, checkpoint.WriteError, rewards.RewardError) as e:
     print(f'error: {e}', file=sys.stderr, flush=True)
     sys.exit(1)
   except stop.Interrupted as e:

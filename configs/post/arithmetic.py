@@ -8,7 +8,8 @@ against the exact answer as its reward. docs/post.md has the numbers and the fig
     python -m zoo.launch --config=configs/post/arithmetic.py:grpo --workdir=runs/arithmetic/grpo
 
 The DPO and GRPO runs start from the SFT run (train.init_params), which is also their
-frozen reference, and read its tokenizer. `:smoke` after a variant shrinks it to seconds.
+frozen reference, and read its tokenizer. `_smoke` after a variant (`:sft_smoke`) shrinks it
+to seconds.
 """
 
 from zoo import config as config_lib
@@ -18,7 +19,7 @@ SFT = 'runs/arithmetic/sft'
 
 
 def get_config(arg='sft'):
-  variant, _, size = (arg or 'sft').partition(':')
+  variant, _, size = (arg or 'sft').partition('_')
   c = config_lib.base()
   m = c.model
   m.family, m.vocab_size, m.d_model, m.num_layers = 'decoder', 320, 128, 4
@@ -55,10 +56,11 @@ def get_config(arg='sft'):
     c.optim.learning_rate, c.optim.warmup_steps, c.optim.schedule = 5e-4, 5, 'constant'
   else:
     raise ValueError(f'unknown variant {arg!r} of arithmetic; use :sft, :dpo, :ipo, :simpo or '
-                     ':grpo, each optionally :smoke')
+                     ':grpo, each optionally with _smoke')
   if size == 'smoke':
     c.train.steps, c.train.eval_every, c.train.checkpoint_every = 4, 2, 2
+    c.train.log_every, c.optim.warmup_steps = 1, 1
     c.train.batch_size = 16 if variant == 'grpo' else 8
   elif size:
-    raise ValueError(f'unknown size {size!r}; use :{variant}:smoke or :{variant}')
+    raise ValueError(f'unknown size {size!r}; use :{variant}_smoke or :{variant}')
   return c

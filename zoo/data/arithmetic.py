@@ -26,11 +26,13 @@ LARGEST = 99  # operands 0..LARGEST
 EVAL_SUMS = 200  # held-out (a, b) pairs
 
 
-def problems(seed=0):
-  """-> (train, eval): lists of (a, b), every pair of 0..LARGEST once, eval drawn apart."""
-  pairs = [(a, b) for a in range(LARGEST + 1) for b in range(LARGEST + 1)]
+def problems(seed=0, largest=LARGEST):
+  """-> (train, eval): lists of (a, b), every pair of 0..largest once, eval (EVAL_SUMS, at
+  most a fifth) drawn apart."""
+  pairs = [(a, b) for a in range(largest + 1) for b in range(largest + 1)]
   order = np.random.default_rng(seed).permutation(len(pairs))
-  return ([pairs[i] for i in order[EVAL_SUMS:]], [pairs[i] for i in order[:EVAL_SUMS]])
+  held = min(EVAL_SUMS, len(pairs) // 5)
+  return [pairs[i] for i in order[held:]], [pairs[i] for i in order[:held]]
 
 
 def prompt(a, b):
@@ -54,9 +56,9 @@ def example(kind, a, b, rng):
   return {'prompt': prompt(a, b), 'answer': answer}
 
 
-def write(directory, seed=0):
+def write(directory, seed=0, largest=LARGEST):
   """Writes DIRECTORY/KIND/{train,eval}.jsonl for every kind; returns the directory."""
-  train, held_out = problems(seed)
+  train, held_out = problems(seed, largest)
   for kind in KINDS:
     os.makedirs(os.path.join(directory, kind), exist_ok=True)
     rng = np.random.default_rng(seed + 1)

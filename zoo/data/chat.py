@@ -219,6 +219,16 @@ def for_run(template_setting, tokenizer_path, tokenizer):
   return found or default(tokenizer)
 
 
+def end_of_turn_id(template, tokenizer):
+  """The id a generated assistant turn ends with: ChatML's end marker under the default
+  template, else the template's eos_token, where the tokenizer holds it as one piece; else
+  the tokenizer's EOS."""
+  candidates = [TURN_MARKERS[1]] if template.source == DEFAULT_TEMPLATE else []
+  candidates += [text for name, text in template.specials if name == 'eos_token']
+  found = [tokenizer.piece_id(text) for text in candidates]
+  return next((i for i in found if i is not None), tokenizer.eos_id)
+
+
 def encode(template, tokenizer, messages, tools=None, **kwargs):
   """-> (ids int32 [T], assistant mask float32 [T]) of the rendered conversation, the text
   tokenized as a whole (no special tokens added: the template writes them)."""

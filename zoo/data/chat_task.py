@@ -6,8 +6,10 @@ preference pairs (data.task.kind='preference'), each rendered with the run's cha
               the loss reads every assistant turn's tokens (the template's mask)
   preference  prompt (a text: one user turn; or messages), chosen and rejected (a text: one
               assistant turn; or a list of assistant messages); the completions differ
-A conversation longer than data.seq_len + 1 tokens is an error naming its line, or with
-data.task.too_long='skip' it is left out and counted.
+  prompts     prompt (as preference's), rendered with the generation prompt; the rest of
+              the line is the example the reward reads (train.grpo.reward)
+A conversation longer than data.seq_len + 1 tokens (a prompt: with its new tokens) is an
+error naming its line, or with data.task.too_long='skip' it is left out and counted.
 """
 
 import jinja2
@@ -16,7 +18,7 @@ import numpy as np
 from zoo.data import chat
 from zoo.errors import ConfigError
 
-KINDS = ('chat', 'preference')
+KINDS = ('chat', 'preference', 'prompts')
 
 
 def check(record, kind, where):
@@ -28,13 +30,14 @@ def check(record, kind, where):
       raise ConfigError(f'{where}: the conversation has no assistant turn, so nothing to '
                         'learn from; add the assistant\'s reply or drop the line')
     return
-  for field in ('prompt', 'chosen', 'rejected'):
+  fields = ('prompt',) if kind == 'prompts' else ('prompt', 'chosen', 'rejected')
+  for field in fields:
     if field not in record:
-      raise ConfigError(f'{where}: no field {field!r}; data.task.kind=\'preference\' reads '
-                        'prompt, chosen, rejected')
+      raise ConfigError(f'{where}: no field {field!r}; data.task.kind={kind!r} reads '
+                        f'{", ".join(fields)}')
     if not isinstance(record[field], str):
       _check_messages(record[field], field, where)
-  if _completion(record['chosen']) == _completion(record['rejected']):
+  if kind == 'preference' and _completion(record['chosen']) == _completion(record['rejected']):
     raise ConfigError(f'{where}: chosen and rejected are the same completion, which teaches '
                       'no preference; drop the line or fix one of them')
 
@@ -59,6 +62,8 @@ def texts(record, kind):
   """The record's text (a tokenizer trained for the task sees it)."""
   if kind == 'chat':
     messages = record['messages']
+  elif kind == 'prompts':
+    messages = _prompt(record['prompt'])
   else:
     messages = [*_prompt(record['prompt']), *_completion(record['chosen']),
                 *_completion(record['rejected'])]
@@ -81,13 +86,35 @@ def _encoded(template, tokenizer, messages, where, completion_turns=0):
   return np.asarray(ids, np.int32), chat.overlap_mask(offsets, spans)
 
 
-def tokenized(records, kind, template, tokenizer, data_config, path):
+def _rendered_prompt(template, tokenizer, prompt, where):
+  try:
+    text = template.render(_prompt(prompt), add_generation_prompt=True)
+  except jinja2.TemplateError as e:
+    raise ConfigError(f'{where}: the chat template refuses this prompt ({e}); fix the line '
+                      'or pick another data.task.template') from None
+  return np.asarray(tokenizer.encode_with_offsets(text)[0], np.int32)
+
+
+def tokenized(records, kind, template, tokenizer, data_config, path, new_tokens=0):
   """-> (examples, how many were too long and skipped): chat {'ids', 'mask'}; preference
-  {'chosen_ids', 'chosen_mask', 'rejected_ids', 'rejected_mask'}."""
+  {'chosen_ids', 'chosen_mask', 'rejected_ids', 'rejected_mask'}; prompts {'prompt_ids',
+  'index': the record's place in `records`, 'line'} (new_tokens: the room each leaves)."""
   examples, skipped = [], 0
   room = data_config.seq_len + 1  # a row's inputs and targets are its ids shifted by one
-  for number, record in records:
+  for index, (number, record) in enumerate(records):
     where = f'{path}:{number}'
+    if kind == 'prompts':
+      ids = _rendered_prompt(template, tokenizer, record['prompt'], where)
+      if len(ids) + new_tokens > room:
+        if data_config.task.too_long == 'skip':
+          skipped += 1
+          continue
+        raise ConfigError(f'{where}: the prompt is {len(ids)} tokens, which with '
+                          f'train.grpo.max_new_tokens={new_tokens} is over data.seq_len='
+                          f'{data_config.seq_len} + 1; raise data.seq_len, shorten it, or '
+                          "set data.task.too_long='skip'")
+      examples.append({'prompt_ids': ids, 'index': np.int32(index), 'line': np.int32(number)})
+      continue
     if kind == 'chat':
       ids, mask = _encoded(template, tokenizer, record['messages'], where)
       example = {'ids': ids, 'mask': mask}

@@ -53,6 +53,7 @@ class Task:
   num_labels: int  # classification: classes; regression: 1; else 0
   sources: tuple = ()
   skipped: dict = dataclasses.field(default_factory=dict)  # split -> too long, left out
+  template: Any = None  # a conversation kind's chat template (zoo/data/chat.py)
 
   def train_documents(self):
     return len(self.train)
@@ -172,13 +173,14 @@ def tokenized(records, kind, tokenizer):
           for i, r in enumerate(records)]
 
 
-def open_task(data_config, workdir, model_labels):
+def open_task(data_config, workdir, model_labels, new_tokens=0):
   """-> Task for data.task, with the tokenizer it reads (trained on the train split's
   text when neither data.tokenizer.path nor WORKDIR/tokenizer has one; for a conversation
-  kind, with the default template's turn markers as whole pieces)."""
+  kind, with the default template's turn markers as whole pieces). new_tokens: what each
+  prompt of a 'prompts' task leaves room for."""
   task = data_config.task
   if task.kind in chat_task.KINDS:
-    return _open_conversations(data_config, workdir)
+    return _open_conversations(data_config, workdir, new_tokens)
   records = {split: read_split(task, split) for split in SPLITS}
   size = num_labels(task.kind, records, model_labels, task)
   path = tokenizer_lib.load_or_train(data_config.tokenizer, workdir,
@@ -189,7 +191,7 @@ def open_task(data_config, workdir, model_labels):
   return Task(task.kind, tokenizer, examples['train'], examples['eval'], records, size)
 
 
-def _open_conversations(data_config, workdir):
+def _open_conversations(data_config, workdir, new_tokens):
   task = data_config.task
   numbered = {split: read_numbered(task, split) for split in SPLITS}
   records = {split: [r for _, r in numbered[split]] for split in SPLITS}
@@ -201,10 +203,11 @@ def _open_conversations(data_config, workdir):
   examples, skipped = {}, {}
   for split in SPLITS:
     made, skipped[split] = chat_task.tokenized(numbered[split], task.kind, template, tokenizer,
-                                               data_config, split_path(task, split))
+                                               data_config, split_path(task, split),
+                                               new_tokens)
     if not made:
       raise ConfigError(f'{split_path(task, split)}: every conversation is over '
                         f'data.seq_len={data_config.seq_len} tokens; raise data.seq_len')
     examples[split] = grain.MapDataset.source(made)
   return Task(task.kind, tokenizer, examples['train'], examples['eval'], records, 0,
-              skipped=skipped)
+              skipped=skipped, template=template)

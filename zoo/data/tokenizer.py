@@ -94,6 +94,11 @@ class SentencePiece(Tokenizer):
   def encode(self, texts):
     return self.processor.encode(list(texts))
 
+  def piece_id(self, text):
+    """The id of the piece spelled `text` (a special token), None if it is not one."""
+    found = self.processor.piece_to_id(text)
+    return None if found == self.processor.unk_id() and text != '<unk>' else found
+
   def encode_with_offsets(self, text):
     """-> (ids, [(start, end)] each piece's characters in `text`)."""
     try:  # pieces with their byte spans in `text`
@@ -133,6 +138,10 @@ class HuggingFace(Tokenizer):
 
   def encode(self, texts):
     return [e.ids for e in self.impl.encode_batch(list(texts), add_special_tokens=False)]
+
+  def piece_id(self, text):
+    """The id of the token spelled `text` (a special token), None if it is not one."""
+    return self.impl.token_to_id(text)
 
   def encode_with_offsets(self, text):
     """-> (ids, [(start, end)] each token's characters in `text`)."""

@@ -217,7 +217,8 @@ def corpus(config, workdir):
   first use). With data.task.kind: the task's examples (zoo/data/task.py); model.num_labels
   = 0 becomes the task's label count here, before the model is built."""
   if config.data.task.kind:
-    task = task_lib.open_task(config.data, workdir, config.model.num_labels)
+    new_tokens = config.train.grpo.max_new_tokens if config.train.objective == 'grpo' else 0
+    task = task_lib.open_task(config.data, workdir, config.model.num_labels, new_tokens)
     _check_vocab(config, task.tokenizer)
     config.model.num_labels = task.num_labels
     names = config.model.label_names
@@ -296,9 +297,15 @@ class ModelState:
   def loss_fn(self, config):
     return objectives.loss_fn(self.model, config)
 
+  def step_teacher(self, config):
+    """The frozen model the train step runs (a teacher, a preference reference), or None:
+    GRPO's rows carry their reference log-probabilities (zoo/post/grpo.py)."""
+    return None if config.train.objective == 'grpo' else self.teacher
+
   def train_step(self, config):
     """The (unjitted) train step: loss, optimizer, schedule, train.microbatches; with a
     teacher, (state, batch, teacher variables)."""
+    teacher = self.step_teacher(config)
     return step_lib.make_train_step(self.loss_fn(config), self.optimizer,
                                     self.learning_rate_fn, config.train.microbatches,
                                     objectives.counts_fn(config),
@@ -306,19 +313,19 @@ class ModelState:
                                     state_lib.trainable(config.train.lora.rank,
                                                         self.abstract['params']),
                                     config.optim.muon.qk_clip,
-                                    self.teacher and self.teacher.model)
+                                    teacher and teacher.model)
 
   def jit_train_step(self, place, config, teacher_variables=None, donate=False):
     """The train step jitted on `place`: (state, batch) -> (state, metrics), with the
     teacher's variables (teacher_lib.restore) bound as its third argument."""
-    mesh = place.mesh
+    mesh, teacher = place.mesh, self.step_teacher(config)
     in_shardings = (self.shardings, sharding.batch_sharding(mesh))
-    if self.teacher:
-      in_shardings += (self.teacher.shardings,)
+    if teacher:
+      in_shardings += (teacher.shardings,)
     jitted = place.jit(self.train_step(config), in_shardings,
                        (self.shardings, sharding.replicated(mesh)),
                        donate_argnums=(0,) if donate else ())
-    return jitted if self.teacher is None else WithTeacher(jitted, teacher_variables)
+    return jitted if teacher is None else WithTeacher(jitted, teacher_variables)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,88 @@
+"""The worked post-training example end to end at smoke size on 8 simulated devices: SFT on
+the zoo's sums, then DPO and GRPO from that checkpoint (configs/post/arithmetic.py)."""
+
+import math
+import os
+
+import numpy as np
+import pytest
+
+from tests import helpers
+from zoo import run as run_lib
+from zoo.data import arithmetic
+from zoo.post import grpo
+from zoo.train import loop
+from zoo.train import metrics as metrics_lib
+
+CONFIG = os.path.join(helpers.REPO, 'configs', 'post', 'arithmetic.py')
+
+
+def _run(variant, data, sft, *overrides):
+  kind = {'sft': 'chat', 'dpo': 'preference', 'grpo': 'prompts'}[variant]
+  paths = [f'data.task.path={data}/{kind}']
+  if variant != 'sft':
+    paths += [f'train.init_params={sft}',
+              f'data.tokenizer.path={sft}/tokenizer/bpe_320.model']
+  return run_lib.resolve(helpers.load(f'{CONFIG}:{variant}_smoke', [*paths, *overrides]))
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+  root = tmp_path_factory.mktemp('arithmetic')
+  data = arithmetic.write(str(root / 'data'), largest=19)
+  sft = str(root / 'sft')
+  loop.train(_run('sft', data, sft), sft)
+  return data, sft, root
+
+
+def test_sft_trains_on_the_assistant_turns(trained):
+  _, sft, _ = trained
+  rows = metrics_lib.read(sft)
+  losses = [r['loss'] for r in rows if 'loss' in r]
+  assert len(losses) == 4 and all(math.isfinite(x) for x in losses)
+  assert any('eval_loss' in r for r in rows)
+
+
+def test_dpo_starts_at_log_two_against_its_reference_and_logs_its_metrics(trained):
+  data, sft, root = trained
+  workdir = str(root / 'dpo')
+  loop.train(_run('dpo', data, sft), workdir)
+  rows = metrics_lib.read(workdir)
+  first = next(r for r in rows if r.get('step') == 1 and 'loss' in r)
+  # the policy starts as the reference (the SFT checkpoint): h = 0, loss = log 2
+  assert first['loss'] == pytest.approx(math.log(2.0), abs=1e-5)
+  assert first['reward_margin'] == pytest.approx(0.0, abs=1e-5)
+  for key in ('reward_chosen', 'reward_rejected', 'preference_accuracy', 'logps_chosen',
+              'logps_rejected'):
+    assert key in first
+  evals = [r for r in rows if 'eval_preference_accuracy' in r]
+  assert evals and 0.0 <= evals[-1]['eval_preference_accuracy'] <= 1.0
+
+
+def test_grpo_samples_scores_and_updates_then_resumes_done(trained):
+  data, sft, root = trained
+  workdir = str(root / 'grpo')
+  run = _run('grpo', data, sft)
+  last = grpo.train(run, workdir)
+  rows = metrics_lib.read(workdir)
+  evals = [r for r in rows if 'eval_reward' in r]
+  assert [r['step'] for r in evals] == [0, 2, 4]
+  assert all(0.0 <= r['eval_accuracy'] <= 1.0 for r in evals)
+  first = next(r for r in rows if r.get('step') == 1 and 'reward_mean' in r)
+  # one update a batch: the policy that sampled is the one updated, the reference its start
+  assert first['kl'] == pytest.approx(0.0, abs=1e-5)
+  assert first['ratio'] == pytest.approx(1.0, abs=1e-5)
+  for key in ('reward_std', 'clip_fraction', 'completion_length', 'time_sampling',
+              'time_training', 'grad_norm', 'skipped_groups'):
+    assert key in first, key
+  assert last['step'] == 4 and os.path.isdir(os.path.join(workdir, 'checkpoints', '4'))
+  assert grpo.train(run, workdir) is None  # resumed at step 4 of 4: nothing to do
+  assert len(metrics_lib.read(workdir)) == len(rows)
+
+
+def test_the_arithmetic_reward_reads_the_first_number():
+  example = {'answer': 42}
+  assert [arithmetic.reward(t, example) for t in ('42', ' 42 apples', '41', 'forty-two', '')] \
+      == [1.0, 1.0, 0.0, 0.0, 0.0]
+  train, held = arithmetic.problems(largest=19)
+  assert len(train) == 320 and len(held) == 80 and not set(train) & set(held)
