@@ -86,3 +86,23 @@ def test_the_arithmetic_reward_reads_the_first_number():
       == [1.0, 1.0, 0.0, 0.0, 0.0]
   train, held = arithmetic.problems(largest=19)
   assert len(train) == 320 and len(held) == 80 and not set(train) & set(held)
+
+
+def test_an_exported_chat_run_renders_the_same_ids_in_transformers(trained):
+  import transformers  # pylint: disable=g-import-not-at-top
+  from zoo.convert import export  # pylint: disable=g-import-not-at-top
+  from zoo.data import chat  # pylint: disable=g-import-not-at-top
+  from zoo.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  data, sft, root = trained
+  out = str(root / 'export')
+  export.export(_run('sft', data, sft), sft, out)
+  messages = [{'role': 'system', 'content': 'Add.'}, {'role': 'user', 'content': '12+7='},
+              {'role': 'assistant', 'content': '19'}, {'role': 'user', 'content': '3+4='}]
+  hf = transformers.AutoTokenizer.from_pretrained(out)
+  template = chat.from_directory(out)
+  assert template.source == chat.DEFAULT_TEMPLATE
+  zoo_tokenizer = tokenizer_lib.from_file(f'{sft}/tokenizer/bpe_320.model')
+  ids, _ = chat.encode(template, zoo_tokenizer, messages)
+  assert list(ids) == hf.apply_chat_template(messages, tokenize=True, return_dict=False)
+  prompt = template.render(messages, add_generation_prompt=True)
+  assert prompt == hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

@@ -10,10 +10,13 @@ AutoTokenizer and AutoModelForCausalLM / AutoModelForMaskedLM / AutoModelForSeq2
 it; a train.lora run's adapters are merged into the kernels (W + a b alpha / rank), so it
 loads as a plain model. config.json and generation_config.json carry the tokenizer's
 special-token ids (generation stops at the zoo's EOS), and tokenizer_config.json the run's
-data.seq_len (model_max_length), which an import reads back. DIR must be new or empty
+data.seq_len (model_max_length), which an import reads back. A run on conversations (a chat,
+preference or prompts task) writes its chat template as chat_template.jinja, so
+apply_chat_template gives the ids it trained on. DIR must be new or empty
 (nothing is overwritten); bad input is one line, exit code 2.
 """
 
+import os
 import sys
 
 import jax
@@ -25,6 +28,8 @@ from zoo.cli import split_overrides
 from zoo.convert import hf
 from zoo.convert import hf_tokenizer
 from zoo.convert import zoo_run
+from zoo.data import chat
+from zoo.data import chat_task
 from zoo.data import corpus as corpus_lib
 from zoo.models import lora
 from zoo.train import run_config
@@ -64,6 +69,10 @@ def export(run, workdir, out):
       d.num_sentinels if d.objective == 'span_corruption' else 0,
       token_types=config.model.type_vocab_size > 0)
   hf.set_token_ids(files.local, special)
+  if d.task.kind in chat_task.KINDS:
+    template = chat.for_run(d.task.template, tokenizer_path, tokenizer)
+    with open(os.path.join(files.local, chat.FILE), 'w', encoding='utf-8') as f:
+      f.write(template.source)
   zoo_run.write(config, files.local)  # the run itself, for an import back (zoo/convert/zoo_run.py)
   files.close()
   return step
