@@ -8,6 +8,7 @@
 - residuals.py: what the backward pass keeps, traced (the sweep's memory model reads it);
 - calibration.py: the memory model's grid of TPU compiles (benchmarks/plan_calibration.py);
 - suggest.py: the sweep's answer in words (plan's run line, the preflight's slice);
+- post.py: what a post-training objective adds (its reference, pairs, GRPO's sampling);
 - topology.py: TPU slice names, chips and their speeds.
 """
 
@@ -22,6 +23,7 @@ from zoo import storage
 from zoo.errors import ConfigError
 from zoo.plan import analytic
 from zoo.plan import compiled as compiled_lib
+from zoo.plan import post as post_lib
 from zoo.plan import preflight
 from zoo.plan import suggest
 from zoo.plan import sweep as sweep_lib
@@ -120,6 +122,8 @@ def run(resolved, json_path=None, compile_step=False, topology_name=None, sweep=
                       "sweep's best meshes: it needs --plan_sweep and a count >= 0")
   runtime.size_label_head(config)  # as training sizes the head
   result = analytic.plan(resolved, tpu_slice.chips if tpu_slice else None)
+  if config.train.objective != 'lm':
+    result['post_training'] = post_lib.plan(config, result['mesh'], result)
   # the kernel the step would use on the planned platform
   result['attention_kernel'], why = runtime.attention_kernel(
       config, result['mesh'].get('context', 1),
@@ -143,7 +147,7 @@ def run(resolved, json_path=None, compile_step=False, topology_name=None, sweep=
   elif tpu_slice or compile_step:
     devices = topology.devices(tpu_slice) if tpu_slice else jax.devices()
     _compiled(resolved, result, devices, tpu_slice)
-  print(analytic.report(result), flush=True)
+  print('\n'.join([analytic.report(result), *post_lib.lines(result)]), flush=True)
   if sweep:
     print(sweep_lib.table(result['sweep'], tpu_slice, sweep_top, sweep_all), flush=True)
   if json_path:

@@ -28,6 +28,7 @@ from zoo import families
 from zoo import sharding
 from zoo.families import loss as loss_lib
 from zoo.plan import analytic
+from zoo.plan import post
 from zoo.plan import residuals
 from zoo.train import state as state_lib
 
@@ -194,11 +195,12 @@ def _tied_gradient(m, sizes, boxed, fit):
 
 
 def _teacher_bytes(config, sizes):
-  """train.teacher's parameters per device (its forward's activations come and go before
-  the student's backward: not counted)."""
-  if not config.train.teacher.workdir:
-    return 0
-  return analytic.teacher_plan(config, sizes)['params_bytes_per_device']
+  """train.teacher's (or an objective's reference copy's) parameters per device (its
+  forward's activations come and go before the student's backward: not counted)."""
+  if config.train.teacher.workdir:
+    return analytic.teacher_plan(config, sizes)['params_bytes_per_device']
+  frozen = post.reference(config, sizes)
+  return frozen['params_bytes_per_device'] if frozen else 0
 
 
 def _largest_layer_weight(boxed, tensor, expert):
