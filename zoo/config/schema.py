@@ -345,15 +345,7 @@ def _train():
   t.lora = ml_collections.ConfigDict({'rank': 0, 'alpha': 16.0, 'dropout': 0.0,
                                       'targets': 'query,value'})
   t.teacher = _teacher()  # logit distillation (its fields: _teacher below)
-  # what the step minimises (zoo/objectives): 'lm' (the family's loss: language modelling
-  # or a task's) | 'dpo' | 'ipo' | 'simpo' (data.task.kind='preference') | 'grpo' (zoo/post)
-  t.objective = 'lm'
-  # dpo, ipo and grpo's frozen reference: a run's workdir or an import (as train.teacher's);
-  # '' = train.init_params, the weights training starts from; with LoRA (train.lora.rank >
-  # 0) the model itself with its adapters off, no copy
-  t.reference = ''
-  t.preference = _preference()
-  t.grpo = _grpo()
+  _post_training(t)
   # gradient accumulation: each step's global batch runs as this many microbatches (rows
   # j, j+k, j+2k, ... of every stream's share), gradients summed in float32, one update
   t.microbatches = 1
@@ -404,6 +396,18 @@ def _train():
   t.fault = ml_collections.ConfigDict({'hang_step': 0, 'spike_step': 0, 'nonfinite': (0, 0),
                                        'kill_in_save': 0})
   return t
+
+def _post_training(t):
+  # what the step minimises (zoo/objectives): 'lm' (the family's loss: language modelling
+  # or a task's) | 'dpo' | 'ipo' | 'simpo' (data.task.kind='preference') | 'grpo' (zoo/post)
+  t.objective = 'lm'
+  # dpo, ipo and grpo's frozen reference: a run's workdir or an import (as train.teacher's);
+  # '' = train.init_params, the weights training starts from; with LoRA (train.lora.rank >
+  # 0) the model itself with its adapters off, no copy
+  t.reference = ''
+  t.preference = _preference()
+  t.grpo = _grpo()
+
 
 def _preference():
   # dpo, ipo, simpo (zoo/objectives/preference.py): beta (DPO's KL strength; IPO's tau;
