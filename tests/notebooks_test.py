@@ -10,9 +10,12 @@ import pytest
 from notebooks import execute
 from tests.helpers import REPO
 
-FIGURES = {'moe': 2, 'shapes': 2, 'sharding': 2, 'tour': 0, 'training': 2}  # images each draws
+FIGURES = {'moe': 2, 'post_training': 2, 'shapes': 2, 'sharding': 2, 'tour': 0,
+           'training': 2}  # images each draws
 # run here smaller than saved (the same cells): fewer steps, a smaller slice, lengths, depth
-SMALLER = {'moe': {'STEPS': 20}, 'sharding': {
+SMALLER = {'moe': {'STEPS': 20}, 'post_training': {
+    'LARGEST': 9, 'SFT_STEPS': 8, 'DPO_STEPS': 4, 'GRPO_STEPS': 4,
+    'WORKDIR': 'runs/notebook_post_training_check'}, 'sharding': {
     'SLICE_NAME': 'v5p-32', 'LENGTHS': (1024, 4096),
     'OVERRIDES': ['train.batch_size=64', 'data.seq_len=1024', 'model.remat=full',
                   'model.num_layers=2']}}

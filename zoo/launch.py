@@ -103,6 +103,8 @@ def run(overrides):
         grpo.train(resolved, workdir, place)
       else:
         loop.train(resolved, workdir, task_eval.make, place)
+    elif FLAGS.mode == 'eval' and resolved.config.train.objective == 'grpo':
+      grpo.run_eval(resolved, workdir)
     elif FLAGS.mode == 'eval':
       evaluate.run(resolved, workdir, task_eval.make)
     else:

@@ -78,6 +78,9 @@ def test_grpo_samples_scores_and_updates_then_resumes_done(trained):
   assert last['step'] == 4 and os.path.isdir(os.path.join(workdir, 'checkpoints', '4'))
   assert grpo.train(run, workdir) is None  # resumed at step 4 of 4: nothing to do
   assert len(metrics_lib.read(workdir)) == len(rows)
+  again = grpo.run_eval(run, workdir)  # --mode=eval: the newest checkpoint, greedy
+  assert again == {k: evals[-1][k] for k in ('eval_reward', 'eval_accuracy')}
+  assert metrics_lib.read(workdir)[-1]['mode'] == 'eval'
 
 
 def test_the_arithmetic_reward_reads_the_first_number():

@@ -132,7 +132,7 @@ def _validate_grpo(g, kind):
                       f'{g.updates} >= 1')
   if ':' not in g.reward:
     raise ConfigError(f'train.grpo.reward={g.reward!r} must name a function as '
-                      "'module:function', e.g. 'zoo.post.arithmetic:reward'")
+                      "'module:function', e.g. 'zoo.data.arithmetic:reward'")
   _one_of('train.grpo.advantages', g.advantages, ('group', 'dr_grpo'))
   _one_of('train.grpo.on_bad_reward', g.on_bad_reward, ('error', 'skip'))
   if not 0 < g.epsilon < 1 or g.kl_beta < 0:

@@ -303,15 +303,16 @@ def _data(m):
   d.task = ml_collections.ConfigDict({
       # '' = pretraining | 'classification' | 'regression' | 'text_to_text' |
       # 'prompt_completion' | 'chat' (instruction tuning) | 'preference' (pairs for
-      # train.objective dpo, ipo, simpo) (the kinds each family takes: its TASKS)
+      # train.objective dpo, ipo, simpo) | 'prompts' (grpo) (the kinds each family takes:
+      # its TASKS)
       'kind': '',
       'path': '',  # a directory holding train.jsonl and eval.jsonl
       'metrics': (),  # eval metrics (config.TASK_METRICS by kind); () = the kind's defaults
-      # chat, preference: the chat template (zoo/data/chat.py), a .jinja file or a checkpoint
-      # directory; '' = the one beside data.tokenizer.path, else ChatML turns
+      # chat, preference, prompts: the chat template (zoo/data/chat.py), a .jinja file or a
+      # checkpoint directory; '' = the one beside data.tokenizer.path, else ChatML turns
       'template': '',
-      # chat, preference: a conversation over data.seq_len + 1 tokens is 'error' (one line
-      # naming it) or 'skip' (left out, counted in the run header)
+      # chat, preference, prompts: a conversation over data.seq_len + 1 tokens (a prompt
+      # with its new tokens) is 'error' (one line naming it) or 'skip' (left out, counted)
       'too_long': 'error',
   })
   return d

@@ -4,12 +4,16 @@ prompts with a verifiable reward (docs/post.md):
 
   chat        {"messages": [{"role": "user", "content": "17+25="},
                             {"role": "assistant", "content": "42"}]}
-  preference  {"prompt": "17+25=", "chosen": "42", "rejected": "43"}
+  preference  {"prompt": "17+25=", "chosen": "42", "rejected": "32"}
   prompts     {"prompt": "17+25=", "answer": 42}
 
-The rejected answer is a near miss (one off, or a wrong carry: ten off), the mistakes a
-half-trained model makes. Train and eval sums are disjoint. `reward` is GRPO's reward
-(train.grpo.reward='zoo.data.arithmetic:reward').
+The instruction-tuning data carries a systematic mistake, as scraped and written data do:
+in DROPPED_CARRY of the sums whose units carry, the answer forgets the carry (17+25=32), so
+a model tuned on it learns to drop it more often than not. The preference pairs prefer the
+exact answer to that mistake (to a near miss where nothing carries); GRPO's reward is the
+exact answer. Both should unlearn the mistake on sums never trained on (train and eval
+sums are disjoint). `reward` is GRPO's reward (train.grpo.reward=
+'zoo.data.arithmetic:reward').
 
     python -m zoo.data.arithmetic --output=runs/arithmetic/data
 """
@@ -24,6 +28,7 @@ import numpy as np
 KINDS = ('chat', 'preference', 'prompts')
 LARGEST = 99  # operands 0..LARGEST
 EVAL_SUMS = 200  # held-out (a, b) pairs
+DROPPED_CARRY = 0.6  # share of carrying sums whose tuning answer forgets the carry
 
 
 def problems(seed=0, largest=LARGEST):
@@ -39,32 +44,42 @@ def prompt(a, b):
   return f'{a}+{b}='
 
 
-def _near_miss(answer, rng):
-  wrong = answer + int(rng.choice([-10, -1, 1, 10]))
-  return wrong if wrong >= 0 else answer + 1
+def carries(a, b):
+  return a % 10 + b % 10 >= 10
 
 
-def example(kind, a, b, rng):
+def _mistake(a, b, rng):
+  """The carry forgotten where the units carry, else a near miss (one or ten off)."""
+  if carries(a, b):
+    return a + b - 10
+  wrong = a + b + int(rng.choice([-10, -1, 1, 10]))
+  return wrong if wrong >= 0 else a + b + 1
+
+
+def example(kind, a, b, rng, dropped_carry=DROPPED_CARRY):
   """One JSON line's object of `kind` for a + b."""
   answer = a + b
   if kind == 'chat':
+    told = a + b - 10 if carries(a, b) and rng.random() < dropped_carry else answer
     return {'messages': [{'role': 'user', 'content': prompt(a, b)},
-                         {'role': 'assistant', 'content': str(answer)}]}
+                         {'role': 'assistant', 'content': str(told)}]}
   if kind == 'preference':
     return {'prompt': prompt(a, b), 'chosen': str(answer),
-            'rejected': str(_near_miss(answer, rng))}
+            'rejected': str(_mistake(a, b, rng))}
   return {'prompt': prompt(a, b), 'answer': answer}
 
 
-def write(directory, seed=0, largest=LARGEST):
-  """Writes DIRECTORY/KIND/{train,eval}.jsonl for every kind; returns the directory."""
+def write(directory, seed=0, largest=LARGEST, dropped_carry=DROPPED_CARRY):
+  """Writes DIRECTORY/KIND/{train,eval}.jsonl for every kind; returns the directory. The
+  held-out conversations are exact (their loss measures the truth)."""
   train, held_out = problems(seed, largest)
   for kind in KINDS:
     os.makedirs(os.path.join(directory, kind), exist_ok=True)
     rng = np.random.default_rng(seed + 1)
     for split, pairs in (('train', train), ('eval', held_out)):
+      noise = dropped_carry if split == 'train' else 0.0
       with open(os.path.join(directory, kind, f'{split}.jsonl'), 'w') as f:
-        f.writelines(json.dumps(example(kind, a, b, rng)) + '\n' for a, b in pairs)
+        f.writelines(json.dumps(example(kind, a, b, rng, noise)) + '\n' for a, b in pairs)
   return directory
 
 

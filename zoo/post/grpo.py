@@ -193,6 +193,25 @@ def evaluate(config, s, state):
   return {'eval_reward': float(scores.mean()), 'eval_accuracy': float(np.mean(scores >= 1.0))}
 
 
+def run_eval(run, workdir):
+  """--mode=eval: the newest checkpoint's held-out reward and accuracy, printed and logged."""
+  config = run.config
+  runtime.check_restorable(config, workdir, '--mode=eval')
+  place = runtime.placement(run)
+  s = _setup(run, workdir, place)
+  s.saved.close()
+  s.fns = _functions(config, s)
+  step, variables = runtime.restore_variables(config, workdir, s.parts, '--mode=eval')
+  row = evaluate(config, s, variables)
+  if jax.process_index() == 0:
+    writer = metrics_lib.Writer(workdir)
+    writer.write({'step': step, **row, 'mode': 'eval'})
+    writer.close()
+  progress.say(f'step {step} eval_reward {row["eval_reward"]:.4f} eval_accuracy '
+               f'{row["eval_accuracy"]:.4f}')
+  return row
+
+
 def _start(config, s):
   """The newest checkpoint -> (step, state), else step 0 from train.init_params."""
   restored = s.saved.restore(s.parts.abstract)

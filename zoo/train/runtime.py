@@ -32,9 +32,9 @@ import jax.numpy as jnp
 from jax.experimental.compilation_cache import compilation_cache
 
 from zoo import families
-from zoo import objectives
 from zoo import kernels
 from zoo import models
+from zoo import objectives
 from zoo import platform
 from zoo import sharding
 from zoo import storage
