@@ -43,6 +43,9 @@ def get_config(arg='sft'):
     c.train.steps, c.train.batch_size = 200, 32
     c.train.eval_every = c.train.checkpoint_every = 50
     c.train.preference.beta = 0.1
+    # RPO's term (Pang et al. 2024): without it DPO lowers the chosen answers' likelihood
+    # with the rejected ones' and greedy answers get worse (docs/post.md)
+    c.train.preference.nll_weight = 1.0
     c.optim.learning_rate, c.optim.warmup_steps, c.optim.schedule = 5e-4, 10, 'constant'
   elif variant == 'grpo':
     c.data.task.kind, c.data.task.path = 'prompts', f'{DATA}/prompts'
@@ -53,7 +56,7 @@ def get_config(arg='sft'):
     c.train.grpo.group_size, c.train.grpo.max_new_tokens = 8, 4
     c.train.grpo.reward = 'zoo.data.arithmetic:reward'
     c.generate.temperature = 1.0
-    c.optim.learning_rate, c.optim.warmup_steps, c.optim.schedule = 5e-4, 5, 'constant'
+    c.optim.learning_rate, c.optim.warmup_steps, c.optim.schedule = 1e-4, 5, 'constant'
   else:
     raise ValueError(f'unknown variant {arg!r} of arithmetic; use :sft, :dpo, :ipo, :simpo or '
                      ':grpo, each optionally with _smoke')

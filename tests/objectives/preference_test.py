@@ -1,6 +1,6 @@
-"""DPO, IPO and SimPO losses and gradients against float64 numpy written from the papers'
-formulas, hand-computed cases, and the objective's log-probabilities against the model's
-logits."""
+"""DPO, IPO and SimPO losses (with RPO's NLL term) and gradients against float64 numpy
+written from the papers' formulas, hand-computed cases, and the objective's
+log-probabilities against the model's logits."""
 
 import flax.linen as nn
 import jax
@@ -12,7 +12,7 @@ from tests import helpers
 from zoo import families
 from zoo.objectives import preference
 
-BETA, SMOOTHING, GAMMA = 0.3, 0.1, 0.4
+BETA, SMOOTHING, GAMMA, ALPHA = 0.3, 0.1, 0.4, 0.7
 
 
 def _log_sigmoid(x):
@@ -33,11 +33,14 @@ def _reference(kind, pi, ref, lengths):
     scale = BETA if kind == 'dpo' else 1.0
     h = scale * ((pi[:, 0] - ref[:, 0]) - (pi[:, 1] - ref[:, 1]))
     dh = np.stack([np.full_like(h, scale), np.full_like(h, -scale)], 1)
+  # RPO's term, alpha x the chosen completion's mean token NLL (Pang et al. 2024, eq. 2)
+  nll = -ALPHA * pi[:, 0] / lengths[:, 0]
+  dnll = np.stack([-ALPHA / lengths[:, 0], np.zeros(len(h))], 1)
   if kind == 'ipo':
-    return (h - 1 / (2 * BETA)) ** 2, (2 * (h - 1 / (2 * BETA)))[:, None] * dh
+    return (h - 1 / (2 * BETA)) ** 2 + nll, (2 * (h - 1 / (2 * BETA)))[:, None] * dh + dnll
   loss = -(1 - SMOOTHING) * _log_sigmoid(h) - SMOOTHING * _log_sigmoid(-h)
   dloss = -(1 - SMOOTHING) * _sigmoid(-h) + SMOOTHING * _sigmoid(h)
-  return loss, dloss[:, None] * dh
+  return loss + nll, dloss[:, None] * dh + dnll
 
 
 @pytest.mark.parametrize('kind', preference.KINDS)
@@ -50,7 +53,7 @@ def test_pair_losses_and_gradients_equal_the_papers_formulas_in_float64(kind):
   def total(pi_):
     loss_B, _, _ = preference.pair_losses(kind, pi_, jnp.asarray(ref, jnp.float32),
                                           jnp.asarray(lengths, jnp.float32), BETA,
-                                          SMOOTHING, GAMMA)
+                                          SMOOTHING, GAMMA, ALPHA)
     return jnp.sum(loss_B), loss_B
 
   (_, loss_B), grad = jax.value_and_grad(total, has_aux=True)(jnp.asarray(pi, jnp.float32))

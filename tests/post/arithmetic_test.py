@@ -109,3 +109,28 @@ def test_an_exported_chat_run_renders_the_same_ids_in_transformers(trained):
   assert list(ids) == hf.apply_chat_template(messages, tokenize=True, return_dict=False)
   prompt = template.render(messages, add_generation_prompt=True)
   assert prompt == hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def test_a_reward_that_fails_mid_run_stops_it_keeping_the_checkpoints(trained):
+  from tests.post import failing_reward  # pylint: disable=g-import-not-at-top
+  from zoo.post import rewards  # pylint: disable=g-import-not-at-top
+  data, sft, root = trained
+  workdir = str(root / 'grpo_failing')
+  failing_reward.calls = 0
+  run = _run('grpo', data, sft, "train.grpo.reward='tests.post.failing_reward:reward'")
+  # calls: 80 held-out at step 0, 16 a step, 80 again at step 2; the 201st is in step 3
+  with pytest.raises(rewards.RewardError, match=r"raised ValueError: the grader is down on "
+                                                r'the prompt at .*prompts/train\.jsonl:\d+'):
+    grpo.train(run, workdir)
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2']
+
+
+def test_t5_is_instruction_tuned_on_conversations(trained, tmp_path):
+  data, _, _ = trained
+  config = helpers.smoke('t5_v1_1_small', 'train.steps=6', 'train.eval_every=6',
+                         'train.checkpoint_every=6', 'data.task.kind=chat',
+                         f'data.task.path={data}/chat', 'data.target_seq_len=8',
+                         'data.seq_len=32', 'optim.warmup_steps=1')
+  loop.train(run_lib.resolve(config), str(tmp_path))
+  losses = [r['loss'] for r in metrics_lib.read(str(tmp_path)) if 'loss' in r]
+  assert len(losses) == 6 and losses[-1] < losses[0]

@@ -109,9 +109,9 @@ def _validate_objective(config):
                       'model is a reference, not a teacher; clear train.teacher.workdir and '
                       'name it train.reference')
   p = t.preference
-  if p.beta <= 0 or not 0 <= p.label_smoothing < 0.5:
-    raise ConfigError(f'train.preference.beta={p.beta} must be > 0 and label_smoothing='
-                      f'{p.label_smoothing} in [0, 0.5)')
+  if p.beta <= 0 or not 0 <= p.label_smoothing < 0.5 or p.nll_weight < 0:
+    raise ConfigError(f'train.preference.beta={p.beta} must be > 0, label_smoothing='
+                      f'{p.label_smoothing} in [0, 0.5) and nll_weight={p.nll_weight} >= 0')
   uses_reference = t.objective in ('dpo', 'ipo') or (t.objective == 'grpo' and t.grpo.kl_beta)
   if uses_reference and not (t.lora.rank or t.reference or t.init_params):
     raise ConfigError(f'train.objective={t.objective!r} compares with a frozen reference: set '

@@ -413,8 +413,10 @@ def _post_training(t):
 def _preference():
   # dpo, ipo, simpo (zoo/objectives/preference.py): beta (DPO's KL strength; IPO's tau;
   # SimPO's reward scale), label_smoothing (cDPO's label-noise rate, dpo and simpo),
-  # simpo_gamma (SimPO's target reward margin)
-  return ml_collections.ConfigDict({'beta': 0.1, 'label_smoothing': 0.0, 'simpo_gamma': 0.5})
+  # simpo_gamma (SimPO's target reward margin), nll_weight (RPO's alpha: x the chosen
+  # completion's mean token NLL, added; 0 = none)
+  return ml_collections.ConfigDict({'beta': 0.1, 'label_smoothing': 0.0, 'simpo_gamma': 0.5,
+                                    'nll_weight': 0.0})
 
 
 def _grpo():

@@ -229,7 +229,7 @@ def load_or_train(tokenizer_config, workdir, documents, symbols=()):
   cache = path(tokenizer_config, workdir)
   if not tokenizer_config.path and not storage.exists(cache):
     tokenizer = train(documents(), tokenizer_config.vocab_size, tokenizer_config.type,
-                      symbols, tokenizer_config.split_digits)
+                      symbols, tokenizer_config.get('split_digits', False))
     # every process of a pod trains the identical model (TRAINING_THREADS), so whichever
     # write lands last, all read the same bytes
     storage.write_bytes(cache, tokenizer.model_proto)

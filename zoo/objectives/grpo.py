@@ -13,7 +13,7 @@ its group's mean, over the group's standard deviation ('group') or not ('dr_grpo
 2025, which also drops the per-completion length normalisation; token-level averaging has
 none).
 
-Glossary: B rows (prompts x G), L length, G group size.
+Glossary: B rows of a batch (P x G), L length, P prompts, G group size.
 """
 
 import jax

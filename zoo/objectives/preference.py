@@ -11,11 +11,14 @@ and w the chosen and rejected, |y| a completion's token count, beta and eps
          loss = (h - 1 / (2 beta))^2
   simpo  (Meng et al. 2024, eq. 6; no reference): h = beta (pi_c / |y_c| - pi_w / |y_w|)
          - gamma,  loss = -(1 - eps) log s(h) - eps log s(-h)
+With train.preference.nll_weight = alpha > 0 each pair adds alpha x the chosen completion's
+mean token negative log-likelihood, -pi_c / |y_c| (RPO: Pang et al. 2024, eq. 2), which keeps
+DPO from pushing the chosen answer's own likelihood down with the rejected one's.
 Logged: the loss, the implicit rewards (beta (pi - r); SimPO: beta pi / |y|) of each side
 and their margin, the share of pairs whose chosen reward is higher (preference_accuracy),
 and the mean summed log-probabilities of each side.
 
-Glossary: B pairs, L length, V vocab.
+Glossary: B rows of a batch (each a pair), L length, V vocab.
 """
 
 import jax
@@ -64,7 +67,8 @@ def reference_logps(model, variables, batch, teacher):
   return jax.lax.stop_gradient(sequence_logps(model, variables, batch)[0])
 
 
-def pair_losses(kind, policy_B2, reference_B2, lengths_B2, beta, label_smoothing, gamma):
+def pair_losses(kind, policy_B2, reference_B2, lengths_B2, beta, label_smoothing, gamma,
+                nll_weight=0.0):
   """-> (each pair's loss [B], chosen reward [B], rejected reward [B]) by the formulas in
   the module docstring; index 0 of the last axis is the chosen completion."""
   if kind == 'simpo':
@@ -79,6 +83,8 @@ def pair_losses(kind, policy_B2, reference_B2, lengths_B2, beta, label_smoothing
   else:
     loss_B = (-(1.0 - label_smoothing) * jax.nn.log_sigmoid(h_B) -
               label_smoothing * jax.nn.log_sigmoid(-h_B))
+  if nll_weight:
+    loss_B = loss_B - nll_weight * policy_B2[:, 0] / jnp.maximum(lengths_B2[:, 0], 1.0)
   return loss_B, rewards_B2[:, 0], rewards_B2[:, 1]
 
 
@@ -92,7 +98,8 @@ def loss(model, config, variables, batch, rng=None, whole=None, step=None, teach
   reference_B2 = (jnp.zeros_like(policy_B2) if kind == 'simpo' else
                   reference_logps(model, variables, batch, teacher))
   loss_B, chosen_B, rejected_B = pair_losses(kind, policy_B2, reference_B2, lengths_B2,
-                                             p.beta, p.label_smoothing, p.simpo_gamma)
+                                             p.beta, p.label_smoothing, p.simpo_gamma,
+                                             p.nll_weight)
   real_B = _real(batch)
   pairs = jnp.maximum(whole['pairs'], 1.0)
   share = lambda x_B: jnp.sum(x_B * real_B) / pairs

@@ -15,7 +15,7 @@ held-out prompts answered greedily, their mean reward (eval_reward) and the shar
 reward (eval_accuracy). Checkpoints as the train loop's (train.checkpoint_every, Ctrl-C and
 SIGTERM save the step); a resumed run samples the prompts it would have.
 
-Glossary: P prompts, G group size, B = P x G rows, L length.
+Glossary: P prompts, G group size, B rows of a batch (P x G), L length.
 """
 
 import dataclasses

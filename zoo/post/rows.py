@@ -2,7 +2,7 @@
 sampler, the sampled tokens cut at the end of the turn and decoded, and the training rows
 (prompt + completion, the loss on the completion) with their advantages.
 
-Glossary: P prompts, G completions per prompt, B = P x G rows, N new tokens, L length.
+Glossary: P prompts, G completions per prompt, B rows of a batch (P x G), N new tokens, L length.
 """
 
 import numpy as np
