@@ -37,7 +37,7 @@ def reference(config, sizes):
   total, held, _, _ = analytic.state_bytes(boxed, sharding.rules(own), sizes, own.optim)
   return {'params': total, 'params_bytes_per_device': held['params'],
           'forward_flops_per_token': counting.flops_per_token(own, boxed) / 3,
-          'shape': "the policy's (train.init_params)"}
+          'shape': "the policy's shape, from train.init_params"}
 
 
 def plan(config, sizes, result):
@@ -86,6 +86,10 @@ def lines(result):
     return []
   gib = lambda b: f'{b / 2**30:.2f} GiB'
   out = [f"post-training ({post['objective']}): {post['flops_per_step']:.4g} FLOPs a step"]
+  if 'topology' in result:  # at the slice's peak, every chip busy
+    t = result['topology']
+    seconds = post['flops_per_step'] / (t['chips'] * t['peak_flops_per_chip'])
+    out[0] += f", {seconds:.3g} s at {t['name']}'s peak"
   if 'reference' in post:
     r = post['reference']
     out.append(f"reference ({r['shape']}): {r['params']:,} parameters, "

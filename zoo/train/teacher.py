@@ -58,10 +58,8 @@ def source(config):
   return None
 
 
-def config_for(config):
-  """The teacher's config (its workdir's), checked against the student's: a decoder over
-  the same vocabulary and tokenizer; laid out by the student's mesh and sharding rules."""
-  t = source(config)
+def _saved_config(t):
+  """The config a frozen model's workdir holds (a run's, or an import's)."""
   teacher = run_config.load(t.workdir)
   if teacher is None and storage.exists(storage.join(t.workdir, IMPORTED_CONFIG)):
     teacher = config_lib.load(storage.join(t.workdir, IMPORTED_CONFIG))
@@ -69,6 +67,16 @@ def config_for(config):
     raise ConfigError(f'{t.field}={t.workdir}: no {run_config.FILE} (a trained '
                       f'run) or {IMPORTED_CONFIG} (python -m zoo.convert.hf) there; pass '
                       "the frozen model's workdir")
+  return teacher
+
+
+def config_for(config):
+  """The teacher's config (its workdir's; a reference read from train.init_params has the
+  student's own model, whose weights those are), checked against the student's: a decoder
+  over the same vocabulary and tokenizer; laid out by the student's mesh and sharding
+  rules."""
+  t = source(config)
+  teacher = config if t.field == 'train.init_params' else _saved_config(t)
   if (config.model.family, teacher.model.family) != ('decoder', 'decoder'):
     raise ConfigError(f'{t.field}={t.workdir}: a frozen {teacher.model.family} cannot '
                       f'teach or refer a {config.model.family}; both must be decoders')
