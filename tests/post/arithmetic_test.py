@@ -125,6 +125,18 @@ def test_a_reward_that_fails_mid_run_stops_it_keeping_the_checkpoints(trained):
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2']
 
 
+def test_skipped_groups_are_counted_and_leave_the_update_finite(trained):
+  data, sft, root = trained
+  workdir = str(root / 'grpo_skipping')
+  run = _run('grpo', data, sft, "train.grpo.reward='tests.post.failing_reward:nan_for_odd'",
+             "train.grpo.on_bad_reward='skip'", 'train.eval_every=100')
+  grpo.train(run, workdir)
+  rows = [r for r in metrics_lib.read(workdir) if 'reward_mean' in r]
+  assert sum(r['skipped_groups'] for r in rows) > 0
+  assert all(math.isfinite(r['loss']) and math.isfinite(r['grad_norm']) for r in rows
+             if 'loss' in r)
+
+
 def test_t5_is_instruction_tuned_on_conversations(trained, tmp_path):
   data, _, _ = trained
   config = helpers.smoke('t5_v1_1_small', 'train.steps=6', 'train.eval_every=6',

@@ -156,7 +156,9 @@ def _sampled_batch(config, s, state, step):
            'skipped_groups': int((~good_P).sum())}
   if not good_P.any():
     return None, stats
-  advantages_PG = grpo_lib.advantages(rewards_PG, g.advantages) * good_P[:, None]
+  # a skipped group's rewards are NaN: it gets no advantage and no loss weight
+  rewards_PG = np.where(good_P[:, None], rewards_PG, 0.0)
+  advantages_PG = grpo_lib.advantages(rewards_PG, g.advantages)
   batch = rows_lib.training_rows([e['prompt_ids'] for e in examples], done,
                                  advantages_PG.reshape(-1), config.data.seq_len, g.group_size)
   batch['loss_weights'] *= np.repeat(good_P, g.group_size)[:, None]
@@ -174,7 +176,8 @@ def _sampled_batch(config, s, state, step):
 
 
 def evaluate(config, s, state):
-  """The held-out prompts answered greedily -> {'eval_reward', 'eval_accuracy'}."""
+  """The held-out prompts answered greedily -> {'eval_reward', 'eval_accuracy'} (and
+  'eval_skipped': prompts whose reward was bad, under on_bad_reward='skip')."""
   g, task = config.train.grpo, s.task
   count, scores = config.train.batch_size, []
   examples = [task.eval[i] for i in range(len(task.eval))]
@@ -186,11 +189,14 @@ def evaluate(config, s, state):
     records = [task.records['eval'][int(e['index'])] for e in chunk]
     where = [f"{task_lib.split_path(config.data.task, 'eval')}:{int(e['line'])}"
              for e in chunk]
-    scored, _ = rewards_lib.score(s.reward, g.reward, texts[:len(chunk)], records, where,
-                                  'error', 1)
-    scores.extend(scored[:, 0])
+    scored, good = rewards_lib.score(s.reward, g.reward, texts[:len(chunk)], records, where,
+                                     g.on_bad_reward, 1)
+    scores.extend(scored[good, 0])
   scores = np.asarray(scores)
-  return {'eval_reward': float(scores.mean()), 'eval_accuracy': float(np.mean(scores >= 1.0))}
+  row = {'eval_reward': float(scores.mean()) if len(scores) else 0.0,
+         'eval_accuracy': float(np.mean(scores >= 1.0)) if len(scores) else 0.0}
+  return {**row, 'eval_skipped': len(examples) - len(scores)} if len(scores) < len(
+      examples) else row
 
 
 def run_eval(run, workdir):
