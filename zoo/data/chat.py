@@ -2,9 +2,10 @@
 rendered to text with the Jinja template its checkpoint ships, exactly as transformers'
 `apply_chat_template` renders it, and tokenized with the mask of the assistant's tokens.
 
-The environment is transformers' contract for templates (docs/data.md, "Chat"): Jinja's
-immutable sandbox with trim_blocks and lstrip_blocks, loop controls, `raise_exception`,
-`strftime_now`, a `tojson` that keeps non-ASCII and takes indent, separators and sort_keys,
+The environment is transformers' contract for templates (docs/post.md, "Chat templates"):
+Jinja's immutable sandbox with trim_blocks and lstrip_blocks, loop controls,
+`raise_exception`, `strftime_now`, a `tojson` that keeps non-ASCII and takes indent,
+separators and sort_keys,
 the tokenizer's special tokens (bos_token, eos_token, ...) as variables, and the
 `{% generation %}` tag, which marks the assistant's text.
 
@@ -229,10 +230,14 @@ def end_of_turn_id(template, tokenizer):
   return next((i for i in found if i is not None), tokenizer.eos_id)
 
 
-def encode(template, tokenizer, messages, tools=None, **kwargs):
+def encode(template, tokenizer, messages, tools=None, last_turns=0, **kwargs):
   """-> (ids int32 [T], assistant mask float32 [T]) of the rendered conversation, the text
-  tokenized as a whole (no special tokens added: the template writes them)."""
+  tokenized as a whole (no special tokens added: the template writes them). last_turns >
+  0: only the last that many assistant spans are masked in (a completion after a prompt
+  that has assistant turns of its own)."""
   text, spans = template.assistant_spans(messages, tools, **kwargs)
+  if last_turns:
+    spans = spans[-last_turns:]
   ids, offsets = tokenizer.encode_with_offsets(text)
   return np.asarray(ids, np.int32), overlap_mask(offsets, spans)
 

@@ -71,19 +71,16 @@ def texts(record, kind):
 
 
 def _encoded(template, tokenizer, messages, where, completion_turns=0):
-  """(ids, mask) of a conversation; completion_turns > 0: only the last that many
-  assistant spans count (a preference pair's completion, not its prompt's turns)."""
+  """(ids, mask) of a conversation (chat.encode), a refusal named by its line;
+  completion_turns > 0: only the last that many assistant spans count (a preference pair's
+  completion, not its prompt's turns)."""
   try:
-    text, spans = template.assistant_spans(messages)
+    return chat.encode(template, tokenizer, messages, last_turns=completion_turns)
   except jinja2.TemplateError as e:
     raise ConfigError(f'{where}: the chat template refuses this conversation ({e}); fix the '
                       'line (roles, their order) or pick another data.task.template') from None
   except ConfigError as e:
     raise ConfigError(f'{where}: {e}') from None
-  if completion_turns:
-    spans = spans[-completion_turns:]
-  ids, offsets = tokenizer.encode_with_offsets(text)
-  return np.asarray(ids, np.int32), chat.overlap_mask(offsets, spans)
 
 
 def _rendered_prompt(template, tokenizer, prompt, where):
