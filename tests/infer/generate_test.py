@@ -323,9 +323,9 @@ def test_ids_past_the_tokenizer_print_as_t5_sentinels_or_as_ids():
     decode = staticmethod(lambda ids: ''.join(chr(97 + i) for i in ids))
   data = lambda objective: ml_collections.ConfigDict({'objective': objective,
                                                       'num_sentinels': 10})
-  assert run._text(Letters(), [0, 1, 19, 2, 18], data('span_corruption')) == (
+  assert run.text(Letters(), [0, 1, 19, 2, 18], data('span_corruption')) == (
       'ab<extra_id_0>c<extra_id_1>')
-  assert run._text(Letters(), [0, 15, 1], data('causal_lm')) == 'a<id 15>b'
+  assert run.text(Letters(), [0, 15, 1], data('causal_lm')) == 'a<id 15>b'
 
 
 def test_cached_decoding_on_a_data_fsdp_tensor_mesh_gives_the_unsharded_logits():

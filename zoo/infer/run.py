@@ -33,7 +33,7 @@ def check(config, prompts):
     draft.check(config, prompts)
 
 
-def _text(tokenizer, ids, data_config):
+def text(tokenizer, ids, data_config):
   """Ids -> text; ids past the tokenizer are T5 sentinels (<extra_id_k>, as
   tokenizer.sentinel_ids numbers them) or, elsewhere, shown as <id N>."""
   sentinels = tokenizer.sentinel_ids(data_config.num_sentinels)
@@ -115,7 +115,7 @@ def _completions(config, tokenizer, tokens):
   for row in tokens:
     ended = tokenizer.eos_id in row
     row = list(row[:list(row).index(tokenizer.eos_id)] if ended else row)
-    out.append((_text(tokenizer, row, config.data), ended, len(row)))
+    out.append((text(tokenizer, row, config.data), ended, len(row)))
   return out
 
 

@@ -119,7 +119,7 @@ def _global(batch, mesh):
   return sharding.to_global(local, mesh, rows)
 
 
-def _answers(s, variables, examples, fn, repeat, rng):
+def _answers(config, s, variables, examples, fn, repeat, rng):
   """Completions of the examples' prompts (each `repeat` times) -> (token lists, texts)."""
   ids, segments = rows_lib.left_padded([e['prompt_ids'] for e in examples], repeat,
                                        s.task.tokenizer.pad_id)
@@ -131,7 +131,7 @@ def _answers(s, variables, examples, fn, repeat, rng):
   tokens = np.asarray(s.fns[fn](variables, put(ids), put(segments), put(rng))
                       .addressable_data(0))
   done = rows_lib.completions(tokens, s.end_id)
-  return done, rows_lib.texts(s.task.tokenizer, done, s.end_id)
+  return done, rows_lib.texts(s.task.tokenizer, done, s.end_id, config.data)
 
 
 def _sampled_batch(config, s, state, step):
@@ -144,7 +144,7 @@ def _sampled_batch(config, s, state, step):
   records = [task.records['train'][int(e['index'])] for e in examples]
   variables = state_lib.model_variables(state)
   rng = jax.random.fold_in(jax.random.PRNGKey(config.train.seed + 1), step)
-  done, texts = _answers(s, variables, examples, 'sample', g.group_size, rng)
+  done, texts = _answers(config, s, variables, examples, 'sample', g.group_size, rng)
   where = [f"{task_lib.split_path(config.data.task, 'train')}:{int(e['line'])}"
            for e in examples]
   rewards_PG, good_P = rewards_lib.score(
@@ -185,7 +185,7 @@ def evaluate(config, s, state):
   for start in range(0, len(examples), count):
     chunk = examples[start:start + count]
     padded = chunk + [chunk[-1]] * (count - len(chunk))  # one sampler shape
-    _, texts = _answers(s, variables, padded, 'greedy', 1, jax.random.PRNGKey(0))
+    _, texts = _answers(config, s, variables, padded, 'greedy', 1, jax.random.PRNGKey(0))
     records = [task.records['eval'][int(e['index'])] for e in chunk]
     where = [f"{task_lib.split_path(config.data.task, 'eval')}:{int(e['line'])}"
              for e in chunk]

@@ -8,6 +8,7 @@ Glossary: P prompts, G completions per prompt, B rows of a batch (P x G), N new 
 import numpy as np
 
 from zoo.families import decoding
+from zoo.infer import run as infer_run
 
 
 def prompts_for(step, count, total, seed):
@@ -37,19 +38,11 @@ def completions(tokens_BN, end_id):
   return out
 
 
-def texts(tokenizer, completions_, end_id):
-  """The completions as text, the end-of-turn token left out; an id past the tokenizer (a
-  model vocabulary padded beyond it) reads <id N>."""
-  def text(ids):
-    parts, pieces = [], []
-    for i in ids:
-      if i < tokenizer.vocab_size:
-        pieces.append(int(i))
-        continue
-      parts += [tokenizer.decode(pieces), f'<id {i}>']
-      pieces = []
-    return ''.join(parts) + tokenizer.decode(pieces)
-  return [text([t for t in c if t != end_id]) for c in completions_]
+def texts(tokenizer, completions_, end_id, data_config):
+  """The completions as text, the end-of-turn token left out (ids past the tokenizer as
+  generation shows them: zoo/infer/run.py)."""
+  return [infer_run.text(tokenizer, [t for t in c if t != end_id], data_config)
+          for c in completions_]
 
 
 def training_rows(prompt_ids, completions_, advantages_B, seq_len, group_size):
