@@ -93,3 +93,15 @@ def test_each_objective_uses_the_tokenizers_own_special_ids(tmp_path):
   assert not np.any(inputs >= 400) and not np.any(targets >= 400)
   assert not np.any(np.isin(inputs, [t5.pad_id]) & (batch['encoder_segment_ids'] > 0))
   assert np.sum(targets == t5.eos_id) == _segments(batch['decoder_segment_ids'])
+
+
+@pytest.mark.parametrize('split', [False, True])
+def test_split_digits_keeps_every_digit_a_piece_of_its_own(split):
+  texts = [f'{a}+{b}={a + b}' for a in range(60) for b in range(0, 60, 7)]
+  tokenizer = tokenizer_lib.train(texts, 320, 'bpe', split_digits=split)
+  pieces = [tokenizer.decode([i]) for i in tokenizer.encode(['123+456=579'])[0]]
+  digits = [p for p in pieces if any(c.isdigit() for c in p)]
+  if split:
+    assert all(len(p.strip()) == 1 for p in digits), pieces
+  else:  # the corpus's frequent digit pairs merge
+    assert any(len(p.strip()) > 1 for p in digits), pieces
