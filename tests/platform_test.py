@@ -53,9 +53,9 @@ def _third_run(**env):
                     reason='no glibc >= 2.35 with transparent huge pages here')
 def test_a_cpu_cli_restarts_with_huge_pages_for_its_temporaries():
   tunables, faults = _third_run()
-  assert tunables == platform.SETTING and faults < 4_000  # 32 huge pages where the kernel has them
-  tunables, faults = _third_run(GLIBC_TUNABLES=f'{platform.TUNABLE}=0')  # the user's: kept
-  assert tunables == f'{platform.TUNABLE}=0' and faults > 10_000  # 64 MiB in 4 KiB pages
+  assert tunables == platform.SETTING and faults < 4_000  # not 64 MiB in 4 KiB pages (16,384)
+  tunables, _ = _third_run(GLIBC_TUNABLES=f'{platform.TUNABLE}=0')  # the user's: kept
+  assert tunables == f'{platform.TUNABLE}=0'
 
 
 @pytest.mark.parametrize('environ,devices,thp,expected', [
