@@ -91,6 +91,10 @@ def test_a_distilled_student_beats_the_same_student_from_scratch(teacher_dir, tm
       f'train.teacher.workdir={teacher_dir}', 'train.teacher.top_k=16',
       'train.loss_chunk_len=16'])
   assert taught < scratch - 0.05
+  start = next(r for r in metrics_lib.read(str(tmp_path / 'taught')) if r.get('event') == 'start')
+  assert start['teacher'] == {'workdir': teacher_dir, 'step': 30, 'params': start['teacher'][
+      'params'], 'weight': 0.5, 'temperature': 1.0, 'top_k': 16, 'quant': 'none'}
+  assert start['teacher']['params'] > start['params']  # d_model 128 against the smoke's
 
 
 def _distilled_steps(teacher_dir, sizes, *overrides):

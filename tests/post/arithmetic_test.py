@@ -48,6 +48,8 @@ def test_dpo_starts_at_log_two_against_its_reference_and_logs_its_metrics(traine
   workdir = str(root / 'dpo')
   loop.train(_run('dpo', data, sft, 'train.preference.nll_weight=0.0'), workdir)
   rows = metrics_lib.read(workdir)
+  start = next(r for r in rows if r.get('event') == 'start')
+  assert start['reference'] == {'workdir': sft, 'step': 4, 'params': start['params']}
   first = next(r for r in rows if r.get('step') == 1 and 'loss' in r)
   # the policy starts as the reference (the SFT checkpoint): h = 0, loss = log 2
   assert first['loss'] == pytest.approx(math.log(2.0), abs=1e-5)
@@ -65,6 +67,7 @@ def test_grpo_samples_scores_and_updates_then_resumes_done(trained):
   run = _run('grpo', data, sft)
   last = grpo.train(run, workdir)
   rows = metrics_lib.read(workdir)
+  assert rows[0]['event'] == 'start' and rows[0]['reference']['step'] == 4  # the SFT's
   evals = [r for r in rows if 'eval_reward' in r]
   assert [r['step'] for r in evals] == [0, 2, 4]
   assert all(0.0 <= r['eval_accuracy'] <= 1.0 for r in evals)

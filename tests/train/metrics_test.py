@@ -12,14 +12,35 @@ from tests.helpers import REPO
 from zoo.train import metrics
 
 
+def _watch(top_k, num_experts, balance_loss=0.01, bias_update_rate=0.0):
+  return metrics.CollapseWatch(ml_collections.ConfigDict(dict(
+      top_k=top_k, num_experts=num_experts, collapse_ratio=1.5, collapse_rows=3,
+      balance_loss=balance_loss, bias_update_rate=bias_update_rate)))
+
+
 def test_collapse_warns_once_after_the_configured_rows_in_a_row(capsys):
-  watch = metrics.CollapseWatch(ml_collections.ConfigDict({'collapse_share': 0.5,
-                                                           'collapse_rows': 3}))
+  watch = _watch(top_k=2, num_experts=4)  # balanced 0.5: warns over 0.75
   balanced, collapsed = np.full((2, 4), 0.5), np.array([[0.5] * 4, [0.9, 0.5, 0.3, 0.3]])
   assert [watch.check(s, load) for s, load in enumerate(
       [collapsed, collapsed, balanced, collapsed, collapsed, collapsed, collapsed])] == [
           False, False, False, False, False, True, False]
-  assert 'expert 0 of MoE layer 1 takes 90% of its tokens' in capsys.readouterr().out
+  out = capsys.readouterr().out
+  assert 'expert 0 of MoE layer 1 takes 90% of its tokens, 1.8x the balanced 50%' in out
+  assert out.strip().endswith('raise model.moe.balance_loss=0.01')
+
+
+def test_many_of_few_experts_do_not_read_as_collapse_and_the_advice_fits_the_balancing(
+    capsys):
+  # top-10 of 16 (the Qwen3-Next smoke): a balanced router gives each expert 62.5%
+  watch = _watch(top_k=10, num_experts=16)
+  assert not any(watch.check(s, np.full((1, 16), 0.707)) for s in range(5))
+  watch = _watch(top_k=1, num_experts=8, balance_loss=0.0, bias_update_rate=0.001)
+  assert [watch.check(s, np.array([[0.3] + [0.1] * 7])) for s in range(3)] == [
+      False, False, True]  # 0.3 > 1.5 x 1/8
+  assert capsys.readouterr().out.strip().endswith('raise model.moe.bias_update_rate=0.001')
+  watch = _watch(top_k=1, num_experts=8, balance_loss=0.0)
+  assert [watch.check(s, np.array([[0.3] + [0.1] * 7])) for s in range(3)][-1]
+  assert 'no balancing: set model.moe.balance_loss' in capsys.readouterr().out
 
 
 def test_the_writer_writes_tensorboard_events_without_importing_torch(tmp_path):

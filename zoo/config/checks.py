@@ -244,6 +244,9 @@ def _validate_moe(m, mesh):
                'num_shared_experts', 'routed_scale'):
     if moe[name] < 0:
       raise ConfigError(f'model.moe.{name}={moe[name]} must be >= 0')
+  if moe.collapse_ratio <= 1:
+    raise ConfigError(f'model.moe.collapse_ratio={moe.collapse_ratio} must be > 1: it is a '
+                      'multiple of the balanced share top_k / num_experts (default 2)')
 
 
 def _validate_generate(g, m):

@@ -259,7 +259,9 @@ def _moe():
       # bias added to the router scores for selection only, moved by this much after each
       # step toward the experts that got fewer tokens; 0 = off
       'bias_update_rate': 0.0,
-      'collapse_share': 0.5,  # warn when one expert gets more than this share of the tokens
+      # warn when one expert's share of the tokens exceeds this many times the balanced
+      # share top_k / num_experts (2: half the tokens for top-2 of 8) ...
+      'collapse_ratio': 2.0,
       'collapse_rows': 5,  # ... in this many logged rows in a row
   })
 

@@ -267,6 +267,11 @@ def train(run, workdir, place=None):
                f' a step x {t.grpo.group_size} completions of up to {t.grpo.max_new_tokens} '
                f'tokens; reward {t.grpo.reward}; workdir {workdir}: '
                + (f'resumed from step {step}' if step else 'fresh'))
+  frozen = teacher_lib.describe(config, s.parts.teacher) if s.parts.teacher else ({}, None)
+  if frozen[1]:
+    progress.say(frozen[1])
+  if step < t.steps:
+    writer.write({'event': 'start', 'step': step, 'workdir': workdir, **frozen[0]})
   row = None
   with stop_lib.Signals() as signals:
     try:

@@ -40,11 +40,13 @@ class TrainingError(RuntimeError):
   """Training cannot go on (e.g. repeated NaN/Inf); the message says why."""
 
 
-def _describe(run, workdir, place, streams, corpus, params, start_step, cache, init, notes):
+def _describe(run, workdir, place, streams, corpus, params, start_step, cache, init, notes,
+              teacher):
   """The run header (written to metrics.jsonl whole, with the compile's seconds added) and a
   few lines for people: model, mesh, batch (and phases), attention kernel, workdir, fresh or
-  resumed, then `notes` (what changed since the last start)."""
-  config, phases = run.config, run.phases
+  resumed, the frozen teacher or reference, then `notes` (what changed since the last
+  start)."""
+  config = run.config
   header = {
       'event': 'start', 'step': start_step, 'workdir': workdir,
       'processes': jax.process_count(),
@@ -57,27 +59,44 @@ def _describe(run, workdir, place, streams, corpus, params, start_step, cache, i
       'attention_kernel': place.kernel[0], 'attention_kernel_why': place.kernel[1],
       'train_documents': corpus.train_documents(), 'compile_cache': cache or 'off',
   }
+  header.update(_optional_fields(run, params, init))
+  frozen = teacher_lib.describe(config, teacher) if teacher else ({}, None)
+  header.update(frozen[0])
+  lines = _lines(run, workdir, header, start_step, init)
+  progress.say('\n'.join(lines + [line for line in (frozen[1],) if line] + notes))
+  return header
+
+
+def _optional_fields(run, params, init):
+  """The header's fields for what only some runs have: LoRA, quantized matmuls, a task or
+  span corruption, phases, pretrained weights."""
+  config, fields = run.config, {}
   lora = config.train.lora
   if lora.rank:
     trains = jax.tree.leaves(state_lib.trainable(lora.rank, params))
-    header['params_trainable'] = sum(x.size for x, t in zip(jax.tree.leaves(params), trains)
+    fields['params_trainable'] = sum(x.size for x, t in zip(jax.tree.leaves(params), trains)
                                      if t)
   if config.model.quant.mode != 'none':
-    header['quant'] = config.model.quant.mode
+    fields['quant'] = config.model.quant.mode
   if config.data.task.kind:
-    header.update(task=config.data.task.kind, num_labels=config.model.num_labels)
+    fields.update(task=config.data.task.kind, num_labels=config.model.num_labels)
   elif run.span_lengths:
-    header['span_lengths'] = dict(zip(('raw', 'inputs', 'targets'), run.span_lengths))
-  if len(phases) > 1:
-    header['phases'] = [[p.last, p.batch_size, p.seq_len] for p in phases]
+    fields['span_lengths'] = dict(zip(('raw', 'inputs', 'targets'), run.span_lengths))
+  if len(run.phases) > 1:
+    fields['phases'] = [[p.last, p.batch_size, p.seq_len] for p in run.phases]
   if init:
-    header.update(init_params=config.train.init_params, init_params_held=len(init.held),
+    fields.update(init_params=config.train.init_params, init_params_held=len(init.held),
                   new_params=','.join(init.new) or 'none',
                   dropped_params=','.join(init.dropped) or 'none')
-  h, m = header, config.model
+  return fields
+
+
+def _lines(run, workdir, h, start_step, init):
+  """The header for people: model, mesh, kernel, data, workdir."""
+  config, phases, m, lora = run.config, run.phases, run.config.model, run.config.train.lora
   mesh = sharding.describe(h['mesh'])
   processes = f', {h["processes"]} processes' if h['processes'] > 1 else ''
-  lines = [
+  return [
       f'model   {m.family}, {h["params"]:,} parameters' +
       (f' ({h["params_trainable"]:,} train: LoRA rank {lora.rank} on {lora.targets})'
        if lora.rank else '') +
@@ -96,10 +115,7 @@ def _describe(run, workdir, place, streams, corpus, params, start_step, cache, i
          if 'span_lengths' in h else ''),
       f'workdir {workdir}: ' + (f'resumed from step {start_step}' if start_step else 'fresh')
       + (f', weights from {h["init_params"]}' if init else ''),
-      *notes,
   ]
-  progress.say('\n'.join(lines))
-  return header
 
 
 class _Log:
@@ -322,7 +338,7 @@ def _first_step(run, workdir, b, log, goodput, writer, task_eval):
     evaluate = evaluate_lib.evaluator(config, b.place, b.streams, b.corpus, b.parts, task_eval,
                                       b.teacher)
   header = _describe(run, workdir, b.place, b.streams, b.corpus, b.state['params'], b.step,
-                     b.cache, b.init, b.notes + canary)
+                     b.cache, b.init, b.notes + canary, b.parts.teacher)
   steps = _Steps(b.parts.jit_train_step(b.place, config, b.teacher, donate=True), goodput,
                  log, b.cache)
   steps(b.state, batch[0])

@@ -112,24 +112,37 @@ def finished_eval_loss(workdir):
 
 
 class CollapseWatch:
-  """Warns when one expert of a MoE layer is chosen by more than moe.collapse_share of the
-  tokens in moe.collapse_rows logged rows in a row (routing collapse)."""
+  """Warns when one expert of a MoE layer is chosen by more than moe.collapse_ratio times
+  the balanced share (top_k / num_experts: each token picks top_k experts, so the shares
+  sum to top_k) for moe.collapse_rows logged rows in a row (routing collapse)."""
 
   def __init__(self, moe_config):
-    self.share, self.rows, self.streak = moe_config.collapse_share, moe_config.collapse_rows, 0
+    self.moe, self.streak = moe_config, 0
+    self.balanced = moe_config.top_k / moe_config.num_experts
+    self.share = moe_config.collapse_ratio * self.balanced  # > 1: a share it cannot reach
 
   def check(self, step, load):
     """load: [MoE layer, expert] shares; -> True when it warned."""
     worst = float(np.max(load))
     self.streak = self.streak + 1 if worst > self.share else 0
-    if self.streak == self.rows:
+    if self.streak == self.moe.collapse_rows:
       layer, expert = np.unravel_index(int(np.argmax(load)), np.shape(load))
       print(f'warning: routing collapse at step {step}: expert {expert} of MoE layer {layer} '
-            f'takes {worst:.0%} of its tokens ({self.rows} logged rows over '
-            f'moe.collapse_share={self.share}); raise model.moe.balance_loss or '
-            'model.moe.bias_update_rate', flush=True)
+            f'takes {worst:.0%} of its tokens, {worst / self.balanced:.1f}x the balanced '
+            f'{self.balanced:.0%} (top_k {self.moe.top_k} of {self.moe.num_experts}), for '
+            f'{self.moe.collapse_rows} logged rows (moe.collapse_ratio='
+            f'{self.moe.collapse_ratio}); {self._advice()}', flush=True)
       return True
     return False
+
+  def _advice(self):
+    """What to raise: the balancing this model already has, else the Switch loss."""
+    moe = self.moe
+    knobs = [f'model.moe.{name}={moe[name]}' for name in ('balance_loss', 'bias_update_rate')
+             if moe[name] > 0]
+    if knobs:
+      return 'raise ' + ' or '.join(knobs)
+    return 'this model has no balancing: set model.moe.balance_loss (Switch: 0.01)'
 
 
 class Alarms:
@@ -137,8 +150,9 @@ class Alarms:
   experts (its rows carry moe_load)."""
 
   def __init__(self, config):
-    self.collapse = CollapseWatch(config.model.moe)
+    moe = config.model.moe
+    self.collapse = CollapseWatch(moe) if moe.num_experts else None
 
   def check(self, step, metrics):
-    if 'moe_load' in metrics:
+    if self.collapse and 'moe_load' in metrics:
       self.collapse.check(step, metrics['moe_load'])

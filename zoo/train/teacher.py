@@ -145,3 +145,25 @@ def restore(teacher):
     variables[name] = held if held is not None else jax.tree.map(
         lambda a: jnp.zeros(a.shape, a.dtype, device=a.sharding), teacher.abstract[name])
   return variables
+
+
+def describe(config, teacher):
+  """The frozen model for the run header -> (its fields for the `start` row, a line for
+  people): where it was read, at which step, its size, and (a teacher) how it teaches."""
+  t = source(config)
+  steps = checkpoint.saved_steps(teacher.weights)
+  fields = {'workdir': t.workdir, 'step': steps[0] if steps else 'import',
+            'params': sum(x.size for x in jax.tree.leaves(teacher.abstract['params']))}
+  read = (f'step {fields["step"]}' if steps else f'import {teacher.weights}')
+  if t.field != 'train.teacher.workdir':
+    return {'reference': fields}, (f'reference {t.workdir} ({read}, {fields["params"]:,} '
+                                   f'parameters, frozen; {t.field})')
+  d = config.train.teacher
+  fields.update(weight=d.weight, temperature=d.temperature, top_k=d.top_k,
+                quant=t.quant or teacher.config.model.quant.mode)
+  over = f'its top {d.top_k} ids' if d.top_k else 'the whole vocabulary'
+  return {'teacher': fields}, (
+      f'teacher {t.workdir} ({read}, {fields["params"]:,} parameters'
+      + (f', {fields["quant"]} matmuls' if fields['quant'] != 'none' else '') +
+      f'); loss (1 - {d.weight}) x cross-entropy + {d.weight} x KL at temperature '
+      f'{d.temperature} over {over}')
