@@ -38,7 +38,8 @@ def main():
   args = parser.parse_args()
   print(f'gpt_shakespeare, 300 steps x 32 x 128 tokens, on {platform.processor() or "CPU"} '
         f'({os.cpu_count()} cores)\n')
-  print('| optimizer | learning rate | AdamW leaves\' rate | ' +
+  print('| optimizer | learning rate | AdamW leaves\' rate (learning rate x '
+        '`optim.muon.adamw_rate`) | ' +
         ' | '.join(f'eval loss at {s}' for s in STEPS) + ' |')
   print('|---|---|---|' + '---|' * len(STEPS))
   for optimizer, rate, adamw_rate in RUNS:

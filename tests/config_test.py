@@ -148,7 +148,13 @@ def test_an_unknown_variant_is_a_config_error_naming_it(name):
     ({'optim.schedule': 'wsd', 'optim.decay_fraction': 1.5},
      r'optim.decay_fraction=1.5 must be in (0, 1\): the share of train.steps'),
     ({'optim.schedule': 'wsd', 'optim.decay_fraction': 0.95},
-     r'optim.warmup_steps=1 \+ the wsd decay'),
+     r'optim.warmup_steps=1 \+ the wsd decay.*add --config.optim.warmup_steps=0 or a smaller '
+     r'--config.optim.decay_fraction'),
+    ({'train.steps': 30, 'optim.warmup_steps': 30},
+     r'optim.warmup_steps=30 must be in \[0, train.steps=30\): a shorter run needs a shorter '
+     r'warmup; add --config.optim.warmup_steps=3 .a tenth of the run. or raise train.steps'),
+    ({'model.moe.num_experts': 4, 'model.moe.collapse_ratio': 1.0},
+     r'model.moe.collapse_ratio=1.0 must be > 1: it is a multiple of the balanced share'),
     ({'optim.adafactor.momentum': 0.9},
      "optim.adafactor.momentum=0.9 is read only by Adafactor; set optim.name='adafactor'"),
     ({'optim.name': 'adafactor', 'optim.b2': 0.999},

@@ -215,12 +215,14 @@ def _muon_run(tmp_path, clip):
   return [r['max_logit'] for r in metrics_lib.read(workdir) if 'max_logit' in r]
 
 
-def test_muon_clip_holds_the_max_logit_where_plain_muon_lets_it_grow(tmp_path):
+def test_muon_clip_holds_the_max_logit_where_plain_muon_lets_it_grow(tmp_path, capsys):
   """The default job's smoke at learning rate 0.1 (constant, no weight decay): plain Muon's
   logits grow tenfold past the threshold; MuonClip's stay near it (each logged max is the
   step's batch after the previous update, before this step's clip)."""
   threshold = 8.0
   plain, clipped = _muon_run(tmp_path, 0), _muon_run(tmp_path, threshold)
+  assert ('optim   muon at peak 0.1 on the hidden matrices, AdamW at 0.1 on the rest '
+          '(optim.muon.adamw_rate=1 x optim.learning_rate)') in capsys.readouterr().out
   assert plain[-1] > 10 * threshold
   assert max(clipped) < 2 * threshold and np.mean(clipped[-10:]) < 1.6 * threshold
 
@@ -258,3 +260,9 @@ def test_microbatches_log_the_batchs_max_logit_not_a_sum():
   np.testing.assert_allclose(split['max_logit_per_layer'], whole['max_logit_per_layer'],
                              rtol=1e-6)
   assert float(whole['max_logit']) == pytest.approx(max(whole['max_logit_per_layer']))
+
+
+def test_the_start_line_prints_the_adamw_leaves_rate_as_a_share_of_the_learning_rate():
+  config = helpers.smoke('gpt_shakespeare', 'optim.name=muon', 'optim.learning_rate=0.01',
+                         'optim.muon.adamw_rate=0.3')
+  assert 'AdamW at 0.003 on the rest' in loop._muon_rates(config.optim)

@@ -468,7 +468,10 @@ def _validate_optim(o, t):
   _positive('optim.learning_rate', o.learning_rate)
   _one_of('optim.schedule', o.schedule, SCHEDULES)
   if o.warmup_steps < 0 or o.warmup_steps >= t.steps:
-    raise ConfigError(f'optim.warmup_steps={o.warmup_steps} must be in [0, train.steps={t.steps})')
+    raise ConfigError(f'optim.warmup_steps={o.warmup_steps} must be in [0, train.steps='
+                      f'{t.steps}): a shorter run needs a shorter warmup; add '
+                      f'--config.optim.warmup_steps={t.steps // 10} (a tenth of the run) or '
+                      'raise train.steps')
   if o.warmup_tokens < 0 or o.decay_tokens < 0 or (
       o.decay_tokens and o.warmup_tokens >= o.decay_tokens):
     raise ConfigError(f'optim.warmup_tokens={o.warmup_tokens:g} and optim.decay_tokens='
@@ -493,7 +496,9 @@ def _validate_optim(o, t):
     if o.warmup_steps + o.decay_fraction * t.steps > t.steps:
       raise ConfigError(f'optim.warmup_steps={o.warmup_steps} + the wsd decay '
                         f'(optim.decay_fraction={o.decay_fraction} x {t.steps} steps) exceed '
-                        'train.steps; shorten one of them')
+                        'train.steps; add --config.optim.warmup_steps='
+                        f'{int(t.steps * (1 - o.decay_fraction))} or a '
+                        'smaller --config.optim.decay_fraction')
   _validate_adafactor(o)
   _validate_muon(o)
 

@@ -115,7 +115,14 @@ def _lines(run, workdir, h, start_step, init):
          if 'span_lengths' in h else ''),
       f'workdir {workdir}: ' + (f'resumed from step {start_step}' if start_step else 'fresh')
       + (f', weights from {h["init_params"]}' if init else ''),
-  ]
+  ] + ([_muon_rates(config.optim)] if config.optim.name == 'muon' else [])
+
+
+def _muon_rates(o):
+  """Muon's two peak rates, the AdamW leaves' as the share optim.muon.adamw_rate says."""
+  return (f'optim   muon at peak {o.learning_rate:g} on the hidden matrices, AdamW at '
+          f'{o.learning_rate * o.muon.adamw_rate:g} on the rest (optim.muon.adamw_rate='
+          f'{o.muon.adamw_rate:g} x optim.learning_rate)')
 
 
 class _Log:
