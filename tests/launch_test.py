@@ -346,8 +346,8 @@ def test_repeated_nonfinite_updates_stop_with_a_clear_message(tmp_path):
 
 
 def _generate(workdir, *args, config=SMOKE, devices=1):
-  command = [sys.executable, '-m', 'zoo.launch', f'--config={config}', f'--workdir={workdir}',
-             '--mode=generate', *args]
+  command = [sys.executable, '-m', 'zoo.launch', *([f'--config={config}'] if config else []),
+             f'--workdir={workdir}', '--mode=generate', *args]
   return subprocess.run(command, env=_env(devices), capture_output=True, text=True,
                         timeout=300, check=False)
 
@@ -427,6 +427,27 @@ def _assert_one_line_error(result, message):
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith('error: '), result.stderr[-2000:]
   assert re.search(message, lines[0]), lines[0]
+
+
+def test_generate_with_another_config_than_the_runs_says_so_and_without_one_reads_the_runs(
+    reference):
+  """The run trained :smoke; the full config's tokenizer is not there, and its shapes
+  differ: the error names the fields and the way out, and leaving --config out works."""
+  full = helpers.config_file('gpt_shakespeare', None)
+  result = _generate(reference, '--prompt=ROMEO:', config=full)
+  _assert_one_line_error(result, r'parameters have other shapes .*: the config given is not the '
+                                 r'one it was trained with; changed: .*model.d_model=.* \(was '
+                                 r"64\).*; leave --config out to read the run's own config.json")
+  assert not os.path.exists(reference / 'tokenizer' / 'bpe_4096.model')
+  result = _generate(reference, '--prompt=ROMEO:', '--config.generate.max_new_tokens=4',
+                     config=None)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert '--- step 120: 4 tokens' in result.stdout
+  no_config = subprocess.run([sys.executable, '-m', 'zoo.launch', f'--workdir={reference}'],
+                             env=_env(), capture_output=True, text=True, timeout=300,
+                             check=False)
+  _assert_one_line_error(no_config, r'--config=configs/NAME.py\[:arg\] is needed .only '
+                                    r'--mode=eval and --mode=generate read')
 
 
 def test_generate_reads_no_corpus(tmp_path):

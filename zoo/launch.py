@@ -15,7 +15,8 @@ from absl import flags
 from zoo.cli import start
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string('config', None, 'configs/NAME.py[:arg]', required=True)
+flags.DEFINE_string('config', None, "configs/NAME.py[:arg]; --mode=eval and generate on a "
+                    "trained --workdir read the run's own config.json without it")
 flags.DEFINE_string('workdir', None, 'metrics.jsonl, TensorBoard events, checkpoints/, '
                     'tokenizer/; default runs/NAME (runs/NAME_ARG for configs/NAME.py:ARG)')
 flags.DEFINE_enum('mode', 'train', ['train', 'eval', 'generate', 'plan'], 'what to run')
@@ -82,8 +83,16 @@ def run(overrides):
   from zoo.train import loop  # pylint: disable=g-import-not-at-top
   from zoo.train import runtime  # pylint: disable=g-import-not-at-top
   from zoo.train import stop  # pylint: disable=g-import-not-at-top
+  from zoo.train import run_config  # pylint: disable=g-import-not-at-top
   try:
-    resolved = run_lib.load(FLAGS.config, overrides)  # the config, read once
+    if FLAGS.config:
+      resolved = run_lib.load(FLAGS.config, overrides)  # the config, read once
+    elif FLAGS.mode in ('eval', 'generate') and FLAGS.workdir:
+      resolved = run_config.resolve(FLAGS.workdir, None, overrides)  # the run's own
+    else:
+      raise ConfigError('--config=configs/NAME.py[:arg] is needed (only --mode=eval and '
+                        "--mode=generate read a trained --workdir's own config.json without "
+                        'it)')
     if FLAGS.mode == 'plan':
       storage.check(FLAGS.plan_json or '', '--plan_json')
       plan.run(resolved, FLAGS.plan_json, FLAGS.plan_compile, FLAGS.plan_topology,

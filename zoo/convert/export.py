@@ -45,6 +45,9 @@ def export(run, workdir, out):
                                  '(nothing is overwritten)')
   runtime.check_restorable(config, workdir, 'zoo.convert.export')
   runtime.size_label_head(config)
+  place = runtime.placement(run)
+  state = runtime.model_state(run, place.mesh)
+  runtime.check_same_model(config, workdir, state)  # before its tokenizer is looked for
   tokenizer_path = corpus_lib.tokenizer_path(config.data, workdir)
   tokenizer = runtime.tokenizer(config, workdir)  # readable and fits the model, or one line
   if config.model.num_labels and run.family.LABEL_TOKEN == 'last' and (
@@ -54,8 +57,6 @@ def export(run, workdir, out):
         "decoder classifier's last token that is not the pad id, and the zoo's rows end "
         'with EOS, so the two would read different tokens; export a run whose tokenizer has '
         'a pad token of its own (the zoo trains its tokenizers with one)')
-  place = runtime.placement(run)
-  state = runtime.model_state(run, place.mesh)
   step, variables = runtime.restore_variables(config, workdir, state, 'zoo.convert.export')
   params = jax.device_get(variables['params'])
   if config.train.lora.rank:  # the adapters folded into the kernels they sit beside

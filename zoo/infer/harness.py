@@ -50,8 +50,9 @@ class ZooLM(LM):
     runtime.check_restorable(config, workdir, 'zoo.harness')
     runtime.compile_cache(config)
     place = runtime.placement(run)
-    tokenizer = runtime.tokenizer(config, workdir)
     state = runtime.model_state(run, place.mesh)
+    runtime.check_same_model(config, workdir, state)  # before its tokenizer is looked for
+    tokenizer = runtime.tokenizer(config, workdir)
     _, variables = runtime.restore_variables(config, workdir, state, 'zoo.harness')
     return cls(state.model, variables, tokenizer, config.data.seq_len, batch_size)
 

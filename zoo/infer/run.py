@@ -59,9 +59,10 @@ def run(resolved, workdir, prompts):
   runtime.check_restorable(config, workdir, '--mode=generate')
   runtime.compile_cache(config)
   place = runtime.placement(resolved)
+  state = runtime.model_state(resolved, place.mesh)
+  runtime.check_same_model(config, workdir, state)  # before its tokenizer is looked for
   tokenizer = runtime.tokenizer(config, workdir)
   ids, segments = family.tokenize_prompts(config, tokenizer, prompts)
-  state = runtime.model_state(resolved, place.mesh)
   step, variables = runtime.restore_variables(config, workdir, state, '--mode=generate')
   stats = None
   if draft.is_speculative(config):

@@ -76,8 +76,9 @@ def run(resolved, workdir, task_eval=None):
   runtime.compile_cache(config)
   place = runtime.placement(resolved)
   streams = runtime.input_streams(config, place.mesh)
-  corpus = runtime.corpus(config, workdir)
   state = runtime.model_state(resolved, place.mesh)
+  runtime.check_same_model(config, workdir, state)  # before a tokenizer is read or made
+  corpus = runtime.corpus(config, workdir)
   step, variables = runtime.restore_variables(config, workdir, state, '--mode=eval')
   reference = state.teacher and teacher_lib.restore(state.teacher)
   row = evaluator(config, place, streams, corpus, state, task_eval, reference)(variables)

@@ -80,9 +80,10 @@ def changes(previous, config):
           if previous is not None and before.get(k) != now.get(k)}
 
 
-def check_shapes(changed, workdir, abstract_params):
+def check_shapes(changed, workdir, abstract_params, reading=False):
   """A ConfigError when the newest readable checkpoint in `workdir` holds parameters of
-  other shapes (or other names) than this model, naming the model fields that changed. An
+  other shapes (or other names) than this model, naming the model fields that changed (a
+  command `reading` the run, not training it, also offers the run's own config.json). An
   unreadable checkpoint is left to the restore, which moves it aside."""
   runs = storage.join(workdir, 'checkpoints')
   for step in sorted((int(n) for n in storage.listdir(runs) if n.isdigit()), reverse=True):
@@ -94,10 +95,12 @@ def check_shapes(changed, workdir, abstract_params):
     if problem:
       fields = [f'{k}={now!r} (was {before!r})' for k, (before, now) in changed.items()
                 if k.startswith('model.')] or ['(no model field in config.json changed)']
+      fix = ("leave --config out to read the run's own config.json, or restore those "
+             'fields' if reading else 'restore those fields to resume or read it, or pass a '
+             'new --workdir for a new run')
       raise ConfigError(f'--workdir={workdir} holds a run whose parameters have other '
-                        f'shapes ({problem} at step {step}); changed: {", ".join(fields)}; '
-                        'restore those fields to resume or read it, or pass a new --workdir for a '
-                        'new run')
+                        f'shapes ({problem} at step {step}): the config given is not the '
+                        f'one it was trained with; changed: {", ".join(fields)}; {fix}')
     return
 
 

@@ -448,14 +448,20 @@ def _no_checkpoint(workdir, command):
                      'pass the workdir of a trained run')
 
 
+def check_same_model(config, workdir, state):
+  """A command reading the run in `workdir`: a ConfigError, before the tokenizer or a
+  checkpoint is read, when the newest checkpoint's parameters are not this model's."""
+  run_config.check_shapes(run_config.changes(run_config.read(workdir), config), workdir,
+                          state.abstract['params'], reading=True)
+
+
 def restore_variables(config, workdir, state, command):
   """For `command` (check_restorable's): the newest checkpoint's model variables, else
   train.init_params'
   (an imported model before any training; state collections start at zero)
   -> (step, variables). A checkpoint of other parameter shapes than this config's model is
   a ConfigError naming the changed fields (never moved aside as unreadable)."""
-  run_config.check_shapes(run_config.changes(run_config.read(workdir), config), workdir,
-                          state.abstract['params'])
+  check_same_model(config, workdir, state)
   saved = checkpointer(config, workdir)
   restored = saved.restore(state.abstract)
   saved.close()
