@@ -1,6 +1,7 @@
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -696,3 +697,33 @@ def test_the_compiled_temporaries_are_what_the_buffer_assignment_placed():
   assert layers * n * d * 4 <= placed <= step.memory_analysis().temp_size_in_bytes
   bytes_ = compiled.memory_bytes(step.memory_analysis(), placed)
   assert bytes_['temporaries'] == placed and bytes_['arguments'] == (layers * d + n) * d * 4
+
+
+@pytest.mark.parametrize('name,words,not_words', [
+    ('gpt_shakespeare', 'seq_len/2 causal)', ('window', 'chunk', 'DeltaNet')),
+    ('mistral_7b', "per query: a window's mean where local)", ('seq_len/2', 'DeltaNet')),
+    ('llama4_scout', 'seq_len/2 causal, chunk/2 where chunked)', ('window', 'DeltaNet')),
+    ('qwen3_next_80b_a3b', "seq_len/2 causal; + the delta rule's chunk matmuls on Gated "
+                           'DeltaNet layers)', ('window', 'chunk/2')),
+])
+def test_the_flops_line_names_only_the_attention_the_model_has(name, words, not_words):
+  line = next(l for l in analytic.report(analytic.plan(run_lib.resolve(helpers.smoke(name))))
+              .splitlines() if l.startswith('training FLOPs/token'))
+  assert line.endswith(words) and not any(w in line for w in not_words), line
+
+
+def test_a_compiled_plan_labels_the_analytic_parts_apart_from_the_compilers(capsys):
+  result = plan.run(run_lib.load(helpers.config_file('gpt_shakespeare')), compile_step=True)
+  lines = capsys.readouterr().out.splitlines()
+  analytic_line = next(l for l in lines if l.startswith('per device'))
+  assert analytic_line.startswith('per device (analytic): params ')
+  assert analytic_line.endswith("; the compiler's on the compiled train step line")
+  assert 'arguments' not in analytic_line and 'temporaries' not in analytic_line
+  compiled_line = next(l for l in lines if l.startswith('compiled train step: '))
+  assert re.search(r'GiB per device \(arguments .*, outputs_not_aliased .*, temporaries .*, '
+                   r'code .*; the memory model estimated', compiled_line), compiled_line
+  analytic_total = result['analytic_bytes_per_device']['total']
+  assert analytic_total == sum(v for k, v in result['analytic_bytes_per_device'].items()
+                               if k != 'total')
+  assert result['per_device_bytes']['total'] == sum(result['per_device_bytes'][k]
+                                                    for k in analytic.COMPILED_PARTS)

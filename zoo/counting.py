@@ -25,14 +25,31 @@ from zoo import families
 from zoo.models import dims
 from zoo.models import transformer
 
-CONVENTIONS = {  # by the family's ATTENTION
-    'causal': '6*N_matmul + 12*heads*head_dim*keys per query: seq_len/2 causal, a window\'s '
-               'mean where local, chunk/2 where chunked; + the delta rule\'s chunk matmuls '
-               'on Gated DeltaNet layers',
+CONVENTIONS = {  # by the family's ATTENTION; a decoder's words name its layers' kinds
+    'causal': '6*N_matmul + 12*heads*head_dim*keys per query: ',
     'bidirectional': '6*N_matmul + 12*heads*head_dim*seq_len: bidirectional',
     'cross': '6*N_matmul, the decoder and head at target/input tokens + '
                        '12*heads*head_dim*keys: encoder bidirectional, decoder causal, '
                        'cross-attention over the inputs; per input token'}
+
+
+def convention(config):
+  """The FLOPs convention in words, naming only the kinds of attention layer the model
+  has (a decoder's: causal, local, chunked, Gated DeltaNet)."""
+  m = config.model
+  text = CONVENTIONS[families.get(m).ATTENTION]
+  if families.get(m).ATTENTION != 'causal':
+    return text
+  W, C = m.attention.window, m.attention.chunk
+  kinds = ({transformer.layer_kind(m, i) for i in range(m.num_layers)} if m.attention.pattern
+           else {'local' if W else 'chunked' if C else 'global'})
+  kinds = {'global' if k == 'nope' else k for k in kinds}  # Llama 4's NoPE layers: causal
+  words = {'global': 'seq_len/2 causal', 'local': "a window's mean where local",
+           'chunked': 'chunk/2 where chunked'}
+  text += ', '.join(words[k] for k in ('global', 'local', 'chunked') if k in kinds)
+  if 'delta' in kinds:
+    text += "; + the delta rule's chunk matmuls on Gated DeltaNet layers"
+  return text
 
 
 def param_count(params):

@@ -302,7 +302,7 @@ def plan(run, num_devices=None, mesh_sizes=None, boxed=None):
       **({'params_mtp': counting.mtp_params(boxed)} if m.mtp.depth else {}),
       'flops_per_token': counting.flops_per_token(config, boxed),
       'remat_flops_per_token': counting.remat_flops_per_token(config, boxed),
-      'flops_convention': counting.CONVENTIONS[families.get(m).ATTENTION],
+      'flops_convention': counting.convention(config),
       **({'quant': m.quant.mode,
           'quantized_flops_per_token': counting.quantized_flops_per_token(config, boxed)}
          if m.quant.mode != 'none' else {}),
@@ -400,6 +400,18 @@ def report(result):
   return '\n'.join(lines)
 
 
+COMPILED_PARTS = ('arguments', 'outputs_not_aliased', 'temporaries', 'code')  # compiled.py's
+
+
+def _per_device_line(result):
+  """Bytes per device by part, as the analytic model counts them (a compiled plan's
+  compiler parts and total are on its `compiled train step` line)."""
+  parts = result.get('analytic_bytes_per_device', result['per_device_bytes'])
+  return ('per device (analytic): ' + ', '.join(f'{k} {_gib(v)}' for k, v in parts.items()) +
+          ('; the compiler\'s on the compiled train step line'
+           if 'analytic_bytes_per_device' in result else ''))
+
+
 def _model_lines(result):
   """Parameters, FLOPs, LoRA, the mesh, the kernel, bytes per device."""
   lines = [
@@ -419,7 +431,7 @@ def _model_lines(result):
       f"mesh: {result['mesh']}",
       *([f"attention kernel: {result['attention_kernel']} ({result['attention_kernel_why']})"]
         if 'attention_kernel' in result else []),
-      'per device: ' + ', '.join(f'{k} {_gib(v)}' for k, v in result['per_device_bytes'].items()),
+      _per_device_line(result),
   ]
   if 'teacher' in result:
     lines.append(f"teacher (train.teacher): {result['teacher']['params']:,} parameters, "
@@ -510,9 +522,9 @@ def _compiled_lines(result):
     if narrow:
       flops += ', ' + ', '.join(f'{n} {kind} x {kind} dots' for kind, n in narrow.items())
     total = result['per_device_bytes']['total']
-    lines.append(f"compiled train step: {flops}, {_gib(total)} per device (temporaries "
-                 f"{_gib(result['per_device_bytes']['temporaries'])}; the memory model "
-                 f"estimated {_gib(result['estimated_bytes_per_device'])}, "
+    parts = ', '.join(f"{k} {_gib(result['per_device_bytes'][k])}" for k in COMPILED_PARTS)
+    lines.append(f"compiled train step: {flops}, {_gib(total)} per device ({parts}; the "
+                 f"memory model estimated {_gib(result['estimated_bytes_per_device'])}, "
                  f"{result['estimated_bytes_per_device'] / total:.2f} x), compiled in "
                  f"{result['compile_seconds']:.0f}s")
   if 'compile_error' in result:
