@@ -1,7 +1,10 @@
 """zoo/train/runtime.py: how the zoo's steps are compiled on each platform; the modes that
 read a checkpoint refuse a workdir without one before anything is written."""
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -56,3 +59,39 @@ def test_a_mode_that_reads_a_checkpoint_refuses_a_workdir_without_one_writing_no
   with pytest.raises(ConfigError, match=f'^{command}: no checkpoint in .*mistyped'):
     read[mode]()
   assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+
+def _compile_into(cache, capped, scale):
+  """A process that jits x * scale with the cache in `cache`: the zoo's (capped, through
+  runtime.compile_cache) or a plain JAX program's (no cap) -> its stderr."""
+  code = ('import sys, jax, jax.numpy as jnp, ml_collections\n'
+          'from zoo.train import runtime\n'
+          'if sys.argv[2] == "zoo":\n'
+          '  runtime.compile_cache(ml_collections.ConfigDict({"train": {"compile_cache_dir": '
+          'sys.argv[1]}}))\n'
+          'else:\n'
+          '  jax.config.update("jax_compilation_cache_dir", sys.argv[1])\n'
+          '  jax.config.update("jax_compilation_cache_max_size", -1)\n'
+          'jax.jit(lambda x: x * float(sys.argv[3]))(jnp.ones(3)).block_until_ready()\n')
+  result = subprocess.run([sys.executable, '-c', code, str(cache),
+                           'zoo' if capped else 'plain', str(scale)],
+                          env=helpers.cpu_env(), capture_output=True, text=True, timeout=120,
+                          check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  return result.stderr
+
+
+def test_the_capped_cache_takes_entries_a_plain_jax_program_left_there(tmp_path):
+  """JAX's capped cache fails every write on an entry with no access-time file, which an
+  uncapped process writes; the zoo gives such entries the oldest time when it turns the
+  cache on (the tests run every process capped, as the zoo does)."""
+  assert int(os.environ['JAX_COMPILATION_CACHE_MAX_SIZE']) == runtime.COMPILE_CACHE_MAX_BYTES
+  _compile_into(tmp_path, capped=False, scale=2.0)
+  plain = {n for n in os.listdir(tmp_path) if n.endswith('-cache')}
+  assert plain and not any(n.endswith('-atime') for n in os.listdir(tmp_path))
+  stderr = _compile_into(tmp_path, capped=True, scale=3.0)
+  assert 'Error writing persistent compilation cache entry' not in stderr, stderr[-2000:]
+  entries = {n for n in os.listdir(tmp_path) if n.endswith('-cache')}
+  assert entries > plain  # the zoo's step went in beside them
+  assert all(os.path.exists(tmp_path / (n[:-len('-cache')] + '-atime')) for n in entries)

@@ -26,6 +26,7 @@ import os
 import tempfile
 from typing import Any, Callable
 
+import filelock
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -77,7 +78,25 @@ def compile_cache(config):
                         f'be written ({e.strerror}); point it to a writable directory or set '
                         "it to '' to compile every start") from None
   _use_compile_cache(True, directory)
+  if not storage.is_remote(directory):
+    _age_unaged_entries(directory)
   return directory
+
+
+def _age_unaged_entries(directory):
+  """JAX's capped cache keeps an access-time file beside each entry and fails every later
+  write on an entry without one, which a process without the cap leaves behind
+  (docs/contracts.md, Known problems): such entries get the oldest time, evicted first."""
+  entry, atime = '-cache', '-atime'  # jax/_src/lru_cache.py's file suffixes
+  try:
+    with filelock.FileLock(os.path.join(directory, '.lockfile'), timeout=10):  # JAX's lock
+      for name in os.listdir(directory):
+        path = os.path.join(directory, name.removesuffix(entry) + atime)
+        if name.endswith(entry) and not os.path.exists(path):
+          with open(path, 'wb') as f:
+            f.write((0).to_bytes(8, 'little'))  # JAX's format: nanoseconds, little-endian
+  except filelock.Timeout:
+    pass  # another process holds the cache; a later start ages what is left
 
 
 def _use_compile_cache(enabled, directory):
