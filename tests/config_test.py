@@ -59,7 +59,10 @@ def test_an_unknown_variant_is_a_config_error_naming_it(name):
     ({'model.rope_scaling.type': 'longrope'},
      "model.rope_scaling.type='longrope' is not one of 'none', 'llama3', 'linear'"),
     ({'model.rope_scaling.type': 'llama3', 'model.rope_scaling.high_freq_factor': 0.5},
-     r"model.rope_scaling.type='llama3' needs 0 < low_freq_factor=1.0 < high_freq_factor=0.5"),
+     r"model.rope_scaling.type='llama3' needs 0 < low_freq_factor=1.0 <= high_freq_factor=0.5 "
+     r'.equal: no smoothing band, as Llama 4 Scout.'),
+    ({'model.moe.num_experts': 4, 'model.moe.shared_mlp_dim': 24},
+     r'model.moe.shared_mlp_dim=24 sizes shared experts, and model.moe.num_shared_experts=0'),
     ({'model.rope_scaling.type': 'yarn', 'model.rope_scaling.original_max_length': 0},
      r"model.rope_scaling.type='yarn' needs original_max_length (the trained context"),
     ({'model.rope_scaling.type': 'yarn', 'model.rope_scaling.beta_fast': 0.5},

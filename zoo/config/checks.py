@@ -192,9 +192,10 @@ def _validate_model(m):
   if r.type in ('llama3', 'dynamic', 'yarn') and r.original_max_length <= 0:
     raise ConfigError(f'model.rope_scaling.type={r.type!r} needs original_max_length (the '
                       'trained context, config.json original_max_position_embeddings) > 0')
-  if r.type == 'llama3' and not 0 < r.low_freq_factor < r.high_freq_factor:
+  if r.type == 'llama3' and not 0 < r.low_freq_factor <= r.high_freq_factor:
     raise ConfigError(f"model.rope_scaling.type='llama3' needs 0 < low_freq_factor="
-                      f'{r.low_freq_factor} < high_freq_factor={r.high_freq_factor}')
+                      f'{r.low_freq_factor} <= high_freq_factor={r.high_freq_factor} (equal: '
+                      'no smoothing band, as Llama 4 Scout)')
   if r.type == 'yarn' and not 0 < r.beta_slow < r.beta_fast:
     raise ConfigError(f"model.rope_scaling.type='yarn' needs 0 < beta_slow={r.beta_slow} < "
                       f'beta_fast={r.beta_fast} (32 and 1 by default)')
@@ -241,9 +242,13 @@ def _validate_moe(m, mesh):
     raise ConfigError(f'model.moe.num_experts={moe.num_experts} does not split over '
                       f'mesh.expert={mesh.expert}; use a divisor of the expert count')
   for name in ('balance_loss', 'z_loss', 'bias_update_rate', 'expert_mlp_dim',
-               'num_shared_experts', 'routed_scale'):
+               'num_shared_experts', 'shared_mlp_dim', 'routed_scale'):
     if moe[name] < 0:
       raise ConfigError(f'model.moe.{name}={moe[name]} must be >= 0')
+  if moe.shared_mlp_dim and not moe.num_shared_experts:
+    raise ConfigError(f'model.moe.shared_mlp_dim={moe.shared_mlp_dim} sizes shared experts, '
+                      'and model.moe.num_shared_experts=0; set num_shared_experts=1 or '
+                      'shared_mlp_dim=0')
   if moe.collapse_ratio <= 1:
     raise ConfigError(f'model.moe.collapse_ratio={moe.collapse_ratio} must be > 1: it is a '
                       'multiple of the balanced share top_k / num_experts (default 2)')

@@ -104,7 +104,8 @@ def _model():
   m.rope_theta = 10_000.0
   # RoPE scaling (zoo/models/rope.py, each as transformers computes it), type: 'none';
   # 'llama3' (Llama 3.1: wavelengths > original_max_length / low_freq_factor divided by
-  # `factor`, < original / high_freq_factor kept, the band between blended); 'linear'
+  # `factor`, < original / high_freq_factor kept, the band between blended; equal factors:
+  # no band); 'linear'
   # (positions / factor); 'dynamic' (NTK: past original_max_length the base grows with the
   # longest position); 'yarn' (dimensions turning < beta_slow times over original_max_length
   # interpolated, > beta_fast kept; cos and sin x attention_factor, 0 = 0.1 ln(factor) + 1,
@@ -251,6 +252,9 @@ def _moe():
       'capacity_factor': 0.0,  # slots per expert = ceil(k L cf / E) per sequence; 0 = dropless
       'expert_mlp_dim': 0,  # 0 = model.mlp_dim
       'num_shared_experts': 0,  # always-on experts beside the routed ones (DeepSeek)
+      # the shared experts' width in all (Qwen3-Next's shared_expert_intermediate_size, any
+      # width); 0 = num_shared_experts x the routed experts' width
+      'shared_mlp_dim': 0,
       # the shared experts' output x sigmoid(x w), a learned gate per token (Qwen3-Next)
       'shared_gate': False,
       'balance_loss': 0.01,  # coefficient of the Switch load-balancing loss

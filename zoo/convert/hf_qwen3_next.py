@@ -67,12 +67,9 @@ def config(hf, names):
   o.num_experts = experts
   if experts:
     width, shared = hf['moe_intermediate_size'], hf.get('shared_expert_intermediate_size', 0)
-    if shared % width:
-      raise ConvertError(f'qwen3_next shared_expert_intermediate_size={shared} is not a multiple '
-                         f'of moe_intermediate_size={width}: the zoo\'s shared experts are '
-                         'routed experts\' widths')
     o.top_k, o.expert_mlp_dim = hf['num_experts_per_tok'], width
-    o.num_shared_experts, o.shared_gate = shared // width, bool(shared)
+    o.num_shared_experts, o.shared_gate = int(bool(shared)), bool(shared)
+    o.shared_mlp_dim = shared if shared != width else 0  # one MLP of any width
     o.normalize_top_k = bool(hf.get('norm_topk_prob', True))
     o.balance_loss = float(hf.get('router_aux_loss_coef', 0.001))
   c.data.seq_len = min(c.data.seq_len, m.max_length)
@@ -226,7 +223,7 @@ def hf_config(config):
           'linear_conv_kernel_dim': d.conv_width,
           'num_experts': o.num_experts, 'num_experts_per_tok': o.top_k,
           'moe_intermediate_size': width,
-          'shared_expert_intermediate_size': width * o.num_shared_experts,
+          'shared_expert_intermediate_size': dims.shared_mlp_dim(m),
           'norm_topk_prob': o.normalize_top_k, 'router_aux_loss_coef': o.balance_loss,
           'decoder_sparse_step': 1, 'mlp_only_layers': [],
           'rope_parameters': {**hf_rules.rope_parameters_to_hf(m),

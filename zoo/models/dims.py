@@ -36,6 +36,12 @@ def rope_scaling(m):
   return ()
 
 
+def shared_mlp_dim(m):
+  """The shared experts' MLP width: model.moe.shared_mlp_dim, else num_shared_experts x the
+  routed experts' width."""
+  return m.moe.shared_mlp_dim or (m.moe.expert_mlp_dim or m.mlp_dim) * m.moe.num_shared_experts
+
+
 def dropout(m, adapters):
   """True where training draws dropout masks: model.dropout_rate, or the adapters'
   (train.lora's lora.Spec) dropout."""

@@ -42,6 +42,7 @@ from jax.sharding import PartitionSpec as P
 
 from zoo import collectives
 from zoo import sharding
+from zoo.models import dims
 from zoo.models import layers
 from zoo.models import quant
 
@@ -352,7 +353,7 @@ class MoE(nn.Module):
 
     if moe.num_shared_experts:
       shared_BLD = layers.MLP(
-          F * moe.num_shared_experts, m.activation, use_bias=m.use_bias,
+          dims.shared_mlp_dim(m), m.activation, use_bias=m.use_bias,
           clamp=(m.swiglu_limit, m.swiglu_alpha), init_std=std,
           out_init_scale=self.out_init_scale, quant=cfg['quant'], name='shared', dtype=dtype,
           param_dtype=param_dtype)(x_BLD)

@@ -25,7 +25,11 @@ def frequencies(head_dim, theta, scaling=(), positions=None):
   kind = scaling[0] if scaling else 'none'
   if kind == 'llama3':
     factor, low, high, original = scaling[1:]
-    blend = np.clip((original * freq / (2 * np.pi) - low) / (high - low), 0.0, 1.0)
+    turns = original * freq / (2 * np.pi)  # over the original context
+    if high > low:
+      blend = np.clip((turns - low) / (high - low), 0.0, 1.0)
+    else:  # no smoothing band (Llama 4 Scout: low = high = 1): each kept or divided
+      blend = (turns > low).astype(np.float64)
     freq = (1 - blend) * freq / factor + blend * freq
   elif kind == 'linear':
     freq = freq / scaling[1]

@@ -111,7 +111,7 @@ def _validate_quant(m):
     return
   widths = {n: k for n, (k, _) in dense_layers(m).items()}
   if m.moe.num_experts and m.moe.num_shared_experts:
-    widths['shared wo'] = (m.moe.expert_mlp_dim or m.mlp_dim) * m.moe.num_shared_experts
+    widths['shared wo'] = dims.shared_mlp_dim(m)
   bad = {n: k for n, k in widths.items() if k % q.tile}
   if bad:
     raise ConfigError(f'model.quant.tile={q.tile} does not divide what '
