@@ -66,7 +66,7 @@ def test_an_unknown_variant_is_a_config_error_naming_it(name):
     ({'model.rope_scaling.type': 'yarn', 'model.rope_scaling.original_max_length': 0},
      r"model.rope_scaling.type='yarn' needs original_max_length (the trained context"),
     ({'model.rope_scaling.type': 'yarn', 'model.rope_scaling.beta_fast': 0.5},
-     r"model.rope_scaling.type='yarn' needs 0 < beta_slow=1.0 < beta_fast=0.5"),
+     r"model.rope_scaling.type='yarn' needs 0 < beta_slow=1.0 <= beta_fast=0.5"),
     ({'model.rope_scaling.type': 'linear', 'model.rope_scaling.factor': 0.5},
      r"model.rope_scaling.factor=0.5 must be >= 1 for type 'linear'"),
     ({'model.attention.pattern': 'LGX', 'model.attention.window': 4},

@@ -7,8 +7,8 @@ fast math runs at any level; results differ from level 2 at most by rounding (wh
 would have fused a multiply-add), inside every test's tolerance. XLA:CPU's older loop
 emitters stand in for its MLIR fusion emitters (--xla_cpu_use_fusion_emitters=false), which
 take longer to compile the same fusions: nine mesh runs of sharding_test on 2 cores, 123 s
-with them and 93 s without; the steps themselves run as fast. Notebooks run as a reader
-runs them.
+with them and 93 s without; the steps themselves run as fast. Notebooks run on one device,
+as a reader runs them, with the same compiler flags.
 
 Compiled executables go to a persistent cache shared by the whole run, subprocesses
 included (the CLI tests compile the same smoke steps many times): it halves their time.

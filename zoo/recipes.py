@@ -233,6 +233,28 @@ def moonlight_muon(c, learning_rate):
   return c
 
 
+def kimi_k2(c):
+  """Kimi Team 2025, "Kimi K2: Open Agentic Intelligence", sec. 2.1 (MuonClip) and 2.4
+  (the pre-training recipe): the optimizer, schedule, batch and tokens of the 4K stage."""
+  c.data.seq_len = 4096  # 2.4: a 4,096-token context window
+  c.train.batch_size = 16_384  # 2.4: ~67M tokens a batch (2^26 = 16,384 x 4,096)
+  moonlight_muon(c, learning_rate=2e-4)  # 2.1: Muon at Moonlight's RMS-matched update
+  c.optim.update(schedule='wsd',  # 2.4: the WSD schedule, ...
+                 warmup_steps=500,  # ... a 500-step warm-up, ...
+                 min_learning_rate_ratio=0.1,  # ... 2e-4 for 10T tokens, then down to 2e-5
+                 decay_fraction=5.5 / 15.5,  # over the last 5.5T (the report: a cosine decay;
+                 weight_decay=0.1)  # the zoo's wsd decays linearly); 2.4: weight decay 0.1
+  c.optim.muon.qk_clip = 100.0  # 2.1: QK-Clip threshold tau = 100
+  c.model.attention.log_max_logit = True  # QK-Clip reads each head's max logit
+  c.train.steps = _steps_for(c, 15.5e12)  # 2.4: 15.5T tokens
+  m = c.model
+  # not stated in the report: DeepSeek-V3's loss-free bias and sequence-wise loss, whose
+  # router and release layout (e_score_correction_bias) K2 keeps
+  m.moe.bias_update_rate = 0.001
+  m.moe.balance_loss, m.moe.balance_scope = 0.0001, 'sequence'
+  return c
+
+
 def gemma_distillation(c, teacher):
   """Gemma Team 2024, "Gemma 2", sec. 3.2: the small models learn from a larger teacher's
   probability of each token given its context, the cross-entropy to them in place of

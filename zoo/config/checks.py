@@ -196,9 +196,9 @@ def _validate_model(m):
     raise ConfigError(f"model.rope_scaling.type='llama3' needs 0 < low_freq_factor="
                       f'{r.low_freq_factor} <= high_freq_factor={r.high_freq_factor} (equal: '
                       'no smoothing band, as Llama 4 Scout)')
-  if r.type == 'yarn' and not 0 < r.beta_slow < r.beta_fast:
-    raise ConfigError(f"model.rope_scaling.type='yarn' needs 0 < beta_slow={r.beta_slow} < "
-                      f'beta_fast={r.beta_fast} (32 and 1 by default)')
+  if r.type == 'yarn' and not 0 < r.beta_slow <= r.beta_fast:
+    raise ConfigError(f"model.rope_scaling.type='yarn' needs 0 < beta_slow={r.beta_slow} <= "
+                      f'beta_fast={r.beta_fast} (32 and 1 by default; Kimi K2: 1 and 1)')
   if not 0 <= m.dropout_rate < 1:
     raise ConfigError(f'model.dropout_rate={m.dropout_rate} must be in [0, 1)')
   _positive('model.scan_unroll', m.scan_unroll)

@@ -375,6 +375,12 @@ ARCHITECTURES = {
                                 hf_deepseek.from_rules, state=hf_deepseek.routing_bias,
                                 state_tensors=hf_deepseek.routing_bias_tensors,
                                 others=('DeepseekV3Model',)),
+    # Kimi K2 (and K2.5's language model): DeepSeek-V3's classes under its own model_type
+    'kimi_k2': Architecture(_deepseek, hf_deepseek.rules,
+                            ('DeepseekV3ForCausalLM',), hf_deepseek.to_rules,
+                            hf_deepseek.from_rules, state=hf_deepseek.routing_bias,
+                            state_tensors=hf_deepseek.routing_bias_tensors,
+                            others=('DeepseekV3Model',)),
     'gpt_oss': Architecture(_gpt_oss, hf_gpt_oss.rules, ('GptOssForCausalLM',),
                             hf_gpt_oss.to_rules, hf_gpt_oss.from_rules,
                             others=('GptOssModel',)),
