@@ -518,6 +518,38 @@ def test_the_sweeps_compiles_walk_down_the_ranking_until_a_mesh_fits(monkeypatch
   assert [line.split()[0] for line in shown[:3]] == ['1', '2', '8']  # with the estimate NO
 
 
+def test_a_compiler_crash_on_one_mesh_is_a_line_and_the_next_mesh_is_compiled(monkeypatch):
+  """libtpu stopped with an INTERNAL error on Kimi K2's data 4 x fsdp 16 x tensor 16
+  (docs/contracts.md, Known problems): the sweep says so on that row and compiles the next."""
+  from zoo.plan import compiled  # pylint: disable=g-import-not-at-top
+  from zoo.plan import suggest  # pylint: disable=g-import-not-at-top
+  from zoo.plan import sweep  # pylint: disable=g-import-not-at-top
+  from zoo.plan import topology  # pylint: disable=g-import-not-at-top
+  tpu = topology.parse('v5p-8')
+  error = jax.errors.JaxRuntimeError(
+      'INTERNAL: during context [post-optimization]: %bitcast.4017 = s32[384,1] bitcast(...)\n'
+      'more')
+  crash = compiled.CompilerFailed(error)
+  assert str(crash).endswith('(a compiler bug; another mesh may compile): INTERNAL: during '
+                             'context [post-optimization]: %bitcast.4017 = s32[384,1] '
+                             'bitcast(...)')
+
+  def compile_step(run, *_, **__):
+    if run.config.mesh.data == 1:
+      raise crash
+    return {'per_device_bytes': {'total': 0.5 * tpu.chip.hbm_bytes}}
+  monkeypatch.setattr(compiled, 'compile_step', compile_step)
+  rows = [{'mesh': dict(data=d, fsdp=1, tensor=1, expert=1, context=1, stage=1),
+           'pipeline_microbatches': 0, 'pipeline_repeats': 1, 'invalid': None,
+           'step_seconds': float(d), 'per_device_bytes': 2**30, 'fits': True} for d in (1, 2)]
+  run = run_lib.resolve(helpers.load(helpers.config_file('gpt_shakespeare', arg=None)))
+  assert sweep.confirm(run, rows, 1, None, tpu.chip) == 1
+  assert 'compile_failed' in rows[0] and rows[1]['compiled_fits']
+  assert suggest.best(run, tpu, rows).row is rows[1]
+  shown = sweep.table(rows, tpu).splitlines()[2:]
+  assert shown[0].split()[0] == '1' and 'failed: the compiler failed' in shown[0]
+
+
 def test_the_plan_says_what_the_group_limit_does_to_the_all_to_all():
   # DeepSeek-V3 on 64 expert shards: groups of 32 experts are blocks of 8 shards, a token
   # reaches at most 4 blocks (8 without the limit); on 4 shards, 2 groups to a shard: at

@@ -236,6 +236,14 @@ def test_eval_prompts_are_cut_as_the_training_rows_cut_them():
   np.testing.assert_array_equal(ids, [[10, 11, 12, 2]])  # as task_example: 3 pieces + EOS
 
 
+def test_a_prompt_and_its_new_tokens_past_a_learned_position_table_is_one_line():
+  config = helpers.smoke('gpt_shakespeare', 'model.position=learned', 'data.seq_len=32',
+                         'model.max_length=32', 'generate.max_new_tokens=30')
+  with pytest.raises(ConfigError, match=r'the longest prompt \(4 tokens\) \+ '
+                                        r'generate.max_new_tokens=30 exceed model.max_length=32'):
+    decoder.tokenize_prompts(config, _Spaces(), ['a b c', 'a'])
+
+
 class _Spaces(Words):
   """Piece k of the text -> 10 + k."""
   encode = staticmethod(lambda texts: [[10 + k for k, _ in enumerate(t.split())]

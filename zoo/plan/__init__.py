@@ -63,6 +63,9 @@ def _compiled(run, result, devices, tpu_slice):
   except compiled_lib.DoesNotFit as e:  # the answer plan mode is asked for
     result.update(mesh=sizes, fits=False, compile_error=str(e))
     return
+  except compiled_lib.CompilerFailed as e:
+    result.update(mesh=sizes, compile_failed=str(e))
+    return
   result.update(compiled=True, mesh=sizes, compile_seconds=out['compile_seconds'],
                 compiled_flops_per_step=None if pipelined else
                 out['flops_per_step_per_device'] * len(devices),

@@ -522,11 +522,14 @@ def _compiled_lines(result):
     if narrow:
       flops += ', ' + ', '.join(f'{n} {kind} x {kind} dots' for kind, n in narrow.items())
     total = result['per_device_bytes']['total']
-    parts = ', '.join(f"{k} {_gib(result['per_device_bytes'][k])}" for k in COMPILED_PARTS)
+    parts = ', '.join(f"{k} {_gib(result['per_device_bytes'][k])}" for k in COMPILED_PARTS
+                      if k in result['per_device_bytes'])
     lines.append(f"compiled train step: {flops}, {_gib(total)} per device ({parts}; the "
                  f"memory model estimated {_gib(result['estimated_bytes_per_device'])}, "
                  f"{result['estimated_bytes_per_device'] / total:.2f} x), compiled in "
                  f"{result['compile_seconds']:.0f}s")
+  if 'compile_failed' in result:
+    lines.append(f"compiled train step: {result['compile_failed']}")
   if 'compile_error' in result:
     lines.append(f"compiled train step: does not fit: {result['compile_error']} (the memory "
                  f"model estimated {_gib(result['estimated_bytes_per_device'])})")

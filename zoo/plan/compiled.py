@@ -43,6 +43,16 @@ class DoesNotFit(Exception):
     self.needed, self.available = needed, available
 
 
+class CompilerFailed(Exception):
+  """The compiler stopped with an internal error on this program (its bug, not the
+  model's: docs/contracts.md, Known problems); the message is its first line."""
+
+  def __init__(self, error):
+    first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+    super().__init__(f'the compiler failed with an internal error (a compiler bug; another '
+                     f'mesh may compile): {first[:300]}')
+
+
 def _exhausted(error):
   """(needed, available) bytes of an XLA out-of-HBM compile error, or None."""
   found = re.search(r'RESOURCE_EXHAUSTED.*?\(([\d.]+)G\) exceeds available HBM \(([\d.]+)G\)',
@@ -165,6 +175,9 @@ def compile_step(run, devices, scan_corrected_cost=True):
       compiled, placed = compile_placed(lower(run, mesh))
   except jax.errors.JaxRuntimeError as e:
     exhausted = _exhausted(e)
+    if exhausted is None and str(e).startswith('INTERNAL'):
+      print(f'compile failed after {time.time() - start:.0f} s', flush=True)
+      raise CompilerFailed(e) from None
     if exhausted is None:
       raise
     print(f'compiled in {time.time() - start:.0f} s: it does not fit', flush=True)

@@ -33,7 +33,7 @@ def best(run, tpu_slice, rows=None):
   if any('compiled_bytes' in r for r in rows):
     fitting = [r for r in rows if r.get('compiled_fits')]
   else:
-    fitting = [r for r in rows if not r['invalid'] and r['fits']]
+    fitting = [r for r in rows if not r['invalid'] and r['fits'] and 'compile_failed' not in r]
   if not fitting:
     return None
   return Answer(tpu_slice, fitting[0],

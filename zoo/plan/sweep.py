@@ -230,6 +230,9 @@ def confirm(run, rows, count, devices, chip, margin=CONFIRM_MARGIN):
     except compiled.DoesNotFit as e:  # what the compiler had placed: at least this much
       row.update(compiled_bytes=int(e.needed), compiled_fits=False, compiled_at_least=True)
       continue
+    except compiled.CompilerFailed as e:  # the next mesh down the ranking is tried
+      row['compile_failed'] = str(e)
+      continue
     row.update(compiled_bytes=int(total), compiled_fits=total <= chip.hbm_bytes)
     fit += row['compiled_fits']
   return fit
@@ -241,7 +244,7 @@ def table(rows, tpu_slice, top=20, everything=False):
   those that cannot shard the shape with the reason."""
   fitting = [r for r in rows if not r['invalid'] and r['fits']]
   shown = rows if everything else [  # and every compiled mesh, in ranking order
-      r for r in rows if r in fitting[:top] or 'compiled_bytes' in r]
+      r for r in rows if r in fitting[:top] or 'compiled_bytes' in r or 'compile_failed' in r]
   hbm = tpu_slice.chip.hbm_bytes / 2**30
   confirmed = any('compiled_bytes' in r for r in rows)
   lines = [f'sweep on {tpu_slice.name} ({tpu_slice.chips} chips, {hbm:.0f} GiB HBM each); '
@@ -259,7 +262,9 @@ def table(rows, tpu_slice, top=20, everything=False):
       continue
     line = (f'{mesh} {r["step_seconds"]:>9.3f} {r["per_device_bytes"] / 2**30:>11.2f}  '
             f'{"yes" if r["fits"] else "NO ":<4}')
-    if 'compiled_bytes' in r:
+    if 'compile_failed' in r:
+      line += f' {"failed":>12}: {r["compile_failed"]}'
+    elif 'compiled_bytes' in r:
       at_least = '>' if r.get('compiled_at_least') else ''
       line += (f' {at_least + format(r["compiled_bytes"] / 2**30, ".2f"):>12}' +
                ('' if r['compiled_fits'] else ' NO'))
