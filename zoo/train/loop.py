@@ -63,7 +63,7 @@ def _describe(run, workdir, place, streams, corpus, params, start_step, cache, i
   frozen = teacher_lib.describe(config, teacher) if teacher else ({}, None)
   header.update(frozen[0])
   lines = _lines(run, workdir, header, start_step, init)
-  progress.say('\n'.join(lines + [line for line in (frozen[1],) if line] + notes))
+  progress.say('\n'.join(lines + ([frozen[1]] if frozen[1] else []) + notes))
   return header
 
 
