@@ -104,8 +104,7 @@ def _model():
   m.rope_theta = 10_000.0
   # RoPE scaling (zoo/models/rope.py, each as transformers computes it), type: 'none';
   # 'llama3' (Llama 3.1: wavelengths > original_max_length / low_freq_factor divided by
-  # `factor`, < original / high_freq_factor kept, the band between blended; equal factors:
-  # no band); 'linear'
+  # `factor`, < original / high_freq_factor kept, the band between blended, if any); 'linear'
   # (positions / factor); 'dynamic' (NTK: past original_max_length the base grows with the
   # longest position); 'yarn' (dimensions turning < beta_slow times over original_max_length
   # interpolated, > beta_fast kept; cos and sin x attention_factor, 0 = 0.1 ln(factor) + 1,

@@ -59,6 +59,11 @@ from zoo.train import teacher as teacher_lib
 COMPILE_CACHE_MAX_BYTES = 8 << 30  # least recently used programs go beyond this
 
 
+def _cache_cap():
+  """COMPILE_CACHE_MAX_BYTES, or $JAX_COMPILATION_CACHE_MAX_SIZE where set (-1: no cap)."""
+  return int(os.environ.get('JAX_COMPILATION_CACHE_MAX_SIZE', COMPILE_CACHE_MAX_BYTES))
+
+
 def compile_cache(config):
   """Turns on JAX's persistent compilation cache in train.compile_cache_dir (''= off): a
   second start of the same run, or an eval of it, loads its compiled steps from there.
@@ -78,7 +83,7 @@ def compile_cache(config):
                         f'be written ({e.strerror}); point it to a writable directory or set '
                         "it to '' to compile every start") from None
   _use_compile_cache(True, directory)
-  if not storage.is_remote(directory):
+  if _cache_cap() != -1 and not storage.is_remote(directory):
     _age_unaged_entries(directory)
   return directory
 
@@ -105,7 +110,7 @@ def _use_compile_cache(enabled, directory):
     return
   jax.config.update('jax_enable_compilation_cache', enabled)
   jax.config.update('jax_compilation_cache_dir', directory)
-  jax.config.update('jax_compilation_cache_max_size', COMPILE_CACHE_MAX_BYTES)
+  jax.config.update('jax_compilation_cache_max_size', _cache_cap())
   # JAX decides once per process whether it uses the cache; a process that compiled before
   # (a notebook, a test session) decides again
   compilation_cache.reset_cache()
