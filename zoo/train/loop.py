@@ -62,7 +62,7 @@ def _describe(run, workdir, place, streams, corpus, params, start_step, cache, i
   header.update(_optional_fields(run, params, init))
   frozen = teacher_lib.describe(config, teacher) if teacher else ({}, None)
   header.update(frozen[0])
-  lines = _lines(run, workdir, header, start_step, init)
+  lines = _lines(run, workdir, header, start_step)
   progress.say('\n'.join(lines + ([frozen[1]] if frozen[1] else []) + notes))
   return header
 
@@ -91,7 +91,7 @@ def _optional_fields(run, params, init):
   return fields
 
 
-def _lines(run, workdir, h, start_step, init):
+def _lines(run, workdir, h, start_step):
   """The header for people: model, mesh, kernel, data, workdir."""
   config, phases, m, lora = run.config, run.phases, run.config.model, run.config.train.lora
   mesh = sharding.describe(h['mesh'])
@@ -114,7 +114,7 @@ def _lines(run, workdir, h, start_step, init):
          f'{h["span_lengths"]["inputs"]} inputs, {h["span_lengths"]["targets"]} targets'
          if 'span_lengths' in h else ''),
       f'workdir {workdir}: ' + (f'resumed from step {start_step}' if start_step else 'fresh')
-      + (f', weights from {h["init_params"]}' if init else ''),
+      + (f', weights from {h["init_params"]}' if 'init_params' in h else ''),
   ] + ([_muon_rates(config.optim)] if config.optim.name == 'muon' else [])
 
 

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from zoo import config as config_lib
+from zoo import counting
 from zoo import families
 from zoo import models
 from zoo import objectives
@@ -153,7 +154,7 @@ def describe(config, teacher):
   t = source(config)
   steps = checkpoint.saved_steps(teacher.weights)
   fields = {'workdir': t.workdir, 'step': steps[0] if steps else 'import',
-            'params': sum(x.size for x in jax.tree.leaves(teacher.abstract['params']))}
+            'params': counting.param_count(teacher.abstract['params'])}
   read = (f'step {fields["step"]}' if steps else f'import {teacher.weights}')
   if t.field != 'train.teacher.workdir':
     return {'reference': fields}, (f'reference {t.workdir} ({read}, {fields["params"]:,} '
