@@ -56,6 +56,19 @@ def two_sided_window_mask(length, window, kv_length=None):
 
 
 @flax.struct.dataclass
+class Pages:
+  """A paged cache's view for one step of the serving engine (zoo/serve): each row's
+  sequence keeps its keys and values in pages of `size` tokens, drawn from a pool of
+  `count` pages shared by every row; page 0 is never a sequence's (padding writes there).
+  The keys a row attends are its pages in table order, S = table width x size slots, slot
+  s holding position s of the sequence."""
+  table: jax.Array  # [B, P] int32: each row's pages in order (0 past its last)
+  positions: jax.Array  # [B, L] int32: each query's position in its sequence
+  size: int = flax.struct.field(pytree_node=False, default=16)
+  count: int = flax.struct.field(pytree_node=False, default=0)
+
+
+@flax.struct.dataclass
 class Mask:
   """Which keys each query may attend: same segment (and not padding), at or before it when
   `causal`, and, when window > 0, within the window: a causal mask's last `window` keys
@@ -84,6 +97,8 @@ class Mask:
   chunk: int = flax.struct.field(pytree_node=False, default=0)
   q_chunk_ids: jax.Array | None = None
   kv_chunk_ids: jax.Array | None = None
+  # serving: the self-attention layer's cache is a paged pool (kv_cache is then True too)
+  pages: Pages | None = None
 
   def chunked(self):
     """The mask of a chunked layer: a causal window of the chunk (the keys a chunk can
@@ -96,6 +111,14 @@ class Mask:
   def dense(self):
     """[B, 1, L, S] boolean."""
     mask = segment_mask(self.q_segment_ids, self.kv_segment_ids)
+    if self.pages is not None:  # query at its position, key slot s at position s
+      q_slots_BL1 = self.pages.positions[:, :, None]
+      kv_slots_11S = jnp.arange(self.kv_segment_ids.shape[1])[None, None, :]
+      if self.causal:
+        mask &= (kv_slots_11S <= q_slots_BL1)[:, None]
+      if self.window:
+        mask &= (kv_slots_11S > q_slots_BL1 - self.window)[:, None]
+      return mask
     if self.slots is not None:
       before_BLS = self.slots[:, None, :] <= self.slots[:, :, None]
       if self.causal:

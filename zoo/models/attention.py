@@ -95,7 +95,10 @@ class MultiHeadAttention(nn.Module):
       q_BLHK = (q_BLHK * factor_BL[:, :, None, None]).astype(q_BLHK.dtype)
     q_BLHK = nn.with_logical_constraint(q_BLHK, ('batch', 'length', 'heads', 'head_dim'))
     kernel = self.kernel
-    if isinstance(mask, mask_lib.Mask) and mask.kv_cache:
+    if isinstance(mask, mask_lib.Mask) and mask.pages is not None:
+      k_BSGK, v_BSGK, mask = self._paged(k_BSGK, v_BSGK, mask)
+      kernel = 'xla'  # a dense mask over each row's pages
+    elif isinstance(mask, mask_lib.Mask) and mask.kv_cache:
       if 0 < mask.window < mask.kv_segment_ids.shape[1]:  # a local layer keeps its window
         k_BSGK, v_BSGK, mask = self._rolling(k_BSGK, v_BSGK, mask)
         kernel = 'xla'  # a dense mask over the ring and the new keys
@@ -154,6 +157,24 @@ class MultiHeadAttention(nn.Module):
     return (key.value.transpose(0, 3, 1, 2), value.value.transpose(0, 2, 1, 3),
             mask.replace(q_start=start))
 
+  def _paged(self, k_BLGK, v_BLGK, mask):
+    """Serving (zoo/serve): writes the new keys and values into the pool of pages at their
+    positions' slots (a padding token's into page 0), then gathers each row's pages ->
+    (the row's S = table width x page size keys, values, the dense mask [B, 1, L, S]).
+    Every layer kind keeps all its pages: a local or chunked layer's window is the mask's."""
+    B, L, G, K = k_BLGK.shape
+    pages = mask.pages
+    N, T = pages.count, pages.size
+    slot = lambda name: self.variable('cache', name, jnp.zeros, (N * T, G, K), k_BLGK.dtype)
+    key, value = slot('paged_key'), slot('paged_value')
+    positions_BL = pages.positions
+    page_BL = jnp.take_along_axis(pages.table, positions_BL // T, axis=1)
+    slots_BL = jnp.where(mask.q_segment_ids > 0, page_BL * T + positions_BL % T,
+                         jnp.arange(L)[None] % T)
+    key.value = key.value.at[slots_BL].set(k_BLGK.astype(key.value.dtype))
+    value.value = value.value.at[slots_BL].set(v_BLGK.astype(value.value.dtype))
+    kv_slots_BS = (pages.table[:, :, None] * T + jnp.arange(T)[None, None]).reshape(B, -1)
+    return key.value[kv_slots_BS], value.value[kv_slots_BS], mask.dense()
 
   def _rolling(self, k_BLGK, v_BLGK, mask):
     """A local (or chunked: zoo.kernels.mask.Mask.chunked) layer's cache: the last R = W +

@@ -459,7 +459,9 @@ class Decoder(nn.Module):
   """Decoder-only LM: batch {inputs, segment_ids?, positions?} -> float32 logits [B, L, V].
 
   Decoding (zoo/infer) adds kv_segment_ids and kv_positions [B, S] for the S slots of the
-  'cache' collection: the inputs are appended to the cache and attend to it. head=False:
+  'cache' collection: the inputs are appended to the cache and attend to it. Serving
+  (zoo/serve) adds `pages` too (a zoo.kernels.mask.Pages): the cache is a pool of pages
+  and S each row's pages' slots. head=False:
   the hidden states [B, L, D] the vocabulary projection reads (zoo/models/head.py). With
   model.num_labels: {'label_logits': [B, num_labels]} from each row's last real token
   (rows right-padded, one example each).
@@ -496,7 +498,8 @@ class Decoder(nn.Module):
     chunk = m.attention.chunk
     mask = mask_lib.Mask(segment_ids_BL, kv_segment_ids_BS, causal=True,
                           window=m.attention.window, kv_cache=kv_cache, slots=slots_BL,
-                          lookahead=batch.get('lookahead', 0), chunk=chunk)
+                          lookahead=batch.get('lookahead', 0), chunk=chunk,
+                          pages=batch.get('pages'))
     if chunk:  # Llama 4: each document's chunks, for the chunked layers (Block)
       mask = mask.replace(
           q_chunk_ids=mask_lib.chunk_segments(segment_ids_BL, positions_BL, chunk),
