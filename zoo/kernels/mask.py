@@ -61,11 +61,15 @@ class Pages:
   sequence keeps its keys and values in pages of `size` tokens, drawn from a pool of
   `count` pages shared by every row; page 0 is never a sequence's (padding writes there).
   The keys a row attends are its pages in table order, S = table width x size slots, slot
-  s holding position s of the sequence."""
+  s holding position s of the sequence. A row's real tokens come first, its padding after."""
   table: jax.Array  # [B, P] int32: each row's pages in order (0 past its last)
   positions: jax.Array  # [B, L] int32: each query's position in its sequence
+  # [B] int32: each row's sequence's slot in the pools of per-sequence state (Gated DeltaNet
+  # layers: zoo/models/delta_net.py); slot 0 is padding rows'
+  slots: jax.Array | None = None
   size: int = flax.struct.field(pytree_node=False, default=16)
   count: int = flax.struct.field(pytree_node=False, default=0)
+  slot_count: int = flax.struct.field(pytree_node=False, default=1)
 
 
 @flax.struct.dataclass

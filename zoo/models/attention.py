@@ -158,23 +158,11 @@ class MultiHeadAttention(nn.Module):
             mask.replace(q_start=start))
 
   def _paged(self, k_BLGK, v_BLGK, mask):
-    """Serving (zoo/serve): writes the new keys and values into the pool of pages at their
-    positions' slots (a padding token's into page 0), then gathers each row's pages ->
-    (the row's S = table width x page size keys, values, the dense mask [B, 1, L, S]).
-    Every layer kind keeps all its pages: a local or chunked layer's window is the mask's."""
-    B, L, G, K = k_BLGK.shape
-    pages = mask.pages
-    N, T = pages.count, pages.size
-    slot = lambda name: self.variable('cache', name, jnp.zeros, (N * T, G, K), k_BLGK.dtype)
-    key, value = slot('paged_key'), slot('paged_value')
-    positions_BL = pages.positions
-    page_BL = jnp.take_along_axis(pages.table, positions_BL // T, axis=1)
-    slots_BL = jnp.where(mask.q_segment_ids > 0, page_BL * T + positions_BL % T,
-                         jnp.arange(L)[None] % T)
-    key.value = key.value.at[slots_BL].set(k_BLGK.astype(key.value.dtype))
-    value.value = value.value.at[slots_BL].set(v_BLGK.astype(value.value.dtype))
-    kv_slots_BS = (pages.table[:, :, None] * T + jnp.arange(T)[None, None]).reshape(B, -1)
-    return key.value[kv_slots_BS], value.value[kv_slots_BS], mask.dense()
+    """Serving (zoo/serve): the new keys and values into the pool of pages -> (each row's S
+    = table width x page size keys, values, the dense mask [B, 1, L, S]). Every layer kind
+    keeps all its pages: a local or chunked layer's window is the mask's."""
+    k_BSGK, v_BSGK = paged(self, mask, key=k_BLGK, value=v_BLGK)
+    return k_BSGK, v_BSGK, mask.dense()
 
   def _rolling(self, k_BLGK, v_BLGK, mask):
     """A local (or chunked: zoo.kernels.mask.Mask.chunked) layer's cache: the last R = W +
@@ -214,6 +202,28 @@ class MultiHeadAttention(nn.Module):
     value.value = value.value.at[:, :, ring_n, :].set(v_BLGK[:, L - n:].transpose(0, 2, 1, 3))
     index.value = start + L
     return keys_BSGK, values_BSGK, dense_BLS[:, None]
+
+
+def paged(module, mask, **new):
+  """Serving's paged cache (a zoo.kernels.mask.Pages in mask.pages): each new [B, L, ...]
+  written into the module's 'cache' pool `paged_<name>` [N x page size, ...] at its
+  tokens' slots (a padding token's into page 0) -> each name's [B, S, ...] over the rows'
+  pages, in the order given."""
+  pages = mask.pages
+  T = pages.size
+  positions_BL = pages.positions
+  B, L = positions_BL.shape
+  page_BL = jnp.take_along_axis(pages.table, positions_BL // T, axis=1)
+  slots_BL = jnp.where(mask.q_segment_ids > 0, page_BL * T + positions_BL % T,
+                       jnp.arange(L)[None] % T)
+  kv_slots_BS = (pages.table[:, :, None] * T + jnp.arange(T)[None, None]).reshape(B, -1)
+  out = []
+  for name, new_BL_ in new.items():
+    pool = module.variable('cache', f'paged_{name}', jnp.zeros,
+                           (pages.count * T, *new_BL_.shape[2:]), new_BL_.dtype)
+    pool.value = pool.value.at[slots_BL].set(new_BL_.astype(pool.value.dtype))
+    out.append(pool.value[kv_slots_BS])
+  return out
 
 
 # ------------------------------------------------------------------- position biases

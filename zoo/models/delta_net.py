@@ -53,6 +53,10 @@ class GatedDeltaNet(nn.Module):
         init_std=self.init_std, init_scale=scale, quant=self.quant, lora=self.lora, name=name)
     segment_ids_BL = mask.q_segment_ids
     decoding = mask.kv_cache
+    pages = mask.pages
+    if pages is not None:  # serving: one sequence a row, its padding after its tokens
+      valid_BL = segment_ids_BL > 0
+      segment_ids_BL = jnp.ones_like(segment_ids_BL)
     q_BLGK = dense('query', (G, K), ('embed', 'heads', 'head_dim'))(x_BLD)
     k_BLGK = dense('key', (G, K), ('embed', 'heads', 'head_dim'))(x_BLD)
     v_BLHJ = dense('value', (H, J), ('embed', 'heads', 'head_dim'))(x_BLD)
@@ -60,9 +64,10 @@ class GatedDeltaNet(nn.Module):
     b_BLH = dense('write', H, ('embed', 'heads'))(x_BLD)
     a_BLH = dense('decay', H, ('embed', 'heads'))(x_BLD)
 
-    q_BLGK = self._conv('query', q_BLGK, segment_ids_BL, decoding)
-    k_BLGK = self._conv('key', k_BLGK, segment_ids_BL, decoding)
-    v_BLHJ = self._conv('value', v_BLHJ, segment_ids_BL, decoding)
+    fed_B = None if pages is None else jnp.sum(valid_BL, axis=1)
+    convolve = lambda name, x: self._conv(name, x, segment_ids_BL, decoding, pages, fed_B)
+    q_BLGK, k_BLGK, v_BLHJ = (convolve(n, x) for n, x in (('query', q_BLGK), ('key', k_BLGK),
+                                                          ('value', v_BLHJ)))
     wide = jnp.promote_types(self.dtype, jnp.float32)  # float32, or float64 in tests
     l2 = lambda x: x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + L2_EPS)
     q_BLGK = l2(q_BLGK.astype(wide)) * K ** -0.5
@@ -80,16 +85,17 @@ class GatedDeltaNet(nn.Module):
         a_BLH.astype(wide) + decay_bias_H.astype(wide)[None, None])
     beta_BLH = jax.nn.sigmoid(b_BLH.astype(wide))
 
+    if pages is not None:  # padding changes nothing: no write, no decay
+      real = lambda x: jnp.where(valid_BL.reshape(*valid_BL.shape, *(1,) * (x.ndim - 2)), x, 0)
+      k_BLHK, beta_BLH, g_BLH = real(k_BLHK), real(beta_BLH), real(g_BLH)
     if decoding:
-      state = self.variable('cache', 'state', jnp.zeros, (x_BLD.shape[0], H, K, J),
-                            jnp.float32)
-      state_segment = self.variable('cache', 'state_segment', jnp.zeros,
-                                    (x_BLD.shape[0],), segment_ids_BL.dtype)
+      state, state_segment, store = self._held('state', (H, K, J), jnp.float32, x_BLD.shape[0],
+                                               (), segment_ids_BL.dtype, pages)
       o_BLHJ, state_BHKJ, segment_B = delta_lib.chunked(
-          q_BLHK, k_BLHK, v_BLHJ, g_BLH, beta_BLH, segment_ids_BL, self.chunk, state.value,
-          state_segment.value)
+          q_BLHK, k_BLHK, v_BLHJ, g_BLH, beta_BLH, segment_ids_BL, self.chunk, state,
+          state_segment)
       if not self.is_initializing():
-        state.value, state_segment.value = state_BHKJ, segment_B
+        store(state_BHKJ, segment_B)
     else:
       o_BLHJ, _, _ = delta_lib.chunked(q_BLHK, k_BLHK, v_BLHJ, g_BLH, beta_BLH,
                                        segment_ids_BL, self.chunk)
@@ -105,10 +111,11 @@ class GatedDeltaNet(nn.Module):
     return dense('out', x_BLD.shape[-1], ('heads', 'head_dim', 'embed'), num_in=2,
                  scale=self.out_init_scale)(o_BLHJ)
 
-  def _conv(self, name, x_BLHK, segment_ids_BL, decoding):
+  def _conv(self, name, x_BLHK, segment_ids_BL, decoding, pages=None, fed_B=None):
     """The causal depthwise convolution of width W over each channel, then SiLU; a tap
     reads an input of another segment as 0. Decoding reads the cached last W - 1 inputs
-    (and their segments) before the new ones and keeps the newest W - 1."""
+    (and their segments) before the new ones and keeps the newest W - 1 (serving: before a
+    row's padding, after its fed_B tokens)."""
     W = self.conv_width
     B, L = x_BLHK.shape[:2]
     kernel_WHK = self.param(f'{name}_conv', nn.with_logical_partitioning(
@@ -116,11 +123,9 @@ class GatedDeltaNet(nn.Module):
                                          out_axis=(1, 2)),
         (None, 'heads', 'head_dim')), (W, *x_BLHK.shape[2:]), self.param_dtype)
     if decoding:
-      held = self.variable('cache', f'{name}_conv_inputs', jnp.zeros,
-                           (B, W - 1, *x_BLHK.shape[2:]), x_BLHK.dtype)
-      held_segments = self.variable('cache', f'{name}_conv_segments', jnp.zeros, (B, W - 1),
-                                    segment_ids_BL.dtype)
-      past_BPHK, past_segments_BP = held.value, held_segments.value
+      past_BPHK, past_segments_BP, store = self._held(
+          f'{name}_conv_inputs', (W - 1, *x_BLHK.shape[2:]), x_BLHK.dtype, B, (W - 1,),
+          segment_ids_BL.dtype, pages, f'{name}_conv_segments')
     else:
       past_BPHK = jnp.zeros((B, W - 1, *x_BLHK.shape[2:]), x_BLHK.dtype)
       past_segments_BP = jnp.full((B, W - 1), -1, segment_ids_BL.dtype)
@@ -134,9 +139,36 @@ class GatedDeltaNet(nn.Module):
                   kernel_WHK[w].astype(wide)[None, None])
       out_BLHK = out_BLHK + jnp.where(same_BL[:, :, None, None], tap_BLHK, 0.0)
     if decoding and not self.is_initializing():
-      held.value = inputs_BTHK[:, L:]
-      held_segments.value = segments_BT[:, L:]
+      newest_B1 = jnp.full((B, 1), L) if fed_B is None else fed_B[:, None]
+      kept_BP = jnp.arange(W - 1)[None] + newest_B1  # the W - 1 inputs before the next
+      store(jnp.take_along_axis(inputs_BTHK, kept_BP[:, :, None, None], axis=1),
+            jnp.take_along_axis(segments_BT, kept_BP, axis=1))
     return jax.nn.silu(out_BLHK).astype(self.dtype)
+
+  def _held(self, name, shape, dtype, B, segment_shape, segment_dtype, pages,
+            segment_name=None):
+    """A decoding cache entry and its segments -> (value [B, *shape], segments [B,
+    *segment_shape], store(value, segments)). Serving keeps them in a pool with a slot per
+    sequence (pages.slots): a row starting at position 0 reads no past (zeros, segment 0)."""
+    segment_name = segment_name or f'{name}_segment'
+    if pages is None:
+      value = self.variable('cache', name, jnp.zeros, (B, *shape), dtype)
+      segments = self.variable('cache', segment_name, jnp.zeros, (B, *segment_shape),
+                               segment_dtype)
+
+      def store(new_value, new_segments):
+        value.value, segments.value = new_value, new_segments
+      return value.value, segments.value, store
+    pool = self.variable('cache', f'{name}_pool', jnp.zeros, (pages.slot_count, *shape), dtype)
+    continuing_B = (pages.positions[:, 0] > 0).astype(segment_dtype)
+    past_segments = jnp.broadcast_to(continuing_B.reshape(-1, *(1,) * len(segment_shape)),
+                                     (B, *segment_shape))
+
+    def store_pool(new_value, _):
+      pool.value = pool.value.at[pages.slots].set(new_value.astype(dtype))
+    # a new sequence's past is zeros (what it keeps of it is read as its own segment later)
+    past = jnp.where(continuing_B.reshape(-1, *(1,) * len(shape)) > 0, pool.value[pages.slots], 0)
+    return past, past_segments, store_pool
 
 
 def state_bytes(key_heads, value_heads, key_dim, value_dim, conv_width, cache_bytes):

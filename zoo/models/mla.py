@@ -118,8 +118,28 @@ class LatentAttention(nn.Module):
 
   def _decode(self, q_nope_BLHN, q_rope_BLHR, c_BLC, k_rope_BLR, mask, key_up_CHN,
               value_up_CHV, scale):
-    """The latent cache: the new latents and rotary keys written at the cache index, then
-    attention over all S slots with the up-projections absorbed."""
+    """The latent cache (contiguous, or serving's pages): the new latents and rotary keys
+    written, then attention over all S slots with the up-projections absorbed."""
+    if mask.pages is not None:  # serving: the latents in a pool of pages
+      latent_BSC, rope_key_BSR = attention.paged(self, mask, latent=c_BLC,
+                                                 rope_key=k_rope_BLR)
+      visible_B1LS = mask.dense()
+    else:
+      latent_BSC, rope_key_BSR, visible_B1LS = self._cached(c_BLC, k_rope_BLR, mask)
+    f32 = jnp.float32
+    q_latent_BLHC = jnp.einsum('BLHN,CHN->BLHC', q_nope_BLHN, key_up_CHN,
+                               preferred_element_type=f32)
+    logits_BHLS = (jnp.einsum('BLHC,BSC->BHLS', q_latent_BLHC, latent_BSC.astype(f32)) +
+                   jnp.einsum('BLHR,BSR->BHLS', q_rope_BLHR.astype(f32),
+                              rope_key_BSR.astype(f32))) * scale
+    logits_BHLS = jnp.where(visible_B1LS, logits_BHLS, reference.MASKED)
+    probs_BHLS = jax.nn.softmax(logits_BHLS, axis=-1)
+    out_BLHC = jnp.einsum('BHLS,BSC->BLHC', probs_BHLS, latent_BSC.astype(f32))
+    return jnp.einsum('BLHC,CHV->BLHV', out_BLHC, value_up_CHV.astype(f32)).astype(self.dtype)
+
+  def _cached(self, c_BLC, k_rope_BLR, mask):
+    """The new latents and rotary keys written at the cache index -> (all S cached latents,
+    rotary keys, the mask with the queries at their slots)."""
     B, L, C = c_BLC.shape
     S = mask.kv_segment_ids.shape[1]
     slot = lambda name, width: self.variable('cache', name, jnp.zeros, (B, S, width),
@@ -132,17 +152,7 @@ class LatentAttention(nn.Module):
         ('batch', 'length', None))
     latent.value, rope_key.value = write(latent.value, c_BLC), write(rope_key.value, k_rope_BLR)
     index.value = start + L
-    f32 = jnp.float32
-    q_latent_BLHC = jnp.einsum('BLHN,CHN->BLHC', q_nope_BLHN, key_up_CHN,
-                               preferred_element_type=f32)
-    logits_BHLS = (jnp.einsum('BLHC,BSC->BHLS', q_latent_BLHC, latent.value.astype(f32)) +
-                   jnp.einsum('BLHR,BSR->BHLS', q_rope_BLHR.astype(f32),
-                              rope_key.value.astype(f32))) * scale
-    visible_B1LS = mask.replace(q_start=start).dense()
-    logits_BHLS = jnp.where(visible_B1LS, logits_BHLS, reference.MASKED)
-    probs_BHLS = jax.nn.softmax(logits_BHLS, axis=-1)
-    out_BLHC = jnp.einsum('BHLS,BSC->BLHC', probs_BHLS, latent.value.astype(f32))
-    return jnp.einsum('BLHC,CHV->BLHV', out_BLHC, value_up_CHV.astype(f32)).astype(self.dtype)
+    return latent.value, rope_key.value, mask.replace(q_start=start).dense()
 
 
 def cache_values_per_token(m):

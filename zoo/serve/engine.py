@@ -24,10 +24,10 @@ from zoo.serve import step as step_lib
 class Engine:
   """One model's engine. settings: the config's `serve` section."""
 
-  def __init__(self, model, variables, place, settings, max_len, kv_heads):
-    self.settings, self.max_len = settings, max_len
+  def __init__(self, model, variables, place, settings, max_len, kv_heads, recurrent=False):
+    self.settings, self.max_len, self.recurrent = settings, max_len, recurrent
     self.shapes = step_lib.Shapes(settings.page_size, settings.num_pages,
-                                  -(-max_len // settings.page_size))
+                                  -(-max_len // settings.page_size), settings.max_seqs + 1)
     fn, decoding_model, layout = step_lib.make(model, self.shapes)
     self._variables = layout(variables)
     self._new_pool = lambda: step_lib.empty_pool(decoding_model, self.shapes)
@@ -148,7 +148,7 @@ class Engine:
       feed['valid'][r, :row.count] = 1
       feed['positions'][r, :row.count] = np.arange(row.start, end)
       feed['table'][r, :len(seq.pages)] = seq.pages
-      feed['ends'][r], feed['last'][r] = end, row.count - 1
+      feed['ends'][r], feed['last'][r], feed['slots'][r] = end, row.count - 1, seq.slot
       s = seq.sampling
       banned = s.stop_ids[0] if s.stop_ids and len(seq.output) < s.min_tokens else -1
       settings.append((s, len(seq.output), banned))
@@ -169,7 +169,7 @@ class Engine:
     s = self.settings
     self.scheduler = scheduler_lib.Scheduler(
         pages_lib.PagePool(s.num_pages, s.page_size), s.max_seqs, s.prefill_rows,
-        s.prefill_chunk, s.max_queue)
+        s.prefill_chunk, s.max_queue, share_prefixes=not self.recurrent)
     for seq in (waiting.waiting if waiting else ()):
       seq.pages, seq.cached, seq.hashed = [], 0, 0
       self.scheduler.add(seq)

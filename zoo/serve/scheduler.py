@@ -8,7 +8,8 @@ more than one chunk. A row whose feed reaches its last token samples the next on
 
 Requests wait in arrival order and are admitted between steps while rows and pages last;
 an admitted prompt takes its pages at once, the pages of a prefix another request computed
-included (zoo/serve/pages.py). When a decoding sequence needs a page and none is left, the
+included (zoo/serve/pages.py; not for models with recurrent layers, whose state at the
+prefix's end is not kept), and a slot for its per-sequence state. When a decoding sequence needs a page and none is left, the
 sequence admitted last gives its pages back and waits at the front of the queue: it is
 computed again from its tokens when pages free up, and its output is unchanged (a sampled
 token is keyed by the request's seed and its index, zoo/serve/sampling.py).
@@ -51,6 +52,7 @@ class Sequence:
   pages: list = dataclasses.field(default_factory=list)
   cached: int = 0  # tokens whose keys and values are in its pages
   hashed: int = 0  # leading full pages registered in the pool's prefix cache
+  slot: int = 0  # its row in the pools of per-sequence state (1..max_seqs while running)
   finish_reason: str | None = None  # 'stop', 'length', 'cancelled', 'error'
   error: str = ''  # why a step failed ('error')
   preemptions: int = 0
@@ -81,14 +83,16 @@ class Plan:
 class Scheduler:
   """The waiting queue, the running sequences and the page pool."""
 
-  def __init__(self, pool, max_seqs, prefill_rows, prefill_chunk, max_queue):
-    self.pool = pool
+  def __init__(self, pool, max_seqs, prefill_rows, prefill_chunk, max_queue,
+               share_prefixes=True):
+    self.pool, self.share_prefixes = pool, share_prefixes
     self.max_seqs, self.prefill_rows, self.prefill_chunk = max_seqs, prefill_rows, prefill_chunk
     self.max_queue = max_queue
     self.waiting = collections.deque()
     self.running = []  # in admission order
     self.preemptions = 0
     self._ids = itertools.count(1)
+    self._slots = list(range(max_seqs, 0, -1))
 
   def add(self, seq):
     """Queues a sequence; False when the queue is full."""
@@ -138,13 +142,15 @@ class Scheduler:
       tokens = seq.tokens
       size = self.pool.size
       # the last token is always fed (its logits give the next), so its page is never shared
-      shared = self.pool.match(pages_lib.prefix_hashes(tokens[:len(tokens) - 1], size))
+      shared = (self.pool.match(pages_lib.prefix_hashes(tokens[:len(tokens) - 1], size))
+                if self.share_prefixes else [])
       fresh = self.pool.allocate(-(-len(tokens) // size) - len(shared))
       if fresh is None:
         self.pool.release(shared)
         return
       self.waiting.popleft()
       seq.pages, seq.cached, seq.hashed = shared + fresh, len(shared) * size, len(shared)
+      seq.slot = self._slots.pop()
       self.running.append(seq)
 
   def _room_for(self, seq, tokens):
@@ -170,4 +176,6 @@ class Scheduler:
 
   def _release(self, seq):
     self.pool.release(seq.pages)
-    seq.pages, seq.cached, seq.hashed = [], 0, 0
+    if seq.slot:
+      self._slots.append(seq.slot)
+    seq.pages, seq.cached, seq.hashed, seq.slot = [], 0, 0, 0

@@ -28,9 +28,10 @@ class Shapes:
   page_size: int
   num_pages: int
   max_pages: int  # a sequence's most pages (serve.max_len / page_size, rounded up)
+  slot_count: int  # rows of per-sequence state pools (max_seqs + 1: slot 0 pads)
 
 
-def batch(shapes, ids_RL, valid_RL, positions_RL, table_RP, ends_R):
+def batch(shapes, ids_RL, valid_RL, positions_RL, table_RP, ends_R, slots_R):
   """The decoder's batch for one step: each row's keys are its pages' slots, the first
   ends_R of them (the cached tokens and the fed ones) real."""
   R, P = table_RP.shape
@@ -39,19 +40,20 @@ def batch(shapes, ids_RL, valid_RL, positions_RL, table_RP, ends_R):
   return {'inputs': ids_RL, 'segment_ids': valid_RL, 'positions': positions_RL,
           'kv_segment_ids': (slots_S[None] < ends_R[:, None]).astype(jnp.int32),
           'kv_positions': jnp.broadcast_to(slots_S, (R, S)),
-          'pages': mask_lib.Pages(table_RP, positions_RL, shapes.page_size, shapes.num_pages)}
+          'pages': mask_lib.Pages(table_RP, positions_RL, slots_R, shapes.page_size,
+                                  shapes.num_pages, shapes.slot_count)}
 
 
 def make(model, shapes):
   """-> (fn(variables, cache, feed) -> (next tokens [R], cache), the decoding model's
   variable layout fn). feed: ids, valid, positions [R, L]; table [R, P]; ends, last [R]
-  (the index of each row's last fed token); sampling.FIELDS [R]; with penalties also seen
+  (the index of each row's last fed token), slots [R]; sampling.FIELDS [R]; with penalties also seen
   [R, T] and outputs_from [R]."""
   model, layout = generate.decoding_model(model)
 
   def fn(variables, cache, feed):
     inputs = batch(shapes, feed['ids'], feed['valid'], feed['positions'], feed['table'],
-                   feed['ends'])
+                   feed['ends'], feed['slots'])
     logits_RLV, mutated = model.apply({**variables, 'cache': cache}, inputs, mutable=['cache'])
     logits_RV = jnp.take_along_axis(logits_RLV, feed['last'][:, None, None], axis=1)[:, 0]
     arrays = {f: feed[f] for f in sampling.FIELDS}
@@ -67,20 +69,21 @@ def empty_pool(model, shapes):
   R, P = 1, shapes.max_pages
   inputs = batch(shapes, jnp.zeros((R, 1), jnp.int32), jnp.zeros((R, 1), jnp.int32),
                  jnp.zeros((R, 1), jnp.int32), jnp.zeros((R, P), jnp.int32),
-                 jnp.zeros((R,), jnp.int32))
+                 jnp.zeros((R,), jnp.int32), jnp.zeros((R,), jnp.int32))
   return decoding.empty_cache(model, (inputs,))
 
 
 def pool_shardings(pool, mesh, kv_heads):
-  """Each pool leaf [..., N x page, G, K] with G split over `tensor` where it divides."""
+  """The pools' shardings: the keys' and values' [..., N x page, G, K] with G split over
+  `tensor` where it divides; the rest (latents, recurrent state) replicated."""
   split = mesh.shape.get('tensor', 1)
 
-  def spec(leaf):
+  def spec(path, leaf):
     axes = [None] * leaf.ndim
-    if split > 1 and kv_heads % split == 0:
+    if split > 1 and kv_heads % split == 0 and path[-1].key in ('paged_key', 'paged_value'):
       axes[-2] = 'tensor'
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*axes))
-  return jax.tree.map(spec, pool)
+  return jax.tree_util.tree_map_with_path(spec, pool)
 
 
 def compiled(place, fn, variable_shardings, pool_sharding):
@@ -110,4 +113,4 @@ def empty_feed(rows, length, width):
   tokens = lambda: np.zeros((rows, length), np.int32)
   return {'ids': tokens(), 'valid': tokens(), 'positions': tokens(),
           'table': np.zeros((rows, width), np.int32), 'ends': np.zeros(rows, np.int32),
-          'last': np.zeros(rows, np.int32)}
+          'last': np.zeros(rows, np.int32), 'slots': np.zeros(rows, np.int32)}
