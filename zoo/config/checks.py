@@ -26,6 +26,7 @@ def check(config):
   _validate_teacher(config.train.teacher, m)
   _validate_objective(config)
   _validate_generate(config.generate, m)
+  _validate_serve(config.serve)
   _validate_mesh(config.mesh, config.sharding)
   _validate_pipeline(config.mesh, m)
   return config
@@ -252,6 +253,16 @@ def _validate_moe(m, mesh):
   if moe.collapse_ratio <= 1:
     raise ConfigError(f'model.moe.collapse_ratio={moe.collapse_ratio} must be > 1: it is a '
                       'multiple of the balanced share top_k / num_experts (default 2)')
+
+
+def _validate_serve(s):
+  for field in ('page_size', 'max_seqs', 'prefill_rows', 'prefill_chunk', 'max_queue'):
+    _positive(f'serve.{field}', s[field])
+  if s.num_pages < 2:
+    raise ConfigError(f'serve.num_pages={s.num_pages} must be at least 2 (page 0 takes '
+                      'padding)')
+  if s.max_len < 0:
+    raise ConfigError(f'serve.max_len={s.max_len} must be >= 0 (0 = data.seq_len)')
 
 
 def _validate_generate(g, m):

@@ -68,6 +68,7 @@ def base():
   c.train = _train()
   c.optim = optim()
   c.generate = _generate()
+  c.serve = _serve()
   # slices: TPU slices (or GPU hosts) joined over DCN, which split the axis dcn_axis
   # ('data': gradients cross DCN once a step; 'fsdp': every layer's weights are gathered
   # across it, for a model too large for one slice's fsdp; 'stage': only the activations
@@ -522,6 +523,19 @@ def _generate():
   # round, as DeepSeek-V3 serves it)
   g.draft_mtp = False
   return g
+
+
+def _serve():
+  s = ml_collections.ConfigDict()  # python -m zoo.serve (zoo/serve, docs/serving.md)
+  s.page_size = 16  # tokens a page of the KV cache holds
+  s.num_pages = 512  # pages in the pool, page 0 included (it takes padding's writes)
+  s.max_seqs = 32  # sequences decoding together: the decode step's rows
+  s.prefill_rows = 2  # prompts a prefill step feeds
+  s.prefill_chunk = 128  # tokens of each prompt a prefill step feeds
+  s.max_len = 0  # a sequence's most tokens, prompt and output; 0 = data.seq_len
+  s.max_queue = 256  # requests waiting for a row; more are answered 429
+  s.model_name = ''  # the `model` requests name; '' = the workdir's base name
+  return s
 
 
 # ---------------------------------------------------------------------------- loading

@@ -68,6 +68,10 @@ class Engine:
   def running(self):
     return len(self.scheduler.running)
 
+  @property
+  def alive(self):
+    return self._thread is not None and self._thread.is_alive()
+
   def start(self):
     self._thread = threading.Thread(target=self._loop, name='zoo-serve-engine', daemon=True)
     self._thread.start()

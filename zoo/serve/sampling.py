@@ -36,13 +36,15 @@ def host_arrays(settings, rows):
 
 
 def filter_rows(logits_RV, temperature_R, top_k_R, top_p_R, min_p_R):
-  """Each row's logits / its temperature with its filters applied (-inf outside); a row's
-  top_k 0, top_p 1 and min_p 0 turn its filters off."""
+  """Each row's logits / its temperature with its filters applied in generate's order
+  (-inf outside); a row's top_k 0, top_p 1 and min_p 0 turn its filters off."""
   scaled_RV = logits_RV / jnp.maximum(temperature_R, 1e-6)[:, None]
   sorted_RV = jnp.sort(scaled_RV, axis=-1)[:, ::-1]
   V = logits_RV.shape[-1]
   kth_R = jnp.take_along_axis(sorted_RV, jnp.clip(top_k_R - 1, 0, V - 1)[:, None], 1)[:, 0]
   floor_R = jnp.where(top_k_R > 0, kth_R, -jnp.inf)
+  in_top_k_RV = (jnp.arange(V)[None] < top_k_R[:, None]) | (top_k_R[:, None] <= 0)
+  sorted_RV = jnp.where(in_top_k_RV, sorted_RV, -jnp.inf)  # top-p is of what top-k kept
   probs_RV = jax.nn.softmax(sorted_RV, axis=-1)
   before_RV = jnp.cumsum(probs_RV, axis=-1) - probs_RV  # mass of the likelier tokens
   nucleus_RV = jnp.where(before_RV < top_p_R[:, None], sorted_RV, jnp.inf)

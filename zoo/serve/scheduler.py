@@ -90,7 +90,7 @@ class Scheduler:
     self.max_queue = max_queue
     self.waiting = collections.deque()
     self.running = []  # in admission order
-    self.preemptions = 0
+    self.preemptions, self.shared_pages = 0, 0  # so far; shared: pages a prefix match gave
     self._ids = itertools.count(1)
     self._slots = list(range(max_seqs, 0, -1))
 
@@ -150,6 +150,7 @@ class Scheduler:
         return
       self.waiting.popleft()
       seq.pages, seq.cached, seq.hashed = shared + fresh, len(shared) * size, len(shared)
+      self.shared_pages += len(shared)
       seq.slot = self._slots.pop()
       self.running.append(seq)
 
