@@ -28,19 +28,19 @@ class Engine:
     self.settings, self.max_len, self.recurrent = settings, max_len, recurrent
     self.shapes = step_lib.Shapes(settings.page_size, settings.num_pages,
                                   -(-max_len // settings.page_size), settings.max_seqs + 1)
-    fn, decoding_model, layout = step_lib.make(model, self.shapes)
-    self._variables = layout(variables)
-    self._new_pool = lambda: step_lib.empty_pool(decoding_model, self.shapes)
+    fn, self.model, layout = step_lib.make(model, self.shapes)
+    self.variables = layout(variables)  # the decoding model's (self.model)
+    self._new_pool = lambda: step_lib.empty_pool(self.model, self.shapes)
     pool = self._new_pool()
     self._pool_sharding = step_lib.pool_shardings(pool, place.mesh, kv_heads)
     self._step = step_lib.compiled(place, fn, jax.tree.map(lambda a: a.sharding,
-                                                           self._variables),
+                                                           self.variables),
                                    self._pool_sharding)
     self._reset(pool)
     self._inbox, self._lock = [], threading.Condition()
     self._listeners = {}
     self._thread, self._stopping = None, False
-    self.generated_tokens, self.steps, self.restarts = 0, 0, 0
+    self.generated_tokens, self.steps, self.restarts, self.cancelled = 0, 0, 0, 0
 
   # ------------------------------------------------------------------ from other threads
 
@@ -105,6 +105,7 @@ class Engine:
       if op == 'add':
         self.scheduler.add(seq)
       elif seq.finish_reason is None:
+        self.cancelled += 1
         self._end(seq, 'cancelled')
 
   def step(self):
@@ -118,7 +119,7 @@ class Engine:
 
   def _run(self, rows, num_rows, length):
     feed = self._feed(rows, num_rows, length)
-    tokens, self.pool = self._step(self._variables, self.pool, feed)
+    tokens, self.pool = self._step(self.variables, self.pool, feed)
     tokens = np.asarray(tokens)
     for r, row in enumerate(rows):
       self.scheduler.fed(row)

@@ -46,11 +46,16 @@ def make_app(engine, ctx, metrics):
     return web.Response(body=metrics.text(), content_type='text/plain')
 
   handler = _Handler(engine, ctx, metrics)
+
+  async def completions(http):
+    return await handler(http, chat=False)
+
+  async def chat(http):
+    return await handler(http, chat=True)
   app = web.Application(client_max_size=16 * 2**20)
   app.add_routes([web.get('/health', health), web.get('/v1/models', models),
-                  web.get('/metrics', prometheus),
-                  web.post('/v1/completions', lambda r: handler(r, chat=False)),
-                  web.post('/v1/chat/completions', lambda r: handler(r, chat=True))])
+                  web.get('/metrics', prometheus), web.post('/v1/completions', completions),
+                  web.post('/v1/chat/completions', chat)])
   return app
 
 
@@ -75,6 +80,9 @@ class _Handler:
       return await self._whole(http, request, choices, queue, arrived)
     except api.ApiError as e:
       return self._refuse(http, e)
+    except asyncio.CancelledError:  # the client went away (aiohttp's handler cancellation)
+      _log(http, 499, f'the client went away; its {len(choices)} sequences are cancelled')
+      raise
     finally:
       for choice in choices:
         if choice.seq.finish_reason is None:
@@ -160,9 +168,9 @@ class _Handler:
       if request.include_usage:
         await send(api.usage_chunk(request, self.ctx, self._usage(request, choices)))
       await response.write(b'data: [DONE]\n\n')
-    except (ConnectionResetError, ConnectionError) as e:
-      _log(http, 499, f'client went away mid-stream ({type(e).__name__}); its sequences '
-           'are cancelled')
+    except ConnectionError as e:
+      _log(http, 499, f'the client went away mid-stream ({type(e).__name__}); its '
+           f'{len(choices)} sequences are cancelled')
       return response
     self.metrics.requests.labels('200').inc()
     return response
