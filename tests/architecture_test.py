@@ -19,7 +19,7 @@ LAYERS = (
     ('run',),
     ('train',),
     ('infer', 'plan', 'convert'),
-    ('post',),
+    ('post', 'serve'),
     ('launch', 'prepare', 'bench', 'harness'),
 )
 

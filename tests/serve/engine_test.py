@@ -2,7 +2,8 @@
 submitted together to an engine with few pages (so sequences are preempted and computed
 again) give, token for token, what --mode=generate's decoding (zoo.infer.generate) gives
 each prompt alone, for a dense, a GQA + sliding-window (local, chunked, sinks), an MLA and
-a hybrid Gated DeltaNet + MoE model; every page is free again at the end."""
+a hybrid Gated DeltaNet + MoE model; every page is free again at the end. On a tensor mesh
+(the pool's kv heads split over it) the tokens are one device's."""
 
 import threading
 
@@ -13,12 +14,14 @@ import pytest
 
 from tests import helpers
 from zoo import families
+from zoo import run as run_lib
 from zoo import sharding
 from zoo.families import decoding
 from zoo.infer import generate
 from zoo.serve import engine as engine_lib
 from zoo.serve import scheduler as scheduler_lib
 from zoo.train import runtime
+from zoo.train import state as state_lib
 
 KINDS = {
     'dense': dict(position='rope', num_kv_heads=4),
@@ -35,7 +38,7 @@ KINDS = {
 }
 NEW_TOKENS = 10
 SETTINGS = dict(page_size=4, num_pages=24, max_seqs=8, prefill_rows=2, prefill_chunk=8,
-                max_queue=64)
+                max_queue=64, batching='continuous')
 
 
 def build(kind):
@@ -101,3 +104,26 @@ def test_under_load_every_request_equals_generate_alone(kind):
     for seq, row in zip(group, want):
       assert seq.finish_reason == 'length'
       assert seq.output == list(row), (kind, seq.prompt, seq.preemptions)
+
+
+def test_on_a_tensor_mesh_every_request_equals_generate_alone():
+  config, model, variables = build('dense')
+  config.mesh.update({'data': 1, 'tensor': 2})
+  mesh = sharding.make_mesh(config.mesh, jax.devices()[:2])
+  place = runtime.Placement(mesh, sharding.rules(config), None)
+  shardings = state_lib.model_variables(runtime.model_state(run_lib.resolve(config), mesh).shardings)
+  placed = jax.device_put(variables, {'params': shardings['params']})
+  engine = engine_lib.Engine(model, placed, place, ml_collections.ConfigDict(SETTINGS), 32, 4)
+  pool_specs = {s.spec for s in jax.tree.leaves(engine._pool_sharding)}  # pylint: disable=protected-access
+  assert pool_specs == {jax.sharding.PartitionSpec(None, None, 'tensor', None)}
+  engine.start()
+  try:
+    seqs = run_engine(engine, prompts()[9:27])
+  finally:
+    engine.stop()
+  reference = jax.jit(generate.make(model, NEW_TOKENS, {'temperature': 0.0}, eos_id=-1,
+                                    pad_id=0))
+  for seq in seqs:
+    ids, segments = decoding.left_pad([seq.prompt], 0)
+    want = np.asarray(reference(variables, ids, segments, jax.random.PRNGKey(0)))[0]
+    assert seq.output == list(want)

@@ -90,3 +90,18 @@ def test_recurrent_models_share_no_prefixes():
   s.add(b)
   s.plan()
   assert b.cached == 0 and not set(a.pages) & set(b.pages)
+
+
+def test_static_batching_admits_a_batch_when_the_last_is_done_each_reserving_its_pages():
+  s = scheduler_lib.Scheduler(pages_lib.PagePool(9, 4), 4, 2, 8, 8, static_pages=3)
+  seqs = [_seq(2) for _ in range(4)]
+  for q in seqs:
+    s.add(q)
+  s.plan()
+  assert s.running == seqs[:2] and all(len(q.pages) == 3 for q in seqs[:2])  # 8 pages: 2 fit
+  s.finish(seqs[0], 'length')
+  s.plan()
+  assert s.running == seqs[1:2]  # no one joins a running batch
+  s.finish(seqs[1], 'length')
+  s.plan()
+  assert s.running == seqs[2:]

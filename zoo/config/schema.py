@@ -535,6 +535,10 @@ def _serve():
   s.max_len = 0  # a sequence's most tokens, prompt and output; 0 = data.seq_len
   s.max_queue = 256  # requests waiting for a row; more are answered 429
   s.model_name = ''  # the `model` requests name; '' = the workdir's base name
+  # 'continuous' (requests join and leave the running batch every step) or 'static' (a
+  # batch at a time, each sequence reserving max_len: the baseline benchmarks/serve_load.py
+  # measures against)
+  s.batching = 'continuous'
   return s
 
 

@@ -6,8 +6,8 @@ answer and stream-chunk objects built from what the engine produced.
 list of those (each tokenized as the run trained: BOS + pieces); /v1/chat/completions
 renders `messages` (and `tools`) with the checkpoint's chat template (zoo/data/chat.py) and
 ends a turn at the template's end-of-turn id. Both take OpenAI's sampling fields and
-vLLM's extensions (top_k, min_p, repetition_penalty, min_tokens); a field the server does
-not know is refused, not ignored.
+vLLM's extensions (top_k, min_p, repetition_penalty, min_tokens, ignore_eos); a field the
+server does not know is refused, not ignored.
 """
 
 import dataclasses
@@ -18,7 +18,7 @@ from zoo.serve import scheduler as scheduler_lib
 
 _COMMON = {'model', 'max_tokens', 'temperature', 'top_p', 'n', 'stream', 'stream_options',
            'stop', 'seed', 'frequency_penalty', 'presence_penalty', 'user', 'top_k', 'min_p',
-           'repetition_penalty', 'min_tokens', 'logprobs'}
+           'repetition_penalty', 'min_tokens', 'ignore_eos', 'logprobs'}
 COMPLETION_FIELDS = _COMMON | {'prompt'}
 CHAT_FIELDS = _COMMON | {'messages', 'max_completion_tokens', 'tools'}
 MAX_N = 16
@@ -106,6 +106,8 @@ def _sampling(body, max_tokens, ctx, chat):
   if seed is not None and not isinstance(seed, int):
     raise ApiError(400, f'seed={seed!r} must be an integer', 'seed')
   stop_ids = (ctx.end_of_turn_id, ctx.tokenizer.eos_id) if chat else (ctx.tokenizer.eos_id,)
+  if body.get('ignore_eos'):  # vLLM's: the output runs to max_tokens (load tests)
+    stop_ids = ()
   return scheduler_lib.Sampling(
       max_tokens=max_tokens,
       temperature=_number(body, 'temperature', float, 1.0, 0.0, 2.0),

@@ -174,7 +174,8 @@ class Engine:
     s = self.settings
     self.scheduler = scheduler_lib.Scheduler(
         pages_lib.PagePool(s.num_pages, s.page_size), s.max_seqs, s.prefill_rows,
-        s.prefill_chunk, s.max_queue, share_prefixes=not self.recurrent)
+        s.prefill_chunk, s.max_queue, share_prefixes=not self.recurrent,
+        static_pages=self.shapes.max_pages if s.batching == 'static' else 0)
     for seq in (waiting.waiting if waiting else ()):
       seq.pages, seq.cached, seq.hashed = [], 0, 0
       self.scheduler.add(seq)

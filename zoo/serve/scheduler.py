@@ -13,6 +13,11 @@ prefix's end is not kept), and a slot for its per-sequence state. When a decodin
 sequence admitted last gives its pages back and waits at the front of the queue: it is
 computed again from its tokens when pages free up, and its output is unchanged (a sampled
 token is keyed by the request's seed and its index, zoo/serve/sampling.py).
+
+Static batching (serve.batching='static', the baseline continuous batching is measured
+against: benchmarks/serve_load.py) admits a batch only when the last one is done, each
+sequence reserving `static_pages` pages at once, as a contiguous cache of the context
+would; nothing is shared or preempted.
 """
 
 import collections
@@ -84,8 +89,9 @@ class Scheduler:
   """The waiting queue, the running sequences and the page pool."""
 
   def __init__(self, pool, max_seqs, prefill_rows, prefill_chunk, max_queue,
-               share_prefixes=True):
-    self.pool, self.share_prefixes = pool, share_prefixes
+               share_prefixes=True, static_pages=0):
+    self.pool, self.share_prefixes = pool, share_prefixes and not static_pages
+    self.static_pages = static_pages
     self.max_seqs, self.prefill_rows, self.prefill_chunk = max_seqs, prefill_rows, prefill_chunk
     self.max_queue = max_queue
     self.waiting = collections.deque()
@@ -137,6 +143,8 @@ class Scheduler:
       seq.hashed = full
 
   def _admit(self):
+    if self.static_pages and self.running:
+      return  # static batching: the next batch when this one is done
     while self.waiting and len(self.running) < self.max_seqs:
       seq = self.waiting[0]
       tokens = seq.tokens
@@ -144,7 +152,7 @@ class Scheduler:
       # the last token is always fed (its logits give the next), so its page is never shared
       shared = (self.pool.match(pages_lib.prefix_hashes(tokens[:len(tokens) - 1], size))
                 if self.share_prefixes else [])
-      fresh = self.pool.allocate(-(-len(tokens) // size) - len(shared))
+      fresh = self.pool.allocate(self.static_pages or -(-len(tokens) // size) - len(shared))
       if fresh is None:
         self.pool.release(shared)
         return
