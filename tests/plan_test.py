@@ -760,3 +760,19 @@ def test_a_compiled_plan_labels_the_analytic_parts_apart_from_the_compilers(caps
                                if k != 'total')
   assert result['per_device_bytes']['total'] == sum(result['per_device_bytes'][k]
                                                     for k in analytic.COMPILED_PARTS)
+
+
+def test_the_serving_line_counts_pages_per_device_by_hand(capsys):
+  config = helpers.load(helpers.config_file('llama3_8b', arg=None),
+                        ['mesh.data=1', 'mesh.tensor=8', 'serve.num_pages=1000',
+                         'serve.page_size=16'])
+  result = plan.run(run_lib.resolve(config), topology_name='h200-8')
+  v = result['serving']
+  page = 32 * (2 * 8 * 128 * 2 // 8) * 16  # layers x bf16 keys and values over tensor 8
+  assert v['page_bytes_per_device'] == page and v['pool_bytes_per_device'] == 1000 * page
+  weights = result['per_device_bytes']['params']
+  assert v['weights_bytes_per_device'] == weights and v['state_bytes_per_device'] == 0
+  hbm = topology.CHIPS['h200'].hbm_bytes
+  assert v['pages_fit_per_device'] == int((hbm * 0.9 - weights) // page)
+  assert 'serving (zoo.serve): a page of 16 tokens holds 0.2 MiB per device' in \
+      capsys.readouterr().out

@@ -26,6 +26,7 @@ from zoo.plan import compiled as compiled_lib
 from zoo.plan import post as post_lib
 from zoo.plan import preflight
 from zoo.plan import suggest
+from zoo.plan import serving
 from zoo.plan import sweep as sweep_lib
 from zoo.plan import topology
 
@@ -136,6 +137,9 @@ def run(resolved, json_path=None, compile_step=False, topology_name=None, sweep=
       f"{why} (model.attention.kernel={config.model.attention.kernel!r})")
   if tpu_slice:
     result['topology'] = _topology(tpu_slice)
+  if config.model.family == 'decoder' and not config.model.num_labels:
+    chip = tpu_slice.chip if tpu_slice else topology.chip_of(jax.devices()[0])
+    result['serving'] = serving.plan(config, result, chip.hbm_bytes if chip else None)
   if sweep:
     result['sweep'] = sweep_lib.sweep(resolved, tpu_slice)
     if sweep_compile:
@@ -151,7 +155,8 @@ def run(resolved, json_path=None, compile_step=False, topology_name=None, sweep=
   elif tpu_slice or compile_step:
     devices = topology.devices(tpu_slice) if tpu_slice else jax.devices()
     _compiled(resolved, result, devices, tpu_slice)
-  print('\n'.join([analytic.report(result), *post_lib.lines(result)]), flush=True)
+  print('\n'.join([analytic.report(result), *post_lib.lines(result), *serving.lines(result)]),
+        flush=True)
   if sweep:
     print(sweep_lib.table(result['sweep'], tpu_slice, sweep_top, sweep_all), flush=True)
   if json_path:
