@@ -6,27 +6,28 @@ the same engine run as static batches (serve.batching='static') at the same page
     python benchmarks/serve_load.py --workdir=W --requests=96 --rate=40 \\
         --prompt_len=16,64 --output_len=16,128 --overrides=serve.num_pages=129
 
-The server runs in this process (zoo/serve/server.py's Background) with the run's config and
-the overrides; a warm-up of the same load first compiles the steps. Per mode it prints
-requests/s, output tokens/s, time to first token and time per output token (p50, p99, in
-ms), the most pages held at once and what contiguous caches of serve.max_len for the same
-running sequences would take.
+The server is `python -m zoo.serve` in a process of its own (the run's config with the
+overrides) on a free port; a warm-up of the same load first compiles its steps. Per mode
+it prints requests/s, output tokens/s, time to first token and time per output token (p50,
+p99, in ms), the most pages held at once (its /metrics, polled) and what contiguous caches
+of serve.max_len would take for the most sequences running at once.
 """
 
 import argparse
 import asyncio
-import threading
+import re
+import socket
+import subprocess
+import sys
 import time
 
 import httpx
 import jax
 import numpy as np
 
-from zoo import platform
 from zoo.serve import load
-from zoo.serve import metrics as metrics_lib
-from zoo.serve import server
 from zoo.train import run_config
+from zoo.train import runtime
 
 
 def _requests(args, vocab, bos, seed):
@@ -62,35 +63,63 @@ async def _load(url, requests, max_seconds):
   return timings, time.monotonic() - start
 
 
-def _watch(engine, stop, samples):
-  while not stop.is_set():
-    samples.append((engine.scheduler.pool.used, engine.running))
-    time.sleep(0.02)
+async def _watch(url, samples, stop):
+  """Polls /metrics for pages used and sequences running until `stop` is set."""
+  async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+    while not stop.is_set():
+      text = (await client.get('/metrics')).text
+      value = lambda name: float(re.search(rf'^{name} (\S+)$', text, re.M).group(1))
+      samples.append((value('zoo_serve_pages_used'), value('zoo_serve_requests_running')))
+      await asyncio.sleep(0.05)
+
+
+async def _measured(url, requests, max_seconds):
+  samples, stop = [], asyncio.Event()
+  watcher = asyncio.create_task(_watch(url, samples, stop))
+  timings, seconds = await _load(url, requests, max_seconds)
+  stop.set()
+  await watcher
+  return timings, seconds, samples
+
+
+def _serve(workdir, overrides, port):
+  """python -m zoo.serve on `port`, once it answers /health."""
+  process = subprocess.Popen([sys.executable, '-m', 'zoo.serve', f'--workdir={workdir}',
+                              f'--port={port}', *[f'--config.{o}' for o in overrides]],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  for _ in range(1200):
+    try:
+      if httpx.get(f'http://127.0.0.1:{port}/health', timeout=1).status_code == 200:
+        return process
+    except httpx.TransportError:
+      time.sleep(0.1)
+  process.kill()
+  raise RuntimeError(f'zoo.serve did not start: {process.stdout.read()[-2000:]}')
 
 
 def measure(workdir, overrides, args, batching):
-  resolved = run_config.resolve(workdir, None, [*overrides, f'serve.batching={batching}'])
-  served = load.from_workdir(resolved, workdir)
-  engine, ctx = served.engine, served.context
-  bos = ctx.tokenizer.bos_id if ctx.tokenizer.bos_id is not None else ctx.tokenizer.eos_id
-  engine.start()
-  app = server.make_app(engine, ctx, metrics_lib.Metrics(engine))
-  with server.Background(app) as background:
-    asyncio.run(_load(background.url, _requests(args, ctx.vocab_size, bos, 1), args.max_seconds))
-    samples, stop = [], threading.Event()
-    watcher = threading.Thread(target=_watch, args=(engine, stop, samples))
-    watcher.start()
-    timings, seconds = asyncio.run(_load(background.url, _requests(args, ctx.vocab_size, bos, 0),
-                                         args.max_seconds))
-    stop.set()
-    watcher.join()
-  engine.stop()
+  config = run_config.resolve(workdir, None, overrides).config
+  vocab, max_len = config.model.vocab_size, load.max_len(config)
+  page_size = config.serve.page_size
+  tokenizer = runtime.tokenizer(config, workdir)
+  bos = tokenizer.eos_id if tokenizer.bos_id is None else tokenizer.bos_id
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+  server = _serve(workdir, [*overrides, f'serve.batching={batching}'], port)
+  url = f'http://127.0.0.1:{port}'
+  try:
+    asyncio.run(_load(url, _requests(args, vocab, bos, 1), args.max_seconds))  # compiles
+    timings, seconds, samples = asyncio.run(_measured(url, _requests(args, vocab, bos, 0),
+                                                      args.max_seconds))
+  finally:
+    server.terminate()
+    server.wait()
   ttft, tpot, tokens = (np.asarray(x) for x in zip(*timings))
-  pages = max(p for p, _ in samples)
-  contiguous = max(r for _, r in samples) * engine.shapes.max_pages
   return dict(batching=batching, rps=len(timings) / seconds, tps=tokens.sum() / seconds,
               ttft=np.percentile(ttft, [50, 99]) * 1e3, tpot=np.percentile(tpot, [50, 99]) * 1e3,
-              pages=pages, contiguous=contiguous, seconds=seconds)
+              pages=int(max(p for p, _ in samples)),
+              contiguous=int(max(r for _, r in samples)) * -(-max_len // page_size))
 
 
 def main():
@@ -104,7 +133,6 @@ def main():
   parser.add_argument('--overrides', default='serve.max_len=256,serve.page_size=16,'
                       'serve.num_pages=129,serve.max_seqs=32,serve.prefill_chunk=64')
   args = parser.parse_args()
-  platform.apply()
   overrides = [o for o in args.overrides.split(',') if o]
   print(f'{args.workdir}: {args.requests} requests at {args.rate:g}/s, prompts {args.prompt_len}, '
         f'outputs {args.output_len} tokens; {" ".join(overrides)}; '

@@ -1,4 +1,5 @@
-"""Per-row sampling: each row's filters equal zoo.infer.generate's with that row's settings,
+"""Per-row sampling: each row's filters equal zoo.infer.generate's with that row's settings
+(min-p alone without the sort too),
 the penalties equal a float64 numpy count, a row's draw depends only on its seed and token
 index, and a banned id (EOS before min_tokens) is never drawn."""
 
@@ -30,6 +31,10 @@ def test_each_rows_filters_are_generates_with_its_settings():
     np.testing.assert_array_equal(np.isfinite(got[r]), np.isfinite(want[0]))
     np.testing.assert_allclose(np.where(np.isfinite(want[0]), got[r], 0),
                                np.where(np.isfinite(want[0]), want[0], 0), rtol=1e-6)
+  no_sort = sampling.min_p_rows(logits, a['temperature'], a['min_p'])  # min-p alone
+  alone = sampling.filter_rows(logits, a['temperature'], 0 * a['top_k'], 1 + 0 * a['top_p'],
+                               a['min_p'])
+  np.testing.assert_array_equal(no_sort, alone)
 
 
 def test_penalties_equal_a_numpy_count():

@@ -72,16 +72,31 @@ def penalize_rows(logits_RV, seen_RT, outputs_from_R, arrays):
           arrays['presence_penalty'][:, None] * (output_counts_RV > 0))
 
 
+def min_p_rows(logits_RV, temperature_R, min_p_R):
+  """filter_rows without top-k and top-p: no sort."""
+  scaled_RV = logits_RV / jnp.maximum(temperature_R, 1e-6)[:, None]
+  floor_R = jnp.max(scaled_RV, axis=-1) + jnp.log(jnp.maximum(min_p_R, 1e-30))
+  return jnp.where((min_p_R[:, None] > 0) & (scaled_RV < floor_R[:, None]), -jnp.inf,
+                   scaled_RV)
+
+
 def sample_rows(logits_RV, arrays):
-  """-> int32 [R]: each row's token (argmax where its temperature is 0)."""
+  """-> int32 [R]: each row's token (argmax where its temperature is 0). A step whose rows
+  are all greedy skips the draw, and one whose rows use no top-k or top-p skips the sort
+  (XLA:CPU sorts [32, 4096] in ~20 ms, longer than a small model's step)."""
   logits_RV = logits_RV.astype(jnp.float32)
   V = logits_RV.shape[-1]
   banned_RV = jnp.arange(V)[None] == arrays['banned'][:, None]
   logits_RV = jnp.where(banned_RV, -jnp.inf, logits_RV)
   greedy_R = jnp.argmax(logits_RV, axis=-1).astype(jnp.int32)
-  filtered_RV = filter_rows(logits_RV, arrays['temperature'], arrays['top_k'],
-                            arrays['top_p'], arrays['min_p'])
-  keys_R = jax.vmap(lambda s, i: jax.random.fold_in(jax.random.PRNGKey(s), i))(
-      arrays['seed'], arrays['index'])
-  drawn_R = jax.vmap(lambda k, l: jax.random.categorical(k, l))(keys_R, filtered_RV)
-  return jnp.where(arrays['temperature'] > 0, drawn_R.astype(jnp.int32), greedy_R)
+  t_R, k_R, p_R, m_R = (arrays[f] for f in ('temperature', 'top_k', 'top_p', 'min_p'))
+
+  def draw(logits_RV):
+    filtered_RV = jax.lax.cond(jnp.any((k_R > 0) | (p_R < 1.0)),
+                               lambda x: filter_rows(x, t_R, k_R, p_R, m_R),
+                               lambda x: min_p_rows(x, t_R, m_R), logits_RV)
+    keys_R = jax.vmap(lambda s, i: jax.random.fold_in(jax.random.PRNGKey(s), i))(
+        arrays['seed'], arrays['index'])
+    drawn_R = jax.vmap(jax.random.categorical)(keys_R, filtered_RV).astype(jnp.int32)
+    return jnp.where(t_R > 0, drawn_R, greedy_R)
+  return jax.lax.cond(jnp.any(t_R > 0), draw, lambda _: greedy_R, logits_RV)
