@@ -115,7 +115,7 @@ def test_on_a_tensor_mesh_every_request_equals_generate_alone():
   placed = jax.device_put(variables, {'params': shardings['params']})
   engine = engine_lib.Engine(model, placed, place, ml_collections.ConfigDict(SETTINGS), 32, 4)
   pool_specs = {s.spec for s in jax.tree.leaves(engine._pool_sharding)}  # pylint: disable=protected-access
-  assert pool_specs == {jax.sharding.PartitionSpec(None, None, 'tensor', None)}
+  assert pool_specs == {jax.sharding.PartitionSpec(None, None, None, 'tensor', None)}
   engine.start()
   try:
     seqs = run_engine(engine, prompts()[9:27])

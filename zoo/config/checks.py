@@ -264,6 +264,7 @@ def _validate_serve(s):
   if s.max_len < 0:
     raise ConfigError(f'serve.max_len={s.max_len} must be >= 0 (0 = data.seq_len)')
   _one_of('serve.batching', s.batching, ('continuous', 'static'))
+  _one_of('serve.kernel', s.kernel, ('auto', 'xla', 'pallas'))
 
 
 def _validate_generate(g, m):

@@ -539,6 +539,9 @@ def _serve():
   # batch at a time, each sequence reserving max_len: the baseline benchmarks/serve_load.py
   # measures against)
   s.batching = 'continuous'
+  # attention over the pages (zoo/kernels/paged.py): 'auto' (JAX's Pallas ragged paged
+  # kernel on TPU where the model needs nothing it lacks, else XLA), 'xla' or 'pallas'
+  s.kernel = 'auto'
   return s
 
 

@@ -70,6 +70,7 @@ class Pages:
   size: int = flax.struct.field(pytree_node=False, default=16)
   count: int = flax.struct.field(pytree_node=False, default=0)
   slot_count: int = flax.struct.field(pytree_node=False, default=1)
+  kernel: str = flax.struct.field(pytree_node=False, default='xla')  # zoo/kernels/paged.py
 
 
 @flax.struct.dataclass

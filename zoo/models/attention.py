@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from zoo import kernels
 from zoo.kernels import bias as bias_lib
 from zoo.kernels import mask as mask_lib
+from zoo.kernels import paged as paged_lib
 from zoo.kernels import reference
 from zoo.models import layers
 from zoo.models import lora as lora_lib
@@ -95,10 +96,8 @@ class MultiHeadAttention(nn.Module):
       q_BLHK = (q_BLHK * factor_BL[:, :, None, None]).astype(q_BLHK.dtype)
     q_BLHK = nn.with_logical_constraint(q_BLHK, ('batch', 'length', 'heads', 'head_dim'))
     kernel = self.kernel
-    if isinstance(mask, mask_lib.Mask) and mask.pages is not None:
-      k_BSGK, v_BSGK, mask = self._paged(k_BSGK, v_BSGK, mask)
-      kernel = 'xla'  # a dense mask over each row's pages
-    elif isinstance(mask, mask_lib.Mask) and mask.kv_cache:
+    paged = isinstance(mask, mask_lib.Mask) and mask.pages is not None  # serving
+    if isinstance(mask, mask_lib.Mask) and mask.kv_cache and not paged:
       if 0 < mask.window < mask.kv_segment_ids.shape[1]:  # a local layer keeps its window
         k_BSGK, v_BSGK, mask = self._rolling(k_BSGK, v_BSGK, mask)
         kernel = 'xla'  # a dense mask over the ring and the new keys
@@ -112,9 +111,12 @@ class MultiHeadAttention(nn.Module):
                            self.param_dtype).astype(jnp.float32)
     if self.log_max_logit and not (isinstance(mask, mask_lib.Mask) and mask.kv_cache):
       sow_max_logits(self, q_BLHK, k_BSGK, mask, scale)
-    out_BLHK = kernels.attention(q_BLHK, k_BSGK, v_BSGK, mask, bias=bias, scale=scale,
-                                 kernel=kernel, block_sizes=self.block_sizes,
-                                 softcap=self.softcap, sinks=sinks_H)
+    if paged:
+      out_BLHK = self._paged(q_BLHK, k_BSGK, v_BSGK, mask, scale, sinks_H, bias)
+    else:
+      out_BLHK = kernels.attention(q_BLHK, k_BSGK, v_BSGK, mask, bias=bias, scale=scale,
+                                   kernel=kernel, block_sizes=self.block_sizes,
+                                   softcap=self.softcap, sinks=sinks_H)
     out_BLHK = nn.with_logical_constraint(out_BLHK, ('batch', 'length', 'heads', 'head_dim'))
     if self.output_gate:
       gate_BLHK = dense('gate', (H, K), ('embed', 'heads', 'head_dim'))(x_BLD)
@@ -157,12 +159,19 @@ class MultiHeadAttention(nn.Module):
     return (key.value.transpose(0, 3, 1, 2), value.value.transpose(0, 2, 1, 3),
             mask.replace(q_start=start))
 
-  def _paged(self, k_BLGK, v_BLGK, mask):
-    """Serving (zoo/serve): the new keys and values into the pool of pages -> (each row's S
-    = table width x page size keys, values, the dense mask [B, 1, L, S]). Every layer kind
-    keeps all its pages: a local or chunked layer's window is the mask's."""
-    k_BSGK, v_BSGK = paged(self, mask, key=k_BLGK, value=v_BLGK)
-    return k_BSGK, v_BSGK, mask.dense()
+  def _paged(self, q_BLHK, k_BLGK, v_BLGK, mask, scale, sinks_H, bias):
+    """Serving (zoo/serve): the new keys and values into the layer's pool of pages, then
+    the queries against each row's pages (zoo/kernels/paged.py; mask.pages.kernel). Every
+    layer kind keeps all its pages: a local or chunked layer's window is the mask's."""
+    pages = mask.pages
+    G, K = k_BLGK.shape[2:]
+    pool = self.variable('cache', 'paged_kv', jnp.zeros, (pages.count, pages.size, 2 * G, K),
+                         k_BLGK.dtype)
+    pool.value = paged_lib.write(pool.value, k_BLGK, v_BLGK, pages, mask.q_segment_ids > 0)
+    if isinstance(bias, bias_lib.PositionBias):
+      bias = bias.dense()
+    return paged_lib.attention(q_BLHK, pool.value, mask, scale, self.softcap, sinks_H, bias,
+                               pages.kernel)
 
   def _rolling(self, k_BLGK, v_BLGK, mask):
     """A local (or chunked: zoo.kernels.mask.Mask.chunked) layer's cache: the last R = W +

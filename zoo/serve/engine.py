@@ -24,10 +24,12 @@ from zoo.serve import step as step_lib
 class Engine:
   """One model's engine. settings: the config's `serve` section."""
 
-  def __init__(self, model, variables, place, settings, max_len, kv_heads, recurrent=False):
+  def __init__(self, model, variables, place, settings, max_len, kv_heads, recurrent=False,
+               kernel='xla'):
     self.settings, self.max_len, self.recurrent = settings, max_len, recurrent
     self.shapes = step_lib.Shapes(settings.page_size, settings.num_pages,
-                                  -(-max_len // settings.page_size), settings.max_seqs + 1)
+                                  -(-max_len // settings.page_size), settings.max_seqs + 1,
+                                  kernel)
     fn, self.model, layout = step_lib.make(model, self.shapes)
     self.variables = layout(variables)  # the decoding model's (self.model)
     self._new_pool = lambda: step_lib.empty_pool(self.model, self.shapes)

@@ -10,6 +10,7 @@ from zoo import families
 from zoo.data import chat
 from zoo.data import corpus as corpus_lib
 from zoo.errors import ConfigError
+from zoo.kernels import paged
 from zoo.models import dims
 from zoo.models import lora
 from zoo.serve import api
@@ -49,13 +50,31 @@ def check(config):
                       'learned position table; set --config.serve.max_len to at most it')
 
 
+def attention_kernel(config, platform, tensor):
+  """-> (the kernel attention over pages runs, why); serve.kernel='pallas' where it cannot
+  run is a ConfigError."""
+  lacks = paged.pallas_refusal(config.model)
+  refusal = (f'the Pallas kernel does not take {lacks}' if lacks else
+             f'the Pallas kernel runs on TPU, this is {platform}' if platform != 'tpu' else
+             f'the Pallas kernel is not split over mesh.tensor={tensor} yet' if tensor > 1
+             else '')
+  chosen = config.serve.kernel
+  if chosen == 'pallas' and refusal:
+    raise ConfigError(f"serve.kernel='pallas': {refusal}; use serve.kernel='auto' or 'xla'")
+  if chosen == 'xla' or refusal:
+    return 'xla', refusal or "serve.kernel='xla'"
+  return 'pallas', 'the Pallas ragged paged kernel on TPU'
+
+
 def from_workdir(resolved, workdir):
   """-> Served for the run in `workdir` (not started)."""
   config = resolved.config
   check(config)
+  place = runtime.placement(resolved)
+  kernel = attention_kernel(config, place.mesh.devices.flat[0].platform,
+                            place.mesh.shape.get('tensor', 1))
   runtime.check_restorable(config, workdir, 'zoo.serve')
   runtime.compile_cache(config)
-  place = runtime.placement(resolved)
   state = runtime.model_state(resolved, place.mesh)
   runtime.check_same_model(config, workdir, state)  # before its tokenizer is looked for
   tokenizer = runtime.tokenizer(config, workdir)
@@ -68,14 +87,17 @@ def from_workdir(resolved, workdir):
                                                    config.train.lora.alpha / config.train.lora.rank)}
     model = families.build(config.model)
   name = config.serve.model_name or os.path.basename(os.path.normpath(workdir))
-  return make(config, model, variables, place, tokenizer, template, name)
+  return make(config, model, variables, place, tokenizer, template, name, kernel)
 
 
-def make(config, model, variables, place, tokenizer, template, name):
-  """-> Served for a model and its variables."""
+def make(config, model, variables, place, tokenizer, template, name, kernel=('xla', '')):
+  """-> Served for a model and its variables; kernel: attention_kernel's answer."""
   m = config.model
+  kernel, why = kernel
+  print(f'serve: attention over pages by {kernel}' + (f' ({why})' if why else ''), flush=True)
   engine = engine_lib.Engine(model, variables, place, config.serve, max_len(config),
-                             dims.kv_heads(m), recurrent='D' in m.attention.pattern)
+                             dims.kv_heads(m), recurrent='D' in m.attention.pattern,
+                             kernel=kernel)
   context = api.Context(tokenizer, template, name, max_len(config), m.vocab_size,
                         chat.end_of_turn_id(template, tokenizer))
   return Served(engine, context)

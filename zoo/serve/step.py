@@ -29,6 +29,7 @@ class Shapes:
   num_pages: int
   max_pages: int  # a sequence's most pages (serve.max_len / page_size, rounded up)
   slot_count: int  # rows of per-sequence state pools (max_seqs + 1: slot 0 pads)
+  kernel: str = 'xla'  # attention over the pages (zoo/kernels/paged.py)
 
 
 def batch(shapes, ids_RL, valid_RL, positions_RL, table_RP, ends_R, slots_R):
@@ -41,7 +42,7 @@ def batch(shapes, ids_RL, valid_RL, positions_RL, table_RP, ends_R, slots_R):
           'kv_segment_ids': (slots_S[None] < ends_R[:, None]).astype(jnp.int32),
           'kv_positions': jnp.broadcast_to(slots_S, (R, S)),
           'pages': mask_lib.Pages(table_RP, positions_RL, slots_R, shapes.page_size,
-                                  shapes.num_pages, shapes.slot_count)}
+                                  shapes.num_pages, shapes.slot_count, shapes.kernel)}
 
 
 def make(model, shapes):
@@ -74,13 +75,14 @@ def empty_pool(model, shapes):
 
 
 def pool_shardings(pool, mesh, kv_heads):
-  """The pools' shardings: the keys' and values' [..., N x page, G, K] with G split over
-  `tensor` where it divides; the rest (latents, recurrent state) replicated."""
+  """The pools' shardings: the keys' and values' [..., N, page, 2G, K] with 2G split over
+  `tensor` where G divides (a key head and its value head stay together); the rest
+  (latents, recurrent state) replicated."""
   split = mesh.shape.get('tensor', 1)
 
   def spec(path, leaf):
     axes = [None] * leaf.ndim
-    if split > 1 and kv_heads % split == 0 and path[-1].key in ('paged_key', 'paged_value'):
+    if split > 1 and kv_heads % split == 0 and path[-1].key == 'paged_kv':
       axes[-2] = 'tensor'
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*axes))
   return jax.tree_util.tree_map_with_path(spec, pool)
