@@ -2,7 +2,8 @@
 submitted together to an engine with few pages (so sequences are preempted and computed
 again) give, token for token, what --mode=generate's decoding (zoo.infer.generate) gives
 each prompt alone, for a dense, a GQA + sliding-window (local, chunked, sinks), an MLA and
-a hybrid Gated DeltaNet + MoE model; every page is free again at the end. On a tensor mesh
+a hybrid Gated DeltaNet + MoE model, through at most four compiled steps; every page is
+free again at the end. On a tensor mesh
 (the pool's kv heads split over it) the tokens are one device's."""
 
 import threading
@@ -92,6 +93,8 @@ def test_under_load_every_request_equals_generate_alone(kind):
   finally:
     engine.stop()
   s = engine.scheduler
+  # compiled per shape, never per request: decode and prefill at page-table widths 4 and 8
+  assert engine._step.jitted._cache_size() <= 4  # pylint: disable=protected-access
   assert s.preemptions > 0
   assert (s.shared_pages > 0) == (kind != 'hybrid')  # no prefixes under a recurrent state
   assert s.pool.available == SETTINGS['num_pages'] - 1 and not s.running and not s.waiting

@@ -27,6 +27,7 @@ class Engine:
   def __init__(self, model, variables, place, settings, max_len, kv_heads, recurrent=False,
                kernel='xla'):
     self.settings, self.max_len, self.recurrent = settings, max_len, recurrent
+    self.mesh = place.mesh
     self.shapes = step_lib.Shapes(settings.page_size, settings.num_pages,
                                   -(-max_len // settings.page_size), settings.max_seqs + 1,
                                   kernel)
@@ -171,7 +172,7 @@ class Engine:
     return feed
 
   def _reset(self, pool):
-    self.pool = pool
+    self.pool = jax.device_put(pool, self._pool_sharding)  # as the step returns it
     waiting = getattr(self, 'scheduler', None)
     s = self.settings
     self.scheduler = scheduler_lib.Scheduler(
