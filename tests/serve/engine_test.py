@@ -114,10 +114,12 @@ def test_on_a_tensor_mesh_every_request_equals_generate_alone():
   config.mesh.update({'data': 1, 'tensor': 2})
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:2])
   place = runtime.Placement(mesh, sharding.rules(config), None)
-  shardings = state_lib.model_variables(runtime.model_state(run_lib.resolve(config), mesh).shardings)
+  state = runtime.model_state(run_lib.resolve(config), mesh)
+  shardings = state_lib.model_variables(state.shardings)
   placed = jax.device_put(variables, {'params': shardings['params']})
   engine = engine_lib.Engine(model, placed, place, ml_collections.ConfigDict(SETTINGS), 32, 4)
-  pool_specs = {s.spec for s in jax.tree.leaves(engine._pool_sharding)}  # pylint: disable=protected-access
+  pool_shardings = engine._pool_sharding  # pylint: disable=protected-access
+  pool_specs = {s.spec for s in jax.tree.leaves(pool_shardings)}
   assert pool_specs == {jax.sharding.PartitionSpec(None, None, None, 'tensor', None)}
   engine.start()
   try:

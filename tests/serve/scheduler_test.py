@@ -1,6 +1,7 @@
 """Continuous batching's plan: requests admitted while rows and pages last, a long prompt
 fed a chunk a step beside the running decodes, the sequence admitted last preempted when a
-page runs out (and admitted again with its tokens, its full pages still cached), cancellation freeing pages at once."""
+page runs out (and admitted again with its tokens, its full pages still cached),
+cancellation freeing pages at once; static batching a batch at a time."""
 
 from zoo.serve import pages as pages_lib
 from zoo.serve import scheduler as scheduler_lib

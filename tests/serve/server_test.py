@@ -127,7 +127,8 @@ def test_stop_strings_cut_the_text_and_health_models_and_metrics_answer(served):
 ], ids=['json', 'field', 'model', 'prompt_long', 'max_tokens', 'temperature', 'token', 'chat'])
 def test_bad_input_gets_a_4xx_and_one_line_of_json(served, body, status, words):
   _, url = served
-  path = '/v1/chat/completions' if isinstance(body, dict) and 'messages' in body else '/v1/completions'
+  chat = isinstance(body, dict) and 'messages' in body
+  path = '/v1/chat/completions' if chat else '/v1/completions'
   send = dict(content=body) if isinstance(body, bytes) else dict(json=body)
   response = httpx.post(url + path, timeout=60, **send)
   assert response.status_code == status

@@ -15,7 +15,7 @@ and its value head at 2g + 1: the layout of JAX's Pallas TPU kernel
   through libtpu.
 
 Glossary: B rows, L tokens a row, S keys a row, H heads, G kv heads, K head dim, N pages,
-T page size, X = B x L packed tokens.
+T page size, C combined kv heads 2G, P page-table width, X packed tokens B x L.
 """
 
 import jax
@@ -24,25 +24,34 @@ import jax.numpy as jnp
 from zoo.kernels import reference
 
 
-def write(pool_NTCK, k_BLGK, v_BLGK, pages, valid_BL):
-  """The new keys and values into the pool at their tokens' slots (a padding token's into
-  page 0, which no sequence holds)."""
-  N, T, C, K = pool_NTCK.shape
-  B, L = valid_BL.shape
+def token_slots(pages, valid_BL):
+  """Each fed token's slot in a flat pool of N x T slots (a padding token's in page 0,
+  which no sequence holds)."""
+  T = pages.size
   positions_BL = pages.positions
   page_BL = jnp.take_along_axis(pages.table, positions_BL // T, axis=1)
-  slots_BL = jnp.where(valid_BL, page_BL * T + positions_BL % T, jnp.arange(L)[None] % T)
+  L = valid_BL.shape[1]
+  return jnp.where(valid_BL, page_BL * T + positions_BL % T, jnp.arange(L)[None] % T)
+
+
+def row_slots(table_BP, T):
+  """[B, S]: each row's slots in a flat pool, its pages in order."""
+  return (table_BP[:, :, None] * T + jnp.arange(T)[None, None]).reshape(table_BP.shape[0], -1)
+
+
+def write(pool_NTCK, k_BLGK, v_BLGK, pages, valid_BL):
+  """The new keys and values into the pool at their tokens' slots."""
+  N, T, C, K = pool_NTCK.shape
   pairs_BLG2K = jnp.stack([k_BLGK, v_BLGK], axis=3).astype(pool_NTCK.dtype)
-  flat = pool_NTCK.reshape(N * T, C // 2, 2, K).at[slots_BL].set(pairs_BLG2K)
+  flat = pool_NTCK.reshape(N * T, C // 2, 2, K).at[token_slots(pages, valid_BL)].set(
+      pairs_BLG2K)
   return flat.reshape(N, T, C, K)
 
 
 def gather(pool_NTCK, table_BP):
   """-> (keys, values) [B, S, G, K] of each row's pages, in order."""
   N, T, C, K = pool_NTCK.shape
-  B = table_BP.shape[0]
-  slots_BS = (table_BP[:, :, None] * T + jnp.arange(T)[None, None]).reshape(B, -1)
-  pairs_BSG2K = pool_NTCK.reshape(N * T, C // 2, 2, K)[slots_BS]
+  pairs_BSG2K = pool_NTCK.reshape(N * T, C // 2, 2, K)[row_slots(table_BP, T)]
   return pairs_BSG2K[:, :, :, 0], pairs_BSG2K[:, :, :, 1]
 
 
@@ -50,7 +59,8 @@ def attention(q_BLHK, pool_NTCK, mask, scale, softcap=0.0, sinks=None, bias=None
               kernel='xla'):
   """q_BLHK against each row's pages (mask: a mask.Mask with `pages`) -> [B, L, H, K]."""
   if kernel == 'pallas':
-    from jax.experimental.pallas.ops.tpu import ragged_paged_attention as rpa  # pylint: disable=g-import-not-at-top
+    from jax.experimental.pallas.ops.tpu import (  # pylint: disable=g-import-not-at-top
+        ragged_paged_attention as rpa)
     with jax.default_matmul_precision('default'):  # Mosaic refuses bf16 at 'highest'
       return ragged(rpa.ragged_paged_attention, q_BLHK, pool_NTCK, mask, scale, softcap)
   k_BSGK, v_BSGK = gather(pool_NTCK, mask.pages.table)

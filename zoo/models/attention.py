@@ -213,28 +213,6 @@ class MultiHeadAttention(nn.Module):
     return keys_BSGK, values_BSGK, dense_BLS[:, None]
 
 
-def paged(module, mask, **new):
-  """Serving's paged cache (a zoo.kernels.mask.Pages in mask.pages): each new [B, L, ...]
-  written into the module's 'cache' pool `paged_<name>` [N x page size, ...] at its
-  tokens' slots (a padding token's into page 0) -> each name's [B, S, ...] over the rows'
-  pages, in the order given."""
-  pages = mask.pages
-  T = pages.size
-  positions_BL = pages.positions
-  B, L = positions_BL.shape
-  page_BL = jnp.take_along_axis(pages.table, positions_BL // T, axis=1)
-  slots_BL = jnp.where(mask.q_segment_ids > 0, page_BL * T + positions_BL % T,
-                       jnp.arange(L)[None] % T)
-  kv_slots_BS = (pages.table[:, :, None] * T + jnp.arange(T)[None, None]).reshape(B, -1)
-  out = []
-  for name, new_BL_ in new.items():
-    pool = module.variable('cache', f'paged_{name}', jnp.zeros,
-                           (pages.count * T, *new_BL_.shape[2:]), new_BL_.dtype)
-    pool.value = pool.value.at[slots_BL].set(new_BL_.astype(pool.value.dtype))
-    out.append(pool.value[kv_slots_BS])
-  return out
-
-
 # ------------------------------------------------------------------- position biases
 
 class RelativePositionBias(nn.Module):

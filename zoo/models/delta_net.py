@@ -167,7 +167,8 @@ class GatedDeltaNet(nn.Module):
     def store_pool(new_value, _):
       pool.value = pool.value.at[pages.slots].set(new_value.astype(dtype))
     # a new sequence's past is zeros (what it keeps of it is read as its own segment later)
-    past = jnp.where(continuing_B.reshape(-1, *(1,) * len(shape)) > 0, pool.value[pages.slots], 0)
+    continuing = continuing_B.reshape(-1, *(1,) * len(shape)) > 0
+    past = jnp.where(continuing, pool.value[pages.slots], 0)
     return past, past_segments, store_pool
 
 

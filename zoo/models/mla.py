@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from zoo import kernels
+from zoo.kernels import paged as paged_lib
 from zoo.kernels import reference
 from zoo.models import attention
 from zoo.models import layers
@@ -121,8 +122,8 @@ class LatentAttention(nn.Module):
     """The latent cache (contiguous, or serving's pages): the new latents and rotary keys
     written, then attention over all S slots with the up-projections absorbed."""
     if mask.pages is not None:  # serving: the latents in a pool of pages
-      latent_BSC, rope_key_BSR = attention.paged(self, mask, latent=c_BLC,
-                                                 rope_key=k_rope_BLR)
+      latent_BSC, rope_key_BSR = (self._paged(name, new, mask) for name, new in
+                                  (('latent', c_BLC), ('rope_key', k_rope_BLR)))
       visible_B1LS = mask.dense()
     else:
       latent_BSC, rope_key_BSR, visible_B1LS = self._cached(c_BLC, k_rope_BLR, mask)
@@ -136,6 +137,16 @@ class LatentAttention(nn.Module):
     probs_BHLS = jax.nn.softmax(logits_BHLS, axis=-1)
     out_BLHC = jnp.einsum('BHLS,BSC->BLHC', probs_BHLS, latent_BSC.astype(f32))
     return jnp.einsum('BLHC,CHV->BLHV', out_BLHC, value_up_CHV.astype(f32)).astype(self.dtype)
+
+  def _paged(self, name, new, mask):
+    """Serving: `new` [B, L, width] into the pool `paged_<name>` [pages x page size, width]
+    at its tokens' slots (zoo/kernels/paged.py) -> [B, S, width] over each row's pages."""
+    pages = mask.pages
+    pool = self.variable('cache', f'paged_{name}', jnp.zeros,
+                         (pages.count * pages.size, new.shape[-1]), new.dtype)
+    slots_BL = paged_lib.token_slots(pages, mask.q_segment_ids > 0)
+    pool.value = pool.value.at[slots_BL].set(new.astype(pool.value.dtype))
+    return pool.value[paged_lib.row_slots(pages.table, pages.size)]
 
   def _cached(self, c_BLC, k_rope_BLR, mask):
     """The new latents and rotary keys written at the cache index -> (all S cached latents,

@@ -83,8 +83,8 @@ def from_workdir(resolved, workdir):
   _, variables = runtime.restore_variables(config, workdir, state, 'zoo.serve')
   model = state.model
   if config.train.lora.rank:  # one kernel a layer, as the export writes it
-    variables = {**variables, 'params': lora.merge(variables['params'],
-                                                   config.train.lora.alpha / config.train.lora.rank)}
+    scale = config.train.lora.alpha / config.train.lora.rank
+    variables = {**variables, 'params': lora.merge(variables['params'], scale)}
     model = families.build(config.model)
   name = config.serve.model_name or os.path.basename(os.path.normpath(workdir))
   return make(config, model, variables, place, tokenizer, template, name, kernel)

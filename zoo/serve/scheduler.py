@@ -9,10 +9,11 @@ more than one chunk. A row whose feed reaches its last token samples the next on
 Requests wait in arrival order and are admitted between steps while rows and pages last;
 an admitted prompt takes its pages at once, the pages of a prefix another request computed
 included (zoo/serve/pages.py; not for models with recurrent layers, whose state at the
-prefix's end is not kept), and a slot for its per-sequence state. When a decoding sequence needs a page and none is left, the
-sequence admitted last gives its pages back and waits at the front of the queue: it is
-computed again from its tokens when pages free up, and its output is unchanged (a sampled
-token is keyed by the request's seed and its index, zoo/serve/sampling.py).
+prefix's end is not kept), and a slot for its per-sequence state. When a decoding
+sequence needs a page and none is left, the sequence admitted last gives its pages back
+and waits at the front of the queue: it is computed again from its tokens when pages free
+up, and its output is unchanged (a sampled token is keyed by the request's seed and its
+index, zoo/serve/sampling.py).
 
 Static batching (serve.batching='static', the baseline continuous batching is measured
 against: benchmarks/serve_load.py) admits a batch only when the last one is done, each
