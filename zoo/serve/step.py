@@ -7,7 +7,8 @@ prefills, each at a few page-table widths (powers of two up to the longest seque
 request may reach), never per request. The pool of pages is donated and updated in place;
 on a mesh its kv heads split over `tensor` where they divide.
 
-Glossary: R rows, L tokens a row, P page-table width, V vocab, T seen tokens.
+Glossary: R rows, L tokens a row, P page-table width, S keys a row (P x page size), V vocab,
+T seen tokens.
 """
 
 import dataclasses
