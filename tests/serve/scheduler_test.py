@@ -1,4 +1,5 @@
-"""Continuous batching's plan: requests admitted while rows and pages last, a long prompt
+"""Continuous batching's plan: requests admitted while rows and pages last (each with a
+state slot), a long prompt
 fed a chunk a step beside the running decodes, the sequence admitted last preempted when a
 page runs out (and admitted again with its tokens, its full pages still cached),
 cancellation freeing pages at once; static batching a batch at a time."""
@@ -7,9 +8,8 @@ from zoo.serve import pages as pages_lib
 from zoo.serve import scheduler as scheduler_lib
 
 
-def _scheduler(pages=9, size=4, max_seqs=3, rows=1, chunk=4, queue=8, share=True):
-  return scheduler_lib.Scheduler(pages_lib.PagePool(pages, size), max_seqs, rows, chunk, queue,
-                                 share)
+def _scheduler(pages=9, size=4, max_seqs=3, rows=1, chunk=4, share=True):
+  return scheduler_lib.Scheduler(pages_lib.PagePool(pages, size), max_seqs, rows, chunk, share)
 
 
 def _seq(length, first=10):
@@ -41,12 +41,13 @@ def test_a_long_prompt_is_fed_a_chunk_a_step_beside_the_running_decodes():
   assert long.pending == 1 and len(long.pages) == 3
 
 
-def test_rows_and_the_queue_are_bounded():
-  s = _scheduler(pages=20, max_seqs=2, queue=2)
-  seqs = [_seq(3) for _ in range(4)]
-  assert [s.add(q) for q in seqs[:3]] == [True, True, False]
+def test_rows_are_bounded_and_each_running_sequence_has_a_state_slot():
+  s = _scheduler(pages=20, max_seqs=2)
+  seqs = [_seq(3) for _ in range(3)]
+  for q in seqs:
+    s.add(q)
   s.plan()
-  assert s.running == seqs[:2] and not s.waiting
+  assert s.running == seqs[:2] and list(s.waiting) == seqs[2:]
   assert [q.slot for q in seqs[:2]] == [1, 2]
 
 
@@ -94,7 +95,7 @@ def test_recurrent_models_share_no_prefixes():
 
 
 def test_static_batching_admits_a_batch_when_the_last_is_done_each_reserving_its_pages():
-  s = scheduler_lib.Scheduler(pages_lib.PagePool(9, 4), 4, 2, 8, 8, static_pages=3)
+  s = scheduler_lib.Scheduler(pages_lib.PagePool(9, 4), 4, 2, 8, static_pages=3)
   seqs = [_seq(2) for _ in range(4)]
   for q in seqs:
     s.add(q)

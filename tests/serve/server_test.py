@@ -109,7 +109,8 @@ def test_stop_strings_cut_the_text_and_health_models_and_metrics_answer(served):
     assert client.get('/health').json() == {'status': 'ok'}
     assert client.get('/v1/models').json()['data'][0]['id'] == served.context.model_name
     metrics = client.get('/metrics').text
-  for name in ('zoo_serve_queue_depth', 'zoo_serve_requests_running', 'zoo_serve_pages_used',
+  for name in ('zoo_serve_queue_depth', 'zoo_serve_requests_waiting',
+               'zoo_serve_requests_running', 'zoo_serve_pages_used',
                'zoo_serve_pages_free', 'zoo_serve_time_to_first_token_seconds_count',
                'zoo_serve_time_per_output_token_seconds_count', 'zoo_serve_tokens_per_second'):
     assert f'\n{name} ' in metrics, name

@@ -50,7 +50,7 @@ class Engine:
   def submit(self, seq, listener):
     """Queues seq; False when serve.max_queue requests already wait."""
     with self._lock:
-      if self.waiting + sum(op == 'add' for op, _ in self._inbox) >= self.settings.max_queue:
+      if self.queued >= self.settings.max_queue:  # the condition's lock is re-entrant
         return False
       self._inbox.append(('add', seq))
       self._listeners[id(seq)] = listener
@@ -65,7 +65,14 @@ class Engine:
 
   @property
   def waiting(self):
+    """Sequences admitted to the scheduler's queue and not running (preempted ones too)."""
     return len(self.scheduler.waiting)
+
+  @property
+  def queued(self):
+    """Requests not yet running: those waiting and those handed in since the last step."""
+    with self._lock:
+      return self.waiting + sum(op == 'add' for op, _ in self._inbox)
 
   @property
   def running(self):
@@ -177,7 +184,7 @@ class Engine:
     s = self.settings
     self.scheduler = scheduler_lib.Scheduler(
         pages_lib.PagePool(s.num_pages, s.page_size), s.max_seqs, s.prefill_rows,
-        s.prefill_chunk, s.max_queue, share_prefixes=not self.recurrent,
+        s.prefill_chunk, share_prefixes=not self.recurrent,
         static_pages=self.shapes.max_pages if s.batching == 'static' else 0)
     for seq in (waiting.waiting if waiting else ()):
       seq.pages, seq.cached, seq.hashed = [], 0, 0

@@ -17,7 +17,9 @@ class Metrics:
     self.registry = prom.CollectorRegistry()
     r = self.registry
     gauge = lambda name, text, fn: prom.Gauge(name, text, registry=r).set_function(fn)
-    gauge('zoo_serve_queue_depth', 'requests waiting for a row (queued and preempted)',
+    gauge('zoo_serve_queue_depth', 'requests not yet running (waiting, and handed in since '
+          'the last step)', lambda: engine.queued)
+    gauge('zoo_serve_requests_waiting', 'sequences in the queue, preempted ones included',
           lambda: engine.waiting)
     gauge('zoo_serve_requests_running', 'sequences holding a row', lambda: engine.running)
     gauge('zoo_serve_pages_used', 'KV cache pages held by sequences or cached prefixes',

@@ -89,12 +89,11 @@ class Plan:
 class Scheduler:
   """The waiting queue, the running sequences and the page pool."""
 
-  def __init__(self, pool, max_seqs, prefill_rows, prefill_chunk, max_queue,
-               share_prefixes=True, static_pages=0):
+  def __init__(self, pool, max_seqs, prefill_rows, prefill_chunk, share_prefixes=True,
+               static_pages=0):
     self.pool, self.share_prefixes = pool, share_prefixes and not static_pages
     self.static_pages = static_pages
     self.max_seqs, self.prefill_rows, self.prefill_chunk = max_seqs, prefill_rows, prefill_chunk
-    self.max_queue = max_queue
     self.waiting = collections.deque()
     self.running = []  # in admission order
     self.preemptions, self.shared_pages = 0, 0  # so far; shared: pages a prefix match gave
@@ -102,12 +101,9 @@ class Scheduler:
     self._slots = list(range(max_seqs, 0, -1))
 
   def add(self, seq):
-    """Queues a sequence; False when the queue is full."""
-    if len(self.waiting) >= self.max_queue:
-      return False
+    """Queues a sequence (the engine bounds the queue: serve.max_queue)."""
     seq.id = seq.id or next(self._ids)
     self.waiting.append(seq)
-    return True
 
   def finish(self, seq, reason):
     """Ends a waiting or running sequence; its pages go back to the pool at once."""
