@@ -59,16 +59,17 @@ def test_penalties_equal_a_numpy_count():
 
 
 def test_a_draw_depends_on_its_seed_and_index_alone_and_never_takes_the_banned_id():
+  sample = jax.jit(sampling.sample_rows)  # one compile for every call below
   logits = jnp.zeros((4, 8))  # uniform: every id could come
-  first = sampling.sample_rows(logits, _arrays([dict(temperature=1.0)] * 4, index=3))
-  again = sampling.sample_rows(logits.at[1:].set(5.0 * jnp.arange(8)),
-                               _arrays([dict(temperature=1.0)] * 4, index=3))
+  first = sample(logits, _arrays([dict(temperature=1.0)] * 4, index=3))
+  again = sample(logits.at[1:].set(5.0 * jnp.arange(8)),
+                 _arrays([dict(temperature=1.0)] * 4, index=3))
   assert int(first[0]) == int(again[0])  # row 0's draw ignores the other rows
-  draws = {int(sampling.sample_rows(logits, _arrays([dict(temperature=1.0)] * 4, index=i))[0])
+  draws = {int(sample(logits, _arrays([dict(temperature=1.0)] * 4, index=i))[0])
            for i in range(40)}
   assert len(draws) > 3  # the index moves the key
-  banned = [int(t) for i in range(40) for t in sampling.sample_rows(
+  banned = [int(t) for i in range(40) for t in sample(
       logits, _arrays([dict(temperature=1.0)] * 4, index=i, banned=2))]
   assert 2 not in banned
-  greedy = sampling.sample_rows(jnp.eye(4, 8) * 3, _arrays([{}] * 4))
+  greedy = sample(jnp.eye(4, 8) * 3, _arrays([{}] * 4))
   np.testing.assert_array_equal(greedy, [0, 1, 2, 3])

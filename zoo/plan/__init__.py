@@ -137,7 +137,7 @@ def run(resolved, json_path=None, compile_step=False, topology_name=None, sweep=
       f"{why} (model.attention.kernel={config.model.attention.kernel!r})")
   if tpu_slice:
     result['topology'] = _topology(tpu_slice)
-  if config.model.family == 'decoder' and not config.model.num_labels:
+  if 'causal_lm' in resolved.family.OBJECTIVES and not config.model.num_labels:
     chip = tpu_slice.chip if tpu_slice else topology.chip_of(jax.devices()[0])
     result['serving'] = serving.plan(config, result, chip.hbm_bytes if chip else None)
   if sweep:

@@ -31,7 +31,7 @@ def max_len(config):
 def check(config):
   """What serving needs beyond the config's own checks."""
   s, m = config.serve, config.model
-  if m.family != 'decoder' or m.num_labels:
+  if 'causal_lm' not in families.get(m).OBJECTIVES or m.num_labels:
     raise ConfigError(f'zoo.serve serves decoder-only language models; model.family='
                       f'{m.family!r}{" with a label head" if m.num_labels else ""} is not one')
   if config.mesh.context != 1 or config.mesh.stage != 1:
