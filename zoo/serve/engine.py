@@ -26,7 +26,7 @@ class Engine:
 
   def __init__(self, model, variables, place, settings, max_len, kv_heads, recurrent=False,
                kernel='xla'):
-    self.settings, self.max_len, self.recurrent = settings, max_len, recurrent
+    self.settings, self.recurrent = settings, recurrent
     self.mesh = place.mesh
     self.shapes = step_lib.Shapes(settings.page_size, settings.num_pages,
                                   -(-max_len // settings.page_size), settings.max_seqs + 1,
@@ -43,7 +43,7 @@ class Engine:
     self._inbox, self._lock = [], threading.Condition()
     self._listeners = {}
     self._thread, self._stopping = None, False
-    self.generated_tokens, self.steps, self.restarts, self.cancelled = 0, 0, 0, 0
+    self.restarts, self.cancelled = 0, 0  # since the start: /metrics, the tests
 
   # ------------------------------------------------------------------ from other threads
 
@@ -125,7 +125,6 @@ class Engine:
       self._run(plan.prefill, self.settings.prefill_rows, self.settings.prefill_chunk)
     if plan.decode:
       self._run(plan.decode, self.settings.max_seqs, 1)
-    self.steps += 1
 
   def _run(self, rows, num_rows, length):
     feed = self._feed(rows, num_rows, length)
@@ -142,7 +141,6 @@ class Engine:
       self._end(seq, 'stop')
       return
     seq.output.append(token)
-    self.generated_tokens += 1
     self._listeners[id(seq)](seq, token, False)
     if len(seq.output) >= s.max_tokens:
       self._end(seq, 'length')
