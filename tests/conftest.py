@@ -10,6 +10,13 @@ take longer to compile the same fusions: nine mesh runs of sharding_test on 2 co
 with them and 93 s without; the steps themselves run as fast. Notebooks run on one device,
 as a reader runs them, with the same compiler flags.
 
+The tests that compile for TPUs ahead of time (plan mode, the sharding notebook's plans)
+take the fixture low_effort: JAX's exec_time_optimization_effort -1, in the test's process
+and the subprocesses it starts: about half the compile time (docs/performance.md, compile
+times), with buffers placed apart from the default's and less rematerialised. A test of
+what the compiler places (the memory model's calibration, remat's working set) compiles at
+the default effort, plan mode's and a pod's own. CPU steps compiled at -1 run slower.
+
 Compiled executables go to a persistent cache shared by the whole run, subprocesses
 included (the CLI tests compile the same smoke steps many times): it halves their time.
 
@@ -69,6 +76,17 @@ def pytest_collection_modifyitems(items):
   for item in items:
     if item.nodeid in slow:
       item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def low_effort(monkeypatch):
+  """TPU compiles at exec_time_optimization_effort -1 (above), in this process and in the
+  subprocesses the test starts."""
+  monkeypatch.setenv('JAX_EXEC_TIME_OPTIMIZATION_EFFORT', '-1')
+  before = jax.config.jax_exec_time_optimization_effort
+  jax.config.update('jax_exec_time_optimization_effort', -1.0)
+  yield
+  jax.config.update('jax_exec_time_optimization_effort', before)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -19,6 +19,8 @@ SMALLER = {'moe': {'STEPS': 20}, 'post_training': {
     'SLICE_NAME': 'v5p-32', 'LENGTHS': (1024, 4096),
     'OVERRIDES': ['train.batch_size=64', 'data.seq_len=1024', 'model.remat=full',
                   'model.num_layers=2']}}
+# the sharding notebook's TPU compiles, as tests/conftest.py's low_effort sets them
+LOW_EFFORT = {'JAX_EXEC_TIME_OPTIMIZATION_EFFORT': '-1'}
 SMALLER_SAYS = {'moe': 'at step 20', 'sharding': 'sweep on v5p-32'}  # ... as its outputs show
 NOTEBOOKS = execute.paths()
 name_of = lambda path: os.path.basename(path)[:-len('.ipynb')]
@@ -38,8 +40,9 @@ def test_the_notebook_runs_and_draws_its_figures(path):
   # the kernel sees one CPU device, as a reader's laptop does, not the suite's eight (and
   # compiles as the suite does: tests/conftest.py)
   flags = os.environ['XLA_FLAGS'].replace('--xla_force_host_platform_device_count=8', '')
-  env = {**os.environ, 'XLA_FLAGS': flags.strip()}
   name = name_of(path)
+  env = {**os.environ, 'XLA_FLAGS': flags.strip(),
+         **(LOW_EFFORT if name == 'sharding' else {})}
   notebook = execute.execute(path, env=env, parameters=SMALLER.get(name))
   assert _figures(notebook) == FIGURES[name]
   if name in SMALLER_SAYS:

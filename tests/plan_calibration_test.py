@@ -1,14 +1,14 @@
-"""The memory model against the TPU compiler on a few cheap points of the calibration grid
-(zoo/plan/calibration.py; the whole grid: benchmarks/plan_calibration.py): a decoder with
-remat full on a tensor axis of 8 and an encoder's mixture of experts on an expert axis
-without remat, each AOT-compiled for its v5p slice."""
+"""The memory model against the TPU compiler on one point of the calibration grid
+(zoo/plan/calibration.py; the whole grid, mixtures of experts on expert axes among its 50
+points: benchmarks/plan_calibration.py): a decoder with remat full on a tensor axis of 8,
+AOT-compiled for its v5p slice at the compiler's default effort (tests/conftest.py)."""
 
 import pytest
 
 from zoo.plan import calibration
 
 
-@pytest.mark.parametrize('name', ['llama-tensor8', 'bert-moe-expert'])
+@pytest.mark.parametrize('name', ['llama-tensor8'])
 def test_the_memory_model_is_within_15_percent_of_the_compiler(name):
   result = calibration.measure(calibration.BY_NAME[name])
   assert 'at_least' not in result['compiled'], f'{name} no longer fits its slice'

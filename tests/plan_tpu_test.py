@@ -26,6 +26,8 @@ from zoo.plan import sweep
 from zoo.plan import topology
 from zoo.train import runtime
 
+pytestmark = pytest.mark.usefixtures('low_effort')  # quicker TPU compiles: tests/conftest.py
+
 SMOKE = helpers.config_file('gpt_shakespeare')
 
 
