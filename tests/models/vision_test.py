@@ -126,3 +126,10 @@ def test_images_that_do_not_split_into_patches_say_the_fix():
   with pytest.raises(ValueError, match=r'^images of 18 x 16 pixels do not split into patches '
                                        r'of 4; resize them to a multiple of it'):
     tower.init(jax.random.key(0), jnp.zeros((1, 18, 16, 3)))
+
+
+def test_an_unknown_pooling_names_the_choices():
+  tower = vision.VisionTower(_tower_config(), image_size=16, patch_size=4, pool='cls')
+  with pytest.raises(ValueError, match=r"pool='cls', position='learned': the tower pools by "
+                                       r"one of \('token', 'map', 'gap'\)"):
+    tower.init(jax.random.key(0), jnp.zeros((1, 16, 16, 3)))

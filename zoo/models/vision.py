@@ -104,6 +104,9 @@ class VisionTower(nn.Module):
   @nn.compact
   def __call__(self, images_BYXC, train=False):
     m = self.config
+    if self.pool not in POOLS or self.position not in POSITIONS:
+      raise ValueError(f'pool={self.pool!r}, position={self.position!r}: the tower pools by '
+                       f'one of {POOLS} with positions one of {POSITIONS}')
     B, Y, X, _ = images_BYXC.shape
     if Y % self.patch_size or X % self.patch_size:
       raise ValueError(f'images of {Y} x {X} pixels do not split into patches of '
