@@ -54,7 +54,7 @@ def sincos_2d(rows, cols, features, temperature=10_000.0):
   return jnp.asarray(table, jnp.float32)
 
 
-def resize_positions(table_LD, grid, method='bilinear'):
+def resize_positions(table_LD, grid):
   """A learned [rows x cols, D] table trained at one square grid, resized to `grid`
   (rows, cols) for another resolution, as an image of D channels is."""
   side = int(round(table_LD.shape[0] ** 0.5))
@@ -63,7 +63,7 @@ def resize_positions(table_LD, grid, method='bilinear'):
   if (side, side) == tuple(grid):
     return table_LD
   square = table_LD.reshape(side, side, -1).astype(jnp.float32)
-  resized = jax.image.resize(square, (*grid, square.shape[-1]), method=method)
+  resized = jax.image.resize(square, (*grid, square.shape[-1]), method='bilinear')
   return resized.reshape(grid[0] * grid[1], -1).astype(table_LD.dtype)
 
 
