@@ -22,12 +22,14 @@ n=$1; shift
 devices=${DEVICES_PER_PROCESS:-4}
 timeout_s=${POD_TIMEOUT:-86400}
 python=${PYTHON:-python}
+# the caller's XLA flags travel to every process, their device count replaced by ours
+xla_flags=$(sed -E 's/--xla_force_host_platform_device_count=[0-9]+//g' <<< "${XLA_FLAGS:-}")
 port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 
 declare -A process_of
 pids=()
 for ((i = 0; i < n; i++)); do
-  JAX_PLATFORMS=cpu XLA_FLAGS="--xla_force_host_platform_device_count=$devices" \
+  JAX_PLATFORMS=cpu XLA_FLAGS="$xla_flags --xla_force_host_platform_device_count=$devices" \
     "$python" -m zoo.launch "$@" --coordinator_address="127.0.0.1:$port" \
     --num_processes="$n" --process_id="$i" \
     > >(grep --line-buffered -v 'is connected to [0-9]* peer ranks' | sed -u "s/^/[$i] /") 2>&1 &

@@ -1,6 +1,7 @@
 """The CLI end to end, in subprocesses: bad input, train/eval, exact resume, preemption,
 a corrupt checkpoint and a diverging run."""
 
+import json
 import os
 import re
 import shutil
@@ -9,6 +10,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -40,50 +42,108 @@ def _after_last_start(workdir):
   return rows[start], rows[start + 1:]
 
 
-@pytest.mark.parametrize('overrides,devices,message', [
-    (['train.stepz=3'], 1, "unknown config key 'train.stepz'"),
-    (['model.num_heads=3'], 1, 'model.num_heads=3 does not divide model.d_model=64'),
-    (['model.num_kv_heads=3'], 1, 'model.num_kv_heads=3 does not divide model.num_heads=4'),
-    (['optim.learning_rate=0'], 1, 'optim.learning_rate=0.0 must be positive'),
-    (['train.steps=-5'], 1, 'train.steps=-5 must be positive'),
-    (['model.position=learned', 'model.max_length=32'], 1,
+# every bad-input case through zoo.launch's run in one process (8 devices): the command's
+# own start is the same in each, so it is paid once here, and two cases run it whole
+# (test_the_command_prints_that_line_alone_and_exits_2)
+_RUN_EACH = """
+import contextlib, io, json, sys
+from zoo import cli, launch, platform
+platform.apply()
+results = {}
+for name, argv in json.loads(sys.argv[1]).items():
+  overrides, flags = cli.split_overrides(argv)
+  launch.FLAGS(flags)
+  stderr, code = io.StringIO(), 0
+  try:
+    with contextlib.redirect_stderr(stderr):
+      launch.run(overrides)
+  except SystemExit as e:
+    code = e.code
+  finally:
+    launch.FLAGS.unparse_flags()
+  results[name] = [code, stderr.getvalue()]
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope='module')
+def bad_input_runs(tmp_path_factory):
+  """{case: (exit code, stderr)} of every BAD_INPUT case, run in one subprocess."""
+  argvs = {}
+  for name, (overrides, _) in zip(BAD_INPUT_IDS, BAD_INPUT):
+    directory = tmp_path_factory.mktemp(name)
+    argvs[name] = _command(directory / 'run', *_bad_input(directory, overrides))[2:]
+  result = subprocess.run([sys.executable, '-c', _RUN_EACH, json.dumps(argvs, default=str)],
+                          env=_env(8), capture_output=True, text=True, timeout=600,
+                          check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return {name: (code, stderr, argvs[name])
+          for name, (code, stderr) in json.loads(result.stdout.splitlines()[-1]).items()}
+
+
+BAD_INPUT = [
+    (['train.stepz=3'], "unknown config key 'train.stepz'"),
+    (['model.num_heads=3'], 'model.num_heads=3 does not divide model.d_model=64'),
+    (['model.num_kv_heads=3'], 'model.num_kv_heads=3 does not divide model.num_heads=4'),
+    (['optim.learning_rate=0'], 'optim.learning_rate=0.0 must be positive'),
+    (['train.steps=-5'], 'train.steps=-5 must be positive'),
+    (['model.position=learned', 'model.max_length=32'],
      'data.seq_len=64 exceeds model.max_length=32'),
-    (['mesh.data=3'], 1, 'mesh {.*} has 3 devices but 1 are present'),
-    (['mesh.fsdp=-1'], 1, r'mesh.data=-1 and mesh.fsdp=-1, .* \(mesh.data is -1 by default\); '
-                          'give the others a size, e.g. --config.mesh.data=1 to keep mesh.fsdp=-1'),
-    (['train.batch_size=12'], 8,
+    (['mesh.data=3'], 'mesh {.*} has 3 devices but 8 are present'),
+    (['mesh.fsdp=-1'], r'mesh.data=-1 and mesh.fsdp=-1, .* \(mesh.data is -1 by default\); '
+                       'give the others a size, e.g. --config.mesh.data=1 to keep mesh.fsdp=-1'),
+    (['train.batch_size=12'],
      'train.batch_size=12 does not split over data x fsdp x expert = 8'),
-    (['train.phases=2:12:32'], 8, r'train.phases: phase 1 \(12 x 32, steps 1..2\): '
-                                  'train.batch_size=12 does not split over data x fsdp x '
-                                  'expert = 8'),
-    (['data.path=/nonexistent/corpus.txt'], 1, "data.path='/nonexistent/corpus.txt' does not"),
-    (['data.path=EMPTY'], 1, 'holds no text'),
-    (['train.profile_steps=(5,3)'], 1,
+    (['train.phases=2:12:32'], r'train.phases: phase 1 \(12 x 32, steps 1..2\): '
+                               'train.batch_size=12 does not split over data x fsdp x '
+                               'expert = 8'),
+    (['data.path=/nonexistent/corpus.txt'], "data.path='/nonexistent/corpus.txt' does not"),
+    (['data.path=EMPTY'], 'holds no text'),
+    (['train.profile_steps=(5,3)'],
      r'train.profile_steps=\(5, 3\) traces steps outside the run \(1..train.steps=6\)'),
-    (['model.scan_unroll=0'], 1, 'model.scan_unroll=0 must be positive'),
-    (['data.task.kind=prompt_completion', 'data.task.path=TASK'], 1,
+    (['model.scan_unroll=0'], 'model.scan_unroll=0 must be positive'),
+    (['data.task.kind=prompt_completion', 'data.task.path=TASK'],
      r"task/train.jsonl:2: no field 'completion'; data.task.kind='prompt_completion' reads "
      'prompt, completion'),
-    (['data.task.kind=classification', 'data.task.path=TASK'], 1,
+    (['data.task.kind=classification', 'data.task.path=TASK'],
      r"task/train.jsonl:1: no field 'text'"),
-], ids=['misspelt', 'heads', 'kv_heads', 'lr', 'steps', 'max_length', 'mesh', 'mesh_rest',
-        'batch', 'phase_batch', 'no_corpus', 'empty_corpus', 'profile_steps', 'scan_unroll', 'task_field',
-        'task_kind'])
-def test_bad_input_is_one_line_naming_the_field(tmp_path, overrides, devices, message):
+]
+BAD_INPUT_IDS = ['misspelt', 'heads', 'kv_heads', 'lr', 'steps', 'max_length', 'mesh',
+                 'mesh_rest', 'batch', 'phase_batch', 'no_corpus', 'empty_corpus', 'profile_steps',
+                 'scan_unroll', 'task_field', 'task_kind']
+
+
+def _bad_input(tmp_path, overrides):
   empty = tmp_path / 'empty.txt'
   empty.write_text('\n')
   (tmp_path / 'task').mkdir()
   (tmp_path / 'task' / 'train.jsonl').write_text('{"prompt": "a", "completion": "b"}\n'
                                                  '{"prompt": "c"}\n')
-  overrides = [o.replace('EMPTY', str(empty)).replace('TASK', str(tmp_path / 'task'))
-               for o in overrides]
-  result = launch(tmp_path / 'run', *overrides, devices=devices)
-  assert result.returncode == 2, result.stderr[-2000:]
-  lines = result.stderr.strip().splitlines()
-  assert 'Traceback' not in result.stderr and len(lines) == 1, result.stderr[-2000:]
+  return [o.replace('EMPTY', str(empty)).replace('TASK', str(tmp_path / 'task'))
+          for o in overrides]
+
+
+def _assert_one_line(code, stderr, message, workdir):
+  assert code == 2, stderr[-2000:]
+  lines = stderr.strip().splitlines()
+  assert 'Traceback' not in stderr and len(lines) == 1, stderr[-2000:]
   assert lines[0].startswith('error: ')
   assert re.search(message, lines[0]), lines[0]
-  assert not (tmp_path / 'run' / 'metrics.jsonl').exists()
+  assert not (workdir / 'metrics.jsonl').exists()
+
+
+@pytest.mark.parametrize('case', BAD_INPUT_IDS)
+def test_bad_input_is_one_line_naming_the_field(bad_input_runs, case):
+  code, stderr, argv = bad_input_runs[case]
+  workdir = next(a for a in argv if a.startswith('--workdir='))[len('--workdir='):]
+  _assert_one_line(code, stderr, BAD_INPUT[BAD_INPUT_IDS.index(case)][1], Path(workdir))
+
+
+@pytest.mark.parametrize('case', ['misspelt', 'task_field'])
+def test_the_command_prints_that_line_alone_and_exits_2(tmp_path, case):
+  overrides, message = BAD_INPUT[BAD_INPUT_IDS.index(case)]
+  result = launch(tmp_path / 'run', *_bad_input(tmp_path, overrides), devices=8)
+  _assert_one_line(result.returncode, result.stderr, message, tmp_path / 'run')
 
 
 @pytest.mark.parametrize('argument,message', [

@@ -1,5 +1,5 @@
 """The routing-collapse warning: one expert chosen by most tokens for several logged rows;
-the writer's TensorBoard events without importing torch."""
+the writer's TensorBoard events without importing torch; MFU where the peak is known."""
 
 import os
 import subprocess
@@ -7,8 +7,13 @@ import sys
 
 import ml_collections
 import numpy as np
+import pytest
 
+from tests import helpers
 from tests.helpers import REPO
+from zoo import counting
+from zoo import run as run_lib
+from zoo.train import loop
 from zoo.train import metrics
 
 
@@ -54,3 +59,12 @@ def test_the_writer_writes_tensorboard_events_without_importing_torch(tmp_path):
                           env=dict(os.environ, PYTHONPATH=REPO))
   assert result.returncode == 0, result.stderr[-2000:]
   assert result.stdout.split() == ['False', 'True']
+
+
+def test_the_rows_carry_mfu_where_the_devices_peak_is_known(tmp_path, monkeypatch):
+  monkeypatch.setattr(metrics, 'peak_flops', lambda device: 1e12)  # as on an accelerator
+  config = helpers.smoke('gpt_shakespeare', 'train.steps=3', 'train.log_every=1')
+  loop.train(run_lib.resolve(config), str(tmp_path))
+  row = [r for r in metrics.read(str(tmp_path)) if 'loss' in r][-1]
+  want = row['tokens_per_sec'] * counting.flops_per_token(config) / (8 * 1e12)
+  assert row['mfu'] == pytest.approx(want, rel=1e-6) and row['mfu'] > 0

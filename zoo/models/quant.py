@@ -19,8 +19,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from qwix._src.core import dot_general_qt
-from qwix._src.core import ragged_dot_qt
 
 # mode -> (forward operands' type, gradients' type)
 MODES = {'int8': (jnp.int8, jnp.int8), 'fp8': (jnp.float8_e4m3fn, jnp.float8_e5m2)}
@@ -35,27 +33,33 @@ class Recipe:
   tile: int = 0
 
 
-def _config(r):
+def _qt():
+  """Qwix's quantized dot_general, imported on first use: importing Qwix imports flax.nnx
+  and IPython, half a second at every start of a process that quantizes nothing."""
+  from qwix._src.core import dot_general_qt  # pylint: disable=g-import-not-at-top
+  return dot_general_qt
+
+
+def _dot_qt(x, w, dimension_numbers, r):
   fwd, bwd = MODES[r.mode]
-  return dot_general_qt.DotGeneralQtConfig(
-      lhs_qtype=fwd, rhs_qtype=fwd, tile_size=r.tile or None,
-      dlhs_grad_qtype=bwd, drhs_grad_qtype=bwd)
+  qt = _qt()
+  config = qt.DotGeneralQtConfig(lhs_qtype=fwd, rhs_qtype=fwd, tile_size=r.tile or None,
+                                 dlhs_grad_qtype=bwd, drhs_grad_qtype=bwd)
+  return qt.dot_general_qt(x, w, dimension_numbers, config).astype(x.dtype)
 
 
 def matmul(x_MK, w_KN, r):
   """x @ w, quantized by recipe r (plain when r.mode is 'none')."""
   if r.mode == 'none':
     return x_MK @ w_KN
-  return dot_general_qt.dot_general_qt(x_MK, w_KN, (((1,), (0,)), ((), ())),
-                                       _config(r)).astype(x_MK.dtype)
+  return _dot_qt(x_MK, w_KN, (((1,), (0,)), ((), ())), r)
 
 
 def expert_matmul(x_EMK, w_EKN, r):
   """Each expert's rows through its own weight: [E, M, K] x [E, K, N] -> [E, M, N]."""
   if r.mode == 'none':
     return jnp.einsum('emk,ekn->emn', x_EMK, w_EKN)
-  return dot_general_qt.dot_general_qt(x_EMK, w_EKN, (((2,), (1,)), ((0,), (0,))),
-                                       _config(r)).astype(x_EMK.dtype)
+  return _dot_qt(x_EMK, w_EKN, (((2,), (1,)), ((0,), (0,))), r)
 
 
 def _ragged(r):
@@ -63,6 +67,7 @@ def _ragged(r):
   pipeline's vmap over its stages), forward and backward: TPU's ragged dot takes no batch
   dimension (each device's slice of the stage batch is one stage, so the loop runs once)."""
   if r.mode != 'none':
+    from qwix._src.core import ragged_dot_qt  # pylint: disable=g-import-not-at-top
     fwd, bwd = MODES[r.mode]
     config = ragged_dot_qt.RaggedDotQtConfig(lhs_qtype=fwd, rhs_qtype=fwd,
                                              dlhs_grad_qtype=bwd, drhs_grad_qtype=bwd)

@@ -139,7 +139,9 @@ class _Log:
     self.watchdog, self.sources = watchdog, sources
     self.spikes = spikes_lib.Detector(config.train.spike)
     self.source_tokens = np.zeros(len(sources), np.int64)
-    self.flops_per_token = counting.flops_per_token(config)
+    # MFU's FLOPs, counted (the model traced once more) only where the devices' peak is known
+    known = metrics_lib.mfu(1.0, jax.devices()) is not None
+    self.flops_per_token = counting.flops_per_token(config) if known else None
     self.alarms = metrics_lib.Alarms(config)
     self.last_row, self.pending, self.start = None, None, None
 
@@ -180,8 +182,8 @@ class _Log:
     median = self.watchdog.median_seconds()
     tokens_per_sec = median and self.run.phase_at(step).tokens_per_step / median
     row = {'step': step, 'tokens_per_sec': tokens_per_sec,
-           'mfu': median and metrics_lib.mfu(tokens_per_sec * self.flops_per_token,
-                                             jax.devices())}
+           'mfu': median and self.flops_per_token and metrics_lib.mfu(
+               tokens_per_sec * self.flops_per_token, jax.devices())}
     row.update({k: np.round(v, 4).tolist() if np.ndim(v) else v for k, v in metrics.items()})
     if self.sources:
       counts = self.source_tokens

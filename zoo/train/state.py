@@ -35,18 +35,17 @@ def make(model, config, mesh, learning_rate):
   to know which parameters are layer stacks."""
   batch = families.example_batch(config.model, 1, config.data.seq_len)
   rng = jax.random.PRNGKey(0)
-  boxed = jax.eval_shape(model.init, rng, batch)['params']
-  param_specs = nn.get_partition_spec(boxed)
+  boxed = jax.eval_shape(model.init, rng, batch)  # the model traced once for its shapes
+  param_specs = nn.get_partition_spec(boxed['params'])
   axis_rules = sharding.rules(config)
   param_shardings = jax.tree.map(
       lambda s, x: sharding.fit(s, x.shape),
-      sharding.logical_to_shardings(param_specs, mesh, axis_rules), nn.unbox(boxed))
+      sharding.logical_to_shardings(param_specs, mesh, axis_rules), nn.unbox(boxed['params']))
   optimizer = optim.make(config.optim, learning_rate, param_specs,
-                         trainable(config.train.lora.rank, nn.unbox(boxed)), param_shardings)
+                         trainable(config.train.lora.rank, nn.unbox(boxed['params'])),
+                         param_shardings)
 
-  def init_fn(rng):
-    params_rng, state_rng = jax.random.split(rng)
-    variables = model.init(params_rng, batch)
+  def assemble(variables, state_rng):
     params = nn.unbox(variables['params'])
     state = {'step': jnp.zeros((), jnp.int32), 'params': params,
              'opt_state': optimizer.init(params), 'rng': state_rng,
@@ -55,7 +54,11 @@ def make(model, config, mesh, learning_rate):
     state.update({k: variables[k] for k in models.STATE_COLLECTIONS if k in variables})
     return state
 
-  abstract = jax.eval_shape(init_fn, rng)
+  def init_fn(rng):
+    params_rng, state_rng = jax.random.split(rng)
+    return assemble(model.init(params_rng, batch), state_rng)
+
+  abstract = jax.eval_shape(assemble, boxed, rng)  # the optimizer's shapes, not the model's
   specs = jax.tree.map(lambda _: P(), abstract)
   specs.update(params=param_specs,
                opt_state=_opt_state_specs(abstract['opt_state'], abstract['params'],
