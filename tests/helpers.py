@@ -116,6 +116,10 @@ def family_batch(config, rows, seed=0):
       value = rng.normal(0.0, 1.0, shape)
     elif key in ('token_type_ids', 'next_sentence_labels'):
       value = rng.integers(0, 2, shape)
+    elif key == 'pixels':  # normalised pixels (the vision family)
+      value = rng.normal(size=shape)
+    elif key == 'labels':  # a label head's classes
+      value = rng.integers(0, config.model.num_labels, shape)
     else:
       value = rng.integers(4, vocab, shape)
     batch[key] = np.asarray(value, dtype)

@@ -90,11 +90,13 @@ def _matmul_params(config, boxed):
   head = 0 if m.num_labels else m.vocab_size * m.d_model
   if families.get(m).ATTENTION != 'cross':
     n = active_params(boxed, m.moe)
-    if not m.tie_embeddings or m.num_labels:  # a label head reads no vocabulary table
+    # a token table is a gather (unless tied: then it is the head too, but a label head
+    # reads no vocabulary); position and type tables and a class token are added
+    if 'token_embed' in boxed and (not m.tie_embeddings or m.num_labels):
       n -= m.vocab_size * m.d_model
-    if m.position == 'learned':
-      n -= m.max_length * m.d_model
-    n -= m.type_vocab_size * m.d_model  # BERT's token types: a gather too
+    for path, leaf in jax.tree_util.tree_flatten_with_path(nn.unbox(boxed))[0]:
+      if {k.key for k in path} & {'position_embed', 'type_embed', 'class_token'}:
+        n -= leaf.size
     return n, head
   targets = config.data.target_seq_len / config.data.seq_len
   n = 0.0

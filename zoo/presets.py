@@ -217,6 +217,23 @@ def umt5(c):
   return c
 
 
+def vit(c, image_size, patch_size, num_labels):
+  """ViT (Dosovitskiy et al. 2020): patches of patch_size pixels, a class token and a learned
+  position table (with the class token's row), pre-LayerNorm blocks with biases and
+  exact-erf GELU, the class token's final state to a label head; trained on labelled images
+  (data.task.kind 'image_classification', RGB with ViT's processor)."""
+  m = c.model
+  m.family, m.position, m.norm, m.norm_eps = 'vision', 'none', 'layernorm', 1e-12
+  m.activation, m.use_bias, m.norm_position = 'gelu', True, 'pre'
+  m.kernel_init_std, m.num_labels = 0.02, num_labels
+  m.vision.update(image_size=image_size, patch_size=patch_size, channels=3,
+                  position='learned', pool='token')
+  d = c.data
+  d.objective, d.task.kind, d.task.processor = 'image_classification', 'image_classification', 'vit'
+  d.seq_len = (image_size // patch_size) ** 2 + 1
+  return c
+
+
 def variant(c, arg):
   """The variant `arg` of a published shape: none = as published, 'smoke' = smoke(c)."""
   if arg == 'smoke':
@@ -262,6 +279,9 @@ def smoke(c):
     m.mla.update(kv_lora_rank=32, q_lora_rank=24 if m.mla.q_lora_rank else 0,
                  qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16)
   c.data.seq_len = 64
+  shrink = getattr(families.get(m), 'smoke', None)  # a family's own inputs shrink there
+  if shrink:
+    shrink(c)
   t = c.train
   t.steps, t.batch_size, t.log_every, t.eval_every, t.eval_batches = 6, 8, 1, 3, 2
   t.checkpoint_every = 3

@@ -332,7 +332,8 @@ def _validate_task(task, m):
     return
   _one_of('data.task.kind', task.kind, tuple(TASK_METRICS))
   _one_of('data.task.too_long', task.too_long, ('error', 'skip'))
-  if not task.path:
+  # a published image shape loads and plans without its images; training opens them
+  if not task.path and task.kind != 'image_classification':
     raise ConfigError(f'data.task.kind={task.kind!r} needs data.task.path: a directory '
                       'holding train.jsonl and eval.jsonl')
   storage.check(task.path, 'data.task.path')
@@ -340,7 +341,7 @@ def _validate_task(task, m):
     if metric not in TASK_METRICS[task.kind]:
       raise ConfigError(f'data.task.metrics: {metric!r} does not apply to data.task.kind='
                         f'{task.kind!r}; use some of {", ".join(TASK_METRICS[task.kind])}')
-  headed = task.kind in ('classification', 'regression')
+  headed = task.kind in ('classification', 'regression', 'image_classification')
   if not headed and m.num_labels:
     raise ConfigError(f'model.num_labels={m.num_labels} builds a classification head, which '
                       f'data.task.kind={task.kind!r} does not read; set model.num_labels=0')
@@ -350,7 +351,7 @@ def _validate_task(task, m):
   if m.label_names and m.num_labels and len(m.label_names) != m.num_labels:
     raise ConfigError(f'model.label_names has {len(m.label_names)} names for '
                       f'model.num_labels={m.num_labels}; give one per label, or ()')
-  if task.kind == 'classification' and m.num_labels == 1:
+  if task.kind in ('classification', 'image_classification') and m.num_labels == 1:
     raise ConfigError('model.num_labels=1 cannot classify; set 2 or more, or 0 for the '
                       "task's label count")
 

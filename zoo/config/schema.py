@@ -13,7 +13,7 @@ NORMS = ('layernorm', 'rmsnorm')
 NORM_POSITIONS = ('pre', 'post')
 BLOCKS = ('sequential', 'parallel')
 POSITIONS = ('learned', 'sinusoidal', 'rope', 'alibi', 't5_bias', 'none')
-OBJECTIVES = ('causal_lm', 'mlm', 'span_corruption')
+OBJECTIVES = ('causal_lm', 'mlm', 'span_corruption', 'image_classification')
 TRAIN_OBJECTIVES = ('lm', 'dpo', 'ipo', 'simpo', 'grpo')  # train.objective (zoo/objectives)
 # fine-tuning tasks (data.task.kind): the eval metrics each reports by default, and the
 # others it can (data.task.metrics)
@@ -25,13 +25,16 @@ DEFAULT_TASK_METRICS = {
     'chat': (),  # the held-out loss over the assistant's tokens
     'preference': (),  # the held-out preference loss and accuracy (train.objective)
     'prompts': (),  # grpo's held-out prompts: reward and exact answers (zoo/post/grpo.py)
+    'image_classification': ('accuracy', 'f1', 'mcc'),
 }
 OTHER_TASK_METRICS = {'classification': (), 'regression': (), 'text_to_text': ('perplexity',),
                       'prompt_completion': ('bleu', 'rouge_l'), 'chat': (), 'preference': (),
-                      'prompts': ()}
+                      'prompts': (), 'image_classification': ()}
 TASK_METRICS = {kind: DEFAULT_TASK_METRICS[kind] + OTHER_TASK_METRICS[kind]
                 for kind in DEFAULT_TASK_METRICS}
 TOKENIZERS = ('bpe', 'unigram')
+# data.task.path of the image task built in: scikit-learn's digits (zoo/data/digits.py)
+DIGITS = 'sklearn:digits'
 OPTIMIZERS = ('adamw', 'adafactor', 'muon')
 SCHEDULES = ('cosine', 'linear', 'constant', 'rsqrt', 'wsd')
 DTYPES = ('float32', 'bfloat16', 'float16')
@@ -223,6 +226,12 @@ def _attention_and_matmuls(m):
   # parameters and checkpoints stay float. mode 'none' | 'int8' | 'fp8'; tile: the
   # contracted axis scaled per tile of this many (DeepSeek-V3: 128), 0 = per channel
   m.quant = ml_collections.ConfigDict({'mode': 'none', 'tile': 0})
+  # the vision family's tower (zoo/models/vision.py): the resolution its learned position
+  # table is made for (pixels, square), patches of patch_size pixels, image channels (3
+  # RGB, 1 grey), positions 'learned' (ViT) or 'sincos2d' (fixed), pooling 'token' (the
+  # class token's state), 'map' (SigLIP's attention pooling) or 'gap' (the mean)
+  m.vision = ml_collections.ConfigDict({'image_size': 224, 'patch_size': 16, 'channels': 3,
+                                        'position': 'learned', 'pool': 'token'})
 
 def _moe():
   return ml_collections.ConfigDict({
@@ -279,8 +288,12 @@ def _data(m):
   # or 'documents' (each source's documents interleaved in proportion)
   d.mixture_by = 'tokens'
   d.document_separator = '\n\n'  # a file splits into documents at this string
-  d.seq_len = 256
-  d.objective = 'causal_lm'
+  d.seq_len = 256  # tokens per row (the vision family: the tokens a tower makes of an image)
+  d.objective = 'causal_lm'  # 'image_classification' for the vision family
+  # the vision family: the pixels (square) and channels of the images a row holds (a tower
+  # reads another resolution than its table's by resizing its positions)
+  d.image_size = m.vision.get_ref('image_size')
+  d.image_channels = m.vision.get_ref('channels')
   d.vocab_size = m.get_ref('vocab_size')  # span_corruption: sentinels count down from here
   d.target_seq_len = 114  # span_corruption: decoder length (T5: 114 for 512 inputs)
   d.noise_density = 0.15  # span_corruption: share of tokens in noise spans
@@ -309,10 +322,15 @@ def _data(m):
   d.task = ml_collections.ConfigDict({
       # '' = pretraining | 'classification' | 'regression' | 'text_to_text' |
       # 'prompt_completion' | 'chat' (instruction tuning) | 'preference' (pairs for
-      # train.objective dpo, ipo, simpo) | 'prompts' (grpo) (the kinds each family takes:
-      # its TASKS)
+      # train.objective dpo, ipo, simpo) | 'prompts' (grpo) | 'image_classification' (the
+      # kinds each family takes: its TASKS)
       'kind': '',
-      'path': '',  # a directory holding train.jsonl and eval.jsonl
+      # a directory holding train.jsonl and eval.jsonl; image_classification also takes
+      # DIGITS (scikit-learn's 8 x 8 digits, held out by data.eval_fraction)
+      'path': '',
+      # image_classification: how pixels are made (zoo/data/images.py PROCESSORS: its
+      # filter, mean and std), at data.image_size
+      'processor': 'vit',
       'metrics': (),  # eval metrics (config.TASK_METRICS by kind); () = the kind's defaults
       # chat, preference, prompts: the chat template (zoo/data/chat.py), a .jinja file or a
       # checkpoint directory; '' = the one beside data.tokenizer.path, else ChatML turns

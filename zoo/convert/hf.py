@@ -669,7 +669,11 @@ def _labels(config):
 
 
 def _model_type(config):
-  return families.get(config.model).hf_model_type(config.model)
+  kind = families.get(config.model).hf_model_type(config.model)
+  if kind not in ARCHITECTURES:
+    raise ConvertError(f'model.family={config.model.family!r} ({kind}) has no Hugging Face '
+                       'layout in the zoo yet; docs/hf.md lists the ones it converts')
+  return kind
 
 
 def save(config, params, path, moe_bias=None):

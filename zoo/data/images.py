@@ -36,9 +36,9 @@ PROCESSORS = {
 }
 
 
-def decode(source, name=None):
-  """A file path or the bytes of an encoded image -> an RGB PIL image; an image pillow
-  cannot read is a ConfigError naming it."""
+def decode(source, name=None, channels=3):
+  """A file path or the bytes of an encoded image -> a PIL image, RGB (channels 3) or grey
+  (1); an image pillow cannot read is a ConfigError naming it."""
   name = name or (source if isinstance(source, (str, os.PathLike)) else 'an image')
   try:
     opened = Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
@@ -46,13 +46,16 @@ def decode(source, name=None):
   except (OSError, ValueError) as e:
     raise ConfigError(f'{name}: pillow cannot decode it as an image ({e}); give a PNG, JPEG '
                       'or another format pillow reads') from None
-  return opened.convert('RGB')
+  return opened.convert({3: 'RGB', 1: 'L'}[channels])
 
 
 def pixels(image, processor):
-  """An RGB PIL image -> [Y, X, C] float32: resized to the processor's size with its
-  filter, then x scale, then (x - mean) / std, each step as transformers takes it."""
+  """An RGB (or grey) PIL image -> [Y, X, C] float32: resized to the processor's size with
+  its filter, then x scale, then (x - mean) / std, each step as transformers takes it (a
+  grey image: the first channel's mean and std)."""
   resized = image.resize((processor.width, processor.height), resample=processor.resample)
-  rescaled_YXC = (np.asarray(resized).astype(np.float64) * processor.scale).astype(np.float32)
-  return ((rescaled_YXC - np.asarray(processor.mean, np.float32)) /
-          np.asarray(processor.std, np.float32))
+  values = np.asarray(resized).astype(np.float64)
+  rescaled_YXC = (values.reshape(*values.shape[:2], -1) * processor.scale).astype(np.float32)
+  C = rescaled_YXC.shape[-1]
+  return ((rescaled_YXC - np.asarray(processor.mean[:C], np.float32)) /
+          np.asarray(processor.std[:C], np.float32))

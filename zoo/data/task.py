@@ -9,6 +9,7 @@ The fields each data.task.kind reads (others are ignored):
                      multiple-choice accuracy scores (default: every distinct completion
                      of the split)
   chat, preference   conversations rendered by a chat template (zoo/data/chat_task.py)
+  image_classification  image (a path), label (zoo/data/image_task.py; no tokenizer)
 A task is tokenized with the run's tokenizer (data.tokenizer.path: the pretrained
 checkpoint's; else one trained on the train split's text and cached in WORKDIR/tokenizer).
 The family turns each tokenized example into a model row (its `task_example`), and the
@@ -22,10 +23,13 @@ import math
 from typing import Any
 
 import grain
+import ml_collections
 
 from zoo import storage
 from zoo.data import chat
 from zoo.data import chat_task
+from zoo.data import digits
+from zoo.data import image_task
 from zoo.data import tokenizer as tokenizer_lib
 from zoo.errors import ConfigError
 
@@ -36,7 +40,7 @@ FIELDS = {  # kind -> (required text fields, optional text fields); + label wher
     'text_to_text': (('inputs', 'targets'), ()),
     'prompt_completion': (('prompt', 'completion'), ()),
 }
-HEADED = ('classification', 'regression')  # kinds a label head reads
+HEADED = ('classification', 'regression', image_task.KIND)  # kinds a label head reads
 GENERATED = ('text_to_text', 'prompt_completion')  # kinds whose outputs are generated text
 PACKED = GENERATED + ('chat',)  # kinds whose rows pack several examples
 
@@ -89,6 +93,9 @@ def read_numbered(task_config, split):
       raise ConfigError(f'{where}: not a JSON object; write one object per line')
     if task_config.kind in chat_task.KINDS:
       chat_task.check(record, task_config.kind, where)
+    elif task_config.kind == image_task.KIND:
+      image_task.check(record, where)
+      _check_label(record.get('label'), 'classification', where)
     else:
       _check_fields(record, task_config.kind, where)
     records.append((number, record))
@@ -132,7 +139,7 @@ def num_labels(kind, records, model_labels, task_config):
   label + 1; every label of every split must fit it."""
   if kind == 'regression':
     return 1
-  if kind != 'classification':
+  if kind not in ('classification', image_task.KIND):
     return 0
   size = model_labels or 1 + max(r['label'] for r in records['train'])
   if size < 2:
@@ -153,6 +160,8 @@ def label_count(data_config):
   """The head's size for data.task as training resolves it (model.num_labels = 0: from the
   task's labels), for what reads no tokens (plan mode)."""
   task = data_config.task
+  if task.path == digits.SOURCE:
+    return digits.CLASSES
   return num_labels(task.kind, {split: read_split(task, split) for split in SPLITS}, 0, task)
 
 
@@ -181,6 +190,8 @@ def open_task(data_config, workdir, model_labels, new_tokens=0):
   task = data_config.task
   if task.kind in chat_task.KINDS:
     return _open_conversations(data_config, workdir, new_tokens)
+  if task.kind == image_task.KIND:
+    return _open_images(data_config, workdir, model_labels)
   records = {split: read_split(task, split) for split in SPLITS}
   size = num_labels(task.kind, records, model_labels, task)
   path = tokenizer_lib.load_or_train(data_config.tokenizer, workdir,
@@ -189,6 +200,22 @@ def open_task(data_config, workdir, model_labels, new_tokens=0):
   examples = {split: grain.MapDataset.source(tokenized(records[split], task.kind, tokenizer))
               for split in SPLITS}
   return Task(task.kind, tokenizer, examples['train'], examples['eval'], records, size)
+
+
+def _open_images(data_config, workdir, model_labels):
+  """An image task: no tokenizer; each split's images verified, their pixels made as read
+  (zoo/data/image_task.py)."""
+  if not data_config.task.path:
+    raise ConfigError(f"data.task.kind='{image_task.KIND}' needs data.task.path: a directory "
+                      f'holding train.jsonl and eval.jsonl, or {digits.SOURCE!r}')
+  image_task.processor(data_config)  # a name it does not know: before anything is written
+  task = ml_collections.ConfigDict(data_config.task.to_dict())
+  task.path = image_task.task_directory(data_config, workdir)
+  records = {split: image_task.verified(task.path, read_numbered(task, split),
+                                        split_path(task, split)) for split in SPLITS}
+  size = num_labels(task.kind, records, model_labels, task)
+  examples = {split: image_task.examples(records[split], data_config) for split in SPLITS}
+  return Task(task.kind, None, examples['train'], examples['eval'], records, size)
 
 
 def _open_conversations(data_config, workdir, new_tokens):

@@ -21,6 +21,9 @@ A family module (decoder.py is the worked example; docs/families.md) defines:
   kv_cache_layers(m);  hf_model_type(m);
   tokenize_prompts(config, tokenizer, prompts, fit=False) and
   start_generation(model, variables, ids, segments, max_new_tokens), or None for both.
+A family may also define check(config) (what its own fields mean together; zoo/run/checks.py
+calls it) and example_batch(model_config, batch_size, seq_len) (inputs that are not token
+ids: the vision family's pixels).
 Nothing outside the registry and the family modules looks at the family's name.
 """
 
@@ -35,8 +38,9 @@ from zoo.models import lora
 from zoo.families import decoder
 from zoo.families import encoder
 from zoo.families import encoder_decoder
+from zoo.families import vision
 
-FAMILIES = {module.NAME: module for module in (decoder, encoder, encoder_decoder)}
+FAMILIES = {module.NAME: module for module in (decoder, encoder, encoder_decoder, vision)}
 
 
 def get(model_config):
@@ -60,7 +64,11 @@ def total_layers(m):
 
 
 def example_batch(model_config, batch_size, seq_len):
-  """All-zero int32 inputs with the keys the family's model reads; for init and tracing."""
+  """All-zero inputs with the keys the family's model reads (int32 token ids unless the
+  family makes its own); for init and tracing."""
+  family = get(model_config)
+  if hasattr(family, 'example_batch'):
+    return family.example_batch(model_config, batch_size, seq_len)
   return {key: jnp.zeros((batch_size, seq_len), jnp.int32)
           for key in get(model_config).MODEL_INPUTS}
 

@@ -5,7 +5,8 @@ A patch embedding is a convolution whose stride is its size, so it is one matmul
 patch's pixels: its kernel [P, D] is a convolution's [patch, patch, C, D] flattened (an
 imported Conv2d weight [D, C, patch, patch] is a transpose and a reshape). The blocks are
 `transformer.stack`'s (the zoo's attention kernels and sharding rules), every patch
-attending every other, pre-norm as ViT's. No family builds the tower yet.
+attending every other, pre-norm as ViT's. ImageModel is the vision family's model: the
+tower as model.vision configures it, over a batch's pixels.
 
 Glossary: B batch, Y image rows, X image columns, C channels, P pixels of one patch
 (patch x patch x C), L patches (+ the class token), D d_model, H heads, K head dim.
@@ -149,3 +150,17 @@ class VisionTower(nn.Module):
         nn.initializers.normal(0.02), (None, 'embed')), (tokens + trained * trained,
                                                          m.d_model), jnp.dtype(m.param_dtype))
     return jnp.concatenate([table_LD[:tokens], resize_positions(table_LD[tokens:], grid)])
+
+
+class ImageModel(nn.Module):
+  """The vision family's model: batch {'pixels': [B, Y, X, C]} -> the tower's outputs,
+  the tower as model.vision says (its resolution, patches, positions and pooling)."""
+  config: Any
+  adapters: lora.Spec = lora.Spec()
+
+  @nn.compact
+  def __call__(self, batch, train=False, head=True):
+    del head  # the label head is the tower's; there is no vocabulary to project to
+    v = self.config.vision
+    return VisionTower(self.config, v.image_size, v.patch_size, v.position, v.pool,
+                       self.adapters, name='tower')(batch['pixels'], train)

@@ -35,6 +35,8 @@ def check(config):
   _validate_context(config.mesh.context, m, d, family)
   _validate_stage(config.mesh, m, family, config.train.batch_size)
   _validate_qk_clip(config)
+  if hasattr(family, 'check'):
+    family.check(config)
   return family
 
 

@@ -55,7 +55,7 @@ def _describe(run, workdir, place, streams, corpus, params, start_step, cache, i
       'batch_global': config.train.batch_size, 'batch_per_process': streams.local_batch_size,
       'streams': f'{streams.local[0]}..{streams.local[-1]} of {streams.num_streams}',
       'batch_per_device': config.train.batch_size // sharding.batch_shards(place.mesh),
-      'seq_len': config.data.seq_len, 'vocab': corpus.tokenizer.vocab_size,
+      'seq_len': config.data.seq_len, 'vocab': corpus.tokenizer and corpus.tokenizer.vocab_size,
       'attention_kernel': place.kernel[0], 'attention_kernel_why': place.kernel[1],
       'train_documents': corpus.train_documents(), 'compile_cache': cache or 'off',
   }
@@ -108,7 +108,8 @@ def _lines(run, workdir, h, start_step):
       f'{"s" if h["devices"] > 1 else ""}{processes}; {h["batch_per_device"]} sequences '
       'per device',
       f'kernel  {h["attention_kernel"]} attention ({h["attention_kernel_why"]})',
-      f'data    {h["train_documents"]:,} train documents, a {h["vocab"]:,}-piece tokenizer'
+      f'data    {h["train_documents"]:,} train documents, '
+      + (f'a {h["vocab"]:,}-piece tokenizer' if h['vocab'] else 'no tokenizer')
       + (f'; task {h["task"]}' if 'task' in h else '')
       + (f'; span corruption of {h["span_lengths"]["raw"]}-token pieces -> '
          f'{h["span_lengths"]["inputs"]} inputs, {h["span_lengths"]["targets"]} targets'

@@ -219,6 +219,8 @@ def input_streams(config, mesh):
 # --------------------------------------------------------------------------- data
 
 def _check_vocab(config, tokenizer):
+  if tokenizer is None:  # an image task reads no text
+    return None
   room = config.model.vocab_size - config.data.reserved_ids
   if tokenizer.vocab_size > room:
     raise ConfigError(f'the tokenizer has {tokenizer.vocab_size} pieces but '

@@ -1,0 +1,26 @@
+"""ViT-B/16: 12 layers, d_model 768, 12 heads, patches of 16 at 224 x 224, an ImageNet-1k
+head: 86,567,656 parameters.
+
+    python -m zoo.launch --config=configs/vit_b16.py --mode=plan
+    python -m zoo.launch --config=configs/vit_b16.py --config.data.task.path=DIR
+    python -m zoo.launch --config=configs/vit_b16.py:smoke --workdir=/tmp/zoo/vit_b16
+
+DIR holds train.jsonl and eval.jsonl of {"image": PATH, "label": CLASS} (zoo/data/task.py).
+Source: Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words", Table 1 (ViT-Base);
+google/vit-base-patch16-224 config.json (ViTForImageClassification: the count above).
+"""
+
+from zoo import config as config_lib
+from zoo import presets
+
+
+def get_config(arg=None):
+  c = config_lib.base()
+  m = c.model
+  m.num_layers = 12
+  m.d_model = 768
+  m.num_heads = 12  # head_dim 64
+  m.mlp_dim = 3072  # 4 * d_model
+  presets.vit(c, image_size=224, patch_size=16, num_labels=1000)  # ImageNet-1k's classes
+  m.dtype = 'bfloat16'  # compute; params stay float32
+  return presets.variant(c, arg)
