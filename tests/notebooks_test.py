@@ -14,7 +14,7 @@ FIGURES = {'moe': 2, 'post_training': 2, 'shapes': 2, 'sharding': 2, 'tour': 0,
            'training': 2, 'vision': 2}  # images each draws
 # run here smaller than saved (the same cells): fewer steps, a smaller slice, lengths, depth
 SMALLER = {'moe': {'STEPS': 20}, 'vision': {
-    'STEPS': 60, 'WORKDIR': 'runs/notebook_vision_check'}, 'post_training': {
+    'STEPS': 30, 'WORKDIR': 'runs/notebook_vision_check'}, 'post_training': {
     'LARGEST': 9, 'SFT_STEPS': 8, 'DPO_STEPS': 4, 'GRPO_STEPS': 4,
     'WORKDIR': 'runs/notebook_post_training_check'}, 'sharding': {
     'SLICE_NAME': 'v5p-32', 'LENGTHS': (1024, 4096),

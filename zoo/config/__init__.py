@@ -18,8 +18,8 @@ import ml_collections
 from zoo import storage
 from zoo.config import checks
 from zoo.config.checks import check, data_skips
-from zoo.config.schema import (DEFAULT_RULES, DEFAULT_TASK_METRICS, DIGITS, OPTIMIZERS,  # the values
-                               SPIKE_SIGNALS, TASK_METRICS, base)  # other layers read
+from zoo.config.schema import (DEFAULT_RULES, DEFAULT_TASK_METRICS, DIGITS,  # the values
+                               OPTIMIZERS, SPIKE_SIGNALS, TASK_METRICS, base)  # others read
 from zoo.errors import ConfigError  # the error of every layer, raised here the most
 
 __all__ = ['ConfigError', 'DEFAULT_RULES', 'DEFAULT_TASK_METRICS', 'OPTIMIZERS', 'SPIKE_SIGNALS',

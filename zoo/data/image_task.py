@@ -29,7 +29,7 @@ def task_directory(data_config, workdir):
 
 
 def check(record, where):
-  """One line's fields: an image path and an integer class."""
+  """One line's image field (zoo/data/task.py checks its label as a class)."""
   if not isinstance(record.get('image'), str) or not record['image']:
     raise ConfigError(f"{where}: no field 'image' (a path to the image, relative to "
                       "data.task.path); data.task.kind='image_classification' reads image, "
