@@ -229,7 +229,8 @@ def vit(c, image_size, patch_size, num_labels):
   m.vision.update(image_size=image_size, patch_size=patch_size, channels=3,
                   position='learned', pool='token')
   d = c.data
-  d.objective, d.task.kind, d.task.processor = 'image_classification', 'image_classification', 'vit'
+  d.objective = d.task.kind = 'image_classification'
+  d.task.processor = 'vit'
   d.seq_len = (image_size // patch_size) ** 2 + 1
   return c
 

@@ -22,8 +22,9 @@ A family module (decoder.py is the worked example; docs/families.md) defines:
   tokenize_prompts(config, tokenizer, prompts, fit=False) and
   start_generation(model, variables, ids, segments, max_new_tokens), or None for both.
 A family may also define check(config) (what its own fields mean together; zoo/run/checks.py
-calls it) and example_batch(model_config, batch_size, seq_len) (inputs that are not token
-ids: the vision family's pixels).
+calls it), example_batch(model_config, batch_size, seq_len) (inputs that are not token ids:
+the vision family's pixels) and smoke(config) (what zoo/presets.py's smoke shrinks beyond the
+shared dimensions).
 Nothing outside the registry and the family modules looks at the family's name.
 """
 
