@@ -323,8 +323,9 @@ class _Steps:
       with self.goodput.charge('step'):
         self.log.flush()  # the step in flight is timed before the compile, not across it
       with self.goodput.charge('compile'), self.log.watchdog.paused():
-        rows, length = next(iter(batch.values())).shape[:2]
-        progress.say(f'compiling the train step for {rows} x {length} (compile cache: '
+        # rows x length (an image row: x its pixels and channels; a pair row: x 2 x length)
+        dims = ' x '.join(map(str, next(iter(batch.values())).shape))
+        progress.say(f'compiling the train step for {dims} (compile cache: '
                      f'{self.cache or "off"})')
         start = time.perf_counter()
         with progress.heartbeat('compiling the train step'):
