@@ -190,3 +190,25 @@ def test_a_spike_on_a_pod_rolls_back_every_process_past_the_same_batches(tmp_pat
   assert sorted(losses) == list(range(1, 17))
   assert [losses[s] for s in range(9, 17)] == pytest.approx(
       [expected[s] for s in range(9, 17)], rel=2e-5)
+
+
+def test_each_pod_process_keeps_the_callers_xla_flags_with_its_own_device_count(tmp_path):
+  """A stand-in python that prints the flags each process gets (the pod's port query aside)."""
+  stub = tmp_path / 'python'
+  stub.write_text('#!/usr/bin/env bash\n'
+                  'if [ "$1" = -c ]; then echo 12345; else echo "flags: $XLA_FLAGS"; fi\n')
+  stub.chmod(0o755)
+  env = dict(os.environ, PYTHON=str(stub), DEVICES_PER_PROCESS='4',
+             XLA_FLAGS='--xla_backend_optimization_level=0 '
+                       '--xla_force_host_platform_device_count=8')
+  result = subprocess.run(['bash', os.path.join(REPO, 'launch', 'local_pod.sh'), '2', '--',
+                           '--config=x'], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
+  assert result.returncode == 0, result.stderr
+  lines = sorted(l for l in result.stdout.splitlines() if 'flags:' in l)
+  assert len(lines) == 2, result.stdout
+  for process, line in enumerate(lines):
+    assert line.startswith(f'[{process}] flags: ')
+    flags = line.split('flags: ')[1].split()
+    assert flags == ['--xla_backend_optimization_level=0',
+                     '--xla_force_host_platform_device_count=4'], line
