@@ -36,14 +36,13 @@ def make(model, config, mesh, learning_rate):
   batch = families.example_batch(config.model, 1, config.data.seq_len)
   rng = jax.random.PRNGKey(0)
   boxed = jax.eval_shape(model.init, rng, batch)  # the model traced once for its shapes
-  param_specs = nn.get_partition_spec(boxed['params'])
+  param_specs, params = nn.get_partition_spec(boxed['params']), nn.unbox(boxed['params'])
   axis_rules = sharding.rules(config)
   param_shardings = jax.tree.map(
       lambda s, x: sharding.fit(s, x.shape),
-      sharding.logical_to_shardings(param_specs, mesh, axis_rules), nn.unbox(boxed['params']))
+      sharding.logical_to_shardings(param_specs, mesh, axis_rules), params)
   optimizer = optim.make(config.optim, learning_rate, param_specs,
-                         trainable(config.train.lora.rank, nn.unbox(boxed['params'])),
-                         param_shardings)
+                         trainable(config.train.lora.rank, params), param_shardings)
 
   def assemble(variables, state_rng):
     params = nn.unbox(variables['params'])
