@@ -12,7 +12,9 @@ of the full square), bidirectional attention (an encoder's) seq_len, a local lay
 window's mean (causal: W - W (W - 1) / (2 seq_len); two-sided, T5Gemma's encoder: 2 W + 1 -
 W (W + 1) / seq_len), a chunked layer (Llama 4) half its chunk C < seq_len (C / 2),
 cross-attention all S input tokens for each of the T target
-queries (over S). Multi-token prediction's modules (model.mtp) count their blocks as layers
+queries (over S). Two towers (image_text) count per image token of data.seq_len = S: the
+text tower's parameters at T / S of themselves (T = data.text_len), each tower's attention
+over its own tokens. Multi-token prediction's modules (model.mtp) count their blocks as layers
 and the shared output head once more each. Remat recompute is not counted (MFU, not HFU);
 remat_flops_per_token counts it apart (what a compiler reports is the sum).
 """
@@ -30,7 +32,9 @@ CONVENTIONS = {  # by the family's ATTENTION; a decoder's words name its layers'
     'bidirectional': '6*N_matmul + 12*heads*head_dim*seq_len: bidirectional',
     'cross': '6*N_matmul, the decoder and head at target/input tokens + '
                        '12*heads*head_dim*keys: encoder bidirectional, decoder causal, '
-                       'cross-attention over the inputs; per input token'}
+                       'cross-attention over the inputs; per input token',
+    'two_towers': '6*N_matmul, the text tower at text/image tokens + 12*heads*head_dim*keys: '
+                  'each tower bidirectional over its own tokens; per image token'}
 
 
 def convention(config):
@@ -88,6 +92,8 @@ def _matmul_params(config, boxed):
   and the rest of the decoder and the head the T = data.target_seq_len targets: T / S."""
   m = config.model
   head = 0 if m.num_labels else m.vocab_size * m.d_model
+  if families.get(m).ATTENTION == 'two_towers':
+    return _two_tower_params(config, boxed), 0
   if families.get(m).ATTENTION != 'cross':
     n = active_params(boxed, m.moe)
     # a token table is a gather (unless tied: then it is the head too, but a label head
@@ -110,6 +116,20 @@ def _matmul_params(config, boxed):
       weight = targets
     n += leaf.size * weight
   return n, head * targets
+
+
+def _two_tower_params(config, boxed):
+  """N_matmul of two towers per image token: the tables (token, position, class token) are
+  gathers or adds and the temperature and bias scalars; the text tower's other parameters
+  see T / S of the tokens."""
+  text = config.data.text_len / config.data.seq_len
+  n = 0.0
+  for path, leaf in jax.tree_util.tree_flatten_with_path(nn.unbox(boxed))[0]:
+    names = {k.key for k in path}
+    if path[0].key in ('vision', 'text') and not names & {'token_embed', 'position_embed',
+                                                          'class_token'}:
+      n += leaf.size * (text if path[0].key == 'text' else 1)
+  return n
 
 
 def _mean_keys(m, length, layers, causal, extra_local=0):
@@ -161,6 +181,9 @@ def _attention_flops(config):
                  _delta_flops(m, L))
   if kind == 'bidirectional':
     return round(per_key * _mean_keys(m, L, m.num_layers, False))
+  if kind == 'two_towers':
+    T = config.data.text_len
+    return round(per_key * (L * L + T * T) * m.num_layers / L)
   S, T = L, config.data.target_seq_len
   keys = (S * _mean_keys(m, S, m.num_encoder_layers, False) +
           T * _mean_keys(m, T, m.num_decoder_layers, True) + T * m.num_decoder_layers * S)

@@ -235,6 +235,24 @@ def vit(c, image_size, patch_size, num_labels):
   return c
 
 
+def siglip(c, image_size, patch_size):
+  """SigLIP (Zhai et al. 2023): a vision tower (learned positions without a class token,
+  attention pooling) and a text tower (a 64-token table, the last position's state through
+  a linear head) of the same shape, pre-LayerNorm blocks with biases and tanh-GELU, trained
+  by the sigmoid loss on image-text pairs (data.task.kind 'image_text', RGB with SigLIP's
+  processor, captions padded to 64 tokens of a 32,000-piece vocabulary)."""
+  m = c.model
+  m.family, m.position, m.norm, m.norm_eps = 'image_text', 'learned', 'layernorm', 1e-6
+  m.activation, m.use_bias, m.norm_position = 'gelu_tanh', True, 'pre'
+  m.kernel_init_std, m.vocab_size, m.max_length = 0.02, 32_000, 64
+  m.vision.update(image_size=image_size, patch_size=patch_size, channels=3,
+                  position='learned', pool='map')
+  d = c.data
+  d.objective, d.task.kind, d.task.processor = 'sigmoid_contrastive', 'image_text', 'siglip'
+  d.seq_len = (image_size // patch_size) ** 2
+  return c
+
+
 def variant(c, arg):
   """The variant `arg` of a published shape: none = as published, 'smoke' = smoke(c)."""
   if arg == 'smoke':

@@ -58,3 +58,32 @@ def test_the_ring_over_the_data_axis_equals_one_device_without_gathering(devices
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
   text_hlo = ring.lower(*args).compile().as_text()
   assert 'collective-permute' in text_hlo and 'all-gather' not in text_hlo
+
+
+def test_padding_rows_take_part_in_no_pair_in_either_loss():
+  image, text = _embeddings(6, seed=2)
+  real = np.asarray([0, 1, 1, 0, 1, 1], np.float32)
+  keep = real > 0
+  args = jnp.asarray(image, jnp.float32), jnp.asarray(text, jnp.float32)
+  np.testing.assert_allclose(
+      contrastive.sigmoid_loss(*args, 1.0, -2.0, jnp.asarray(real)),
+      _sigmoid_reference(image[keep], text[keep], 1.0, -2.0), rtol=1e-5)
+  np.testing.assert_allclose(contrastive.softmax_loss(*args, 1.5, jnp.asarray(real)),
+                             _softmax_reference(image[keep], text[keep], 1.5), rtol=1e-5)
+
+
+def test_under_a_mesh_the_loss_goes_round_the_batch_axes_ring_with_its_padding():
+  mesh = jax.sharding.Mesh(np.asarray(jax.devices()).reshape(2, 2, 2),
+                           ('data', 'fsdp', 'tensor'))
+  image, text = _embeddings(8, seed=3)
+  real = np.asarray([0, 1, 1, 1, 1, 0, 1, 1], np.float32)
+  rows = NamedSharding(mesh, PartitionSpec(('data', 'fsdp')))
+  args = [jax.device_put(jnp.asarray(x, jnp.float32), rows) for x in (image, text, real)]
+  loss = jax.jit(lambda i, t, r: contrastive.sigmoid_loss_on_mesh(i, t, 0.5, -1.0, r))
+  with jax.set_mesh(mesh):
+    value = loss(*args)
+    compiled = loss.lower(*args).compile().as_text()
+  keep = real > 0
+  np.testing.assert_allclose(value, _sigmoid_reference(image[keep], text[keep], 0.5, -1.0),
+                             rtol=1e-5)
+  assert 'collective-permute' in compiled  # round data x fsdp, 4 devices of 2 rows

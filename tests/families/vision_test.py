@@ -49,8 +49,8 @@ def test_the_loss_is_the_label_heads_cross_entropy_over_the_real_rows():
 @pytest.mark.parametrize('overrides,message', [
     (['data.seq_len=20'], r'data.seq_len=20: a 16 x 16 image is 17 tokens .*; set '
                           r'data.seq_len=17'),
-    (['model.vision.patch_size=5'], r'model.vision.image_size=16 does not split into patches '
-                                    r'of model.vision.patch_size=5'),
+    (['model.vision.patch_size=32'], r'model.vision.image_size=16 is smaller than one patch '
+                                     r'of model.vision.patch_size=32; use a multiple'),
     (['model.vision.channels=2'], r'model.vision.channels=2, data.image_channels=2: images '
                                   r'are read grey \(1\) or RGB \(3\)'),
     (['model.vision.pool=cls'], r"model.vision.position='learned', pool='cls': .* pooling "

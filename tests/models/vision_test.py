@@ -121,11 +121,15 @@ def test_every_patch_sees_every_other_at_any_resolution(pool, position):
   assert larger['hidden'].shape == (1, 30 + (pool == 'token'), m.d_model)
 
 
-def test_images_that_do_not_split_into_patches_say_the_fix():
-  tower = vision.VisionTower(_tower_config(), image_size=16, patch_size=4)
-  with pytest.raises(ValueError, match=r'^images of 18 x 16 pixels do not split into patches '
+def test_pixels_past_the_last_whole_patch_are_dropped_as_a_strided_convolution_drops_them():
+  tower = vision.VisionTower(_tower_config(), image_size=16, patch_size=4, pool='gap')
+  images = jax.random.normal(jax.random.key(1), (1, 19, 17, 3))
+  variables = tower.init(jax.random.key(0), images[:, :16, :16])
+  np.testing.assert_array_equal(tower.apply(variables, images)['hidden'],
+                                tower.apply(variables, images[:, :16, :16])['hidden'])
+  with pytest.raises(ValueError, match=r'^images of 3 x 16 pixels are smaller than one patch '
                                        r'of 4; resize them to a multiple of it'):
-    tower.init(jax.random.key(0), jnp.zeros((1, 18, 16, 3)))
+    tower.init(jax.random.key(0), jnp.zeros((1, 3, 16, 3)))
 
 
 def test_an_unknown_pooling_names_the_choices():

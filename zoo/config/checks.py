@@ -333,7 +333,7 @@ def _validate_task(task, m):
   _one_of('data.task.kind', task.kind, tuple(TASK_METRICS))
   _one_of('data.task.too_long', task.too_long, ('error', 'skip'))
   # a published image shape loads and plans without its images; training opens them
-  if not task.path and task.kind != 'image_classification':
+  if not task.path and task.kind not in ('image_classification', 'image_text'):
     raise ConfigError(f'data.task.kind={task.kind!r} needs data.task.path: a directory '
                       'holding train.jsonl and eval.jsonl')
   storage.check(task.path, 'data.task.path')
@@ -374,7 +374,10 @@ def _validate_data(d, m, t):
     raise ConfigError(f'data.short_pair_rate={d.short_pair_rate} must be in [0, 1]')
   _one_of('data.tokenizer.type', d.tokenizer.type, TOKENIZERS)
   _positive('data.seq_len', d.seq_len)
-  if m.position == 'learned' and d.seq_len > m.max_length:
+  # image-text pairs read data.text_len caption tokens through the table (the image_text
+  # family checks those); their data.seq_len counts an image's tokens
+  if (m.position == 'learned' and d.seq_len > m.max_length and
+      d.objective not in ('sigmoid_contrastive', 'softmax_contrastive')):
     raise ConfigError(f'data.seq_len={d.seq_len} exceeds model.max_length={m.max_length} '
                       'of the learned position table; lower seq_len')
   if not 0 < d.eval_fraction < 1:

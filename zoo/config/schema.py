@@ -13,7 +13,8 @@ NORMS = ('layernorm', 'rmsnorm')
 NORM_POSITIONS = ('pre', 'post')
 BLOCKS = ('sequential', 'parallel')
 POSITIONS = ('learned', 'sinusoidal', 'rope', 'alibi', 't5_bias', 'none')
-OBJECTIVES = ('causal_lm', 'mlm', 'span_corruption', 'image_classification')
+OBJECTIVES = ('causal_lm', 'mlm', 'span_corruption', 'image_classification',
+              'sigmoid_contrastive', 'softmax_contrastive')
 TRAIN_OBJECTIVES = ('lm', 'dpo', 'ipo', 'simpo', 'grpo')  # train.objective (zoo/objectives)
 # fine-tuning tasks (data.task.kind): the eval metrics each reports by default, and the
 # others it can (data.task.metrics)
@@ -26,10 +27,12 @@ DEFAULT_TASK_METRICS = {
     'preference': (),  # the held-out preference loss and accuracy (train.objective)
     'prompts': (),  # grpo's held-out prompts: reward and exact answers (zoo/post/grpo.py)
     'image_classification': ('accuracy', 'f1', 'mcc'),
+    'image_text': (),  # the held-out loss and retrieval accuracy (zoo/families/image_text.py)
 }
 OTHER_TASK_METRICS = {'classification': (), 'regression': (), 'text_to_text': ('perplexity',),
                       'prompt_completion': ('bleu', 'rouge_l'), 'chat': (), 'preference': (),
-                      'prompts': (), 'image_classification': ()}
+                      'prompts': (), 'image_classification': (),
+                      'image_text': ()}
 TASK_METRICS = {kind: DEFAULT_TASK_METRICS[kind] + OTHER_TASK_METRICS[kind]
                 for kind in DEFAULT_TASK_METRICS}
 TOKENIZERS = ('bpe', 'unigram')
@@ -288,12 +291,18 @@ def _data(m):
   # or 'documents' (each source's documents interleaved in proportion)
   d.mixture_by = 'tokens'
   d.document_separator = '\n\n'  # a file splits into documents at this string
-  d.seq_len = 256  # tokens per row (the vision family: the tokens a tower makes of an image)
-  d.objective = 'causal_lm'  # 'image_classification' for the vision family
-  # the vision family: the pixels (square) and channels of the images a row holds (a tower
-  # reads another resolution than its table's by resizing its positions)
+  # tokens per row (the vision and image_text families: the tokens a tower makes of an image)
+  d.seq_len = 256
+  # 'image_classification' for the vision family; 'sigmoid_contrastive' (SigLIP) or
+  # 'softmax_contrastive' (CLIP) for image_text
+  d.objective = 'causal_lm'
+  # the vision and image_text families: the pixels (square) and channels of the images a row
+  # holds (a tower reads another resolution than its table's by resizing its positions)
   d.image_size = m.vision.get_ref('image_size')
   d.image_channels = m.vision.get_ref('channels')
+  # image_text: a caption's tokens, EOS and padding included (the text tower's table: SigLIP
+  # 64)
+  d.text_len = m.get_ref('max_length')
   d.vocab_size = m.get_ref('vocab_size')  # span_corruption: sentinels count down from here
   d.target_seq_len = 114  # span_corruption: decoder length (T5: 114 for 512 inputs)
   d.noise_density = 0.15  # span_corruption: share of tokens in noise spans
@@ -325,10 +334,10 @@ def _data(m):
       # train.objective dpo, ipo, simpo) | 'prompts' (grpo) | 'image_classification' (the
       # kinds each family takes: its TASKS)
       'kind': '',
-      # a directory holding train.jsonl and eval.jsonl; image_classification also takes
-      # DIGITS (scikit-learn's 8 x 8 digits, held out by data.eval_fraction)
+      # a directory holding train.jsonl and eval.jsonl; image_classification and image_text
+      # also take DIGITS (scikit-learn's 8 x 8 digits, held out by data.eval_fraction)
       'path': '',
-      # image_classification: how pixels are made (zoo/data/images.py PROCESSORS: its
+      # image_classification, image_text: how pixels are made (zoo/data/images.py PROCESSORS: its
       # filter, mean and std), at data.image_size
       'processor': 'vit',
       'metrics': (),  # eval metrics (config.TASK_METRICS by kind); () = the kind's defaults

@@ -1,6 +1,8 @@
-"""Image classification tasks (data.task.kind='image_classification'): DATA.TASK.PATH's
-train.jsonl and eval.jsonl, one {"image": PATH, "label": CLASS} per line (PATH relative to
-the task directory, or absolute), or data.task.path='sklearn:digits' (zoo/data/digits.py).
+"""Image tasks: DATA.TASK.PATH's train.jsonl and eval.jsonl, one example per line, or
+data.task.path='sklearn:digits' (zoo/data/digits.py, whose lines carry both):
+  image_classification  {"image": PATH, "label": CLASS}
+  image_text            {"image": PATH, "text": TEXT} (a caption: image-text training)
+PATH is relative to the task directory, or absolute.
 
 Every image is opened and verified before anything compiles (one that pillow cannot read
 is one line naming it); the pixels are made as examples are read (zoo/data/images.py:
@@ -19,6 +21,8 @@ from zoo.data import images
 from zoo.errors import ConfigError
 
 KIND = 'image_classification'
+PAIRS = 'image_text'
+KINDS = (KIND, PAIRS)
 
 
 def task_directory(data_config, workdir):
@@ -28,12 +32,16 @@ def task_directory(data_config, workdir):
   return data_config.task.path
 
 
-def check(record, where):
-  """One line's image field (zoo/data/task.py checks its label as a class)."""
+def check(record, kind, where):
+  """One line's image field, and an image_text line's text (zoo/data/task.py checks an
+  image_classification line's label as a class)."""
+  reads = 'image, label' if kind == KIND else 'image, text'
   if not isinstance(record.get('image'), str) or not record['image']:
     raise ConfigError(f"{where}: no field 'image' (a path to the image, relative to "
-                      "data.task.path); data.task.kind='image_classification' reads image, "
-                      'label')
+                      f"data.task.path); data.task.kind={kind!r} reads {reads}")
+  if kind == PAIRS and not (isinstance(record.get('text'), str) and record['text']):
+    raise ConfigError(f"{where}: no field 'text' (the image's caption, a non-empty string); "
+                      f"data.task.kind={kind!r} reads {reads}")
 
 
 def processor(data_config):
@@ -61,13 +69,16 @@ def verified(directory, records, split_file):
   return out
 
 
-def examples(records, data_config):
-  """A grain MapDataset of {'pixels': [Y, X, C] float32, 'label'}, made as read."""
+def examples(records, data_config, texts=None):
+  """A grain MapDataset of {'pixels': [Y, X, C] float32, 'label'}, or with `texts` (each
+  record's text as int32 ids) {'pixels', 'text'}, the pixels made as read."""
   made = processor(data_config)
   channels = data_config.image_channels
 
-  def example(record):
+  def example(index):
+    record = records[index]
     image = images.decode(record['image'], channels=channels)
-    return {'pixels': images.pixels(image, made), 'label': record['label']}
+    known = {'label': record['label']} if texts is None else {'text': texts[index]}
+    return {'pixels': images.pixels(image, made), **known}
 
-  return grain.MapDataset.source(records).map(example)
+  return grain.MapDataset.range(len(records)).map(example)

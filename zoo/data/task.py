@@ -10,6 +10,7 @@ The fields each data.task.kind reads (others are ignored):
                      of the split)
   chat, preference   conversations rendered by a chat template (zoo/data/chat_task.py)
   image_classification  image (a path), label (zoo/data/image_task.py; no tokenizer)
+  image_text         image (a path), text (its caption; zoo/data/image_task.py)
 A task is tokenized with the run's tokenizer (data.tokenizer.path: the pretrained
 checkpoint's; else one trained on the train split's text and cached in WORKDIR/tokenizer).
 The family turns each tokenized example into a model row (its `task_example`), and the
@@ -93,9 +94,10 @@ def read_numbered(task_config, split):
       raise ConfigError(f'{where}: not a JSON object; write one object per line')
     if task_config.kind in chat_task.KINDS:
       chat_task.check(record, task_config.kind, where)
-    elif task_config.kind == image_task.KIND:
-      image_task.check(record, where)
-      _check_label(record.get('label'), 'classification', where)
+    elif task_config.kind in image_task.KINDS:
+      image_task.check(record, task_config.kind, where)
+      if task_config.kind == image_task.KIND:
+        _check_label(record.get('label'), 'classification', where)
     else:
       _check_fields(record, task_config.kind, where)
     records.append((number, record))
@@ -190,7 +192,7 @@ def open_task(data_config, workdir, model_labels, new_tokens=0):
   task = data_config.task
   if task.kind in chat_task.KINDS:
     return _open_conversations(data_config, workdir, new_tokens)
-  if task.kind == image_task.KIND:
+  if task.kind in image_task.KINDS:
     return _open_images(data_config, workdir, model_labels)
   records = {split: read_split(task, split) for split in SPLITS}
   size = num_labels(task.kind, records, model_labels, task)
@@ -203,10 +205,13 @@ def open_task(data_config, workdir, model_labels, new_tokens=0):
 
 
 def _open_images(data_config, workdir, model_labels):
-  """An image task: no tokenizer; each split's images verified, their pixels made as read
-  (zoo/data/image_task.py)."""
+  """An image task: each split's images verified, their pixels made as read
+  (zoo/data/image_task.py); image_text's captions tokenized once (the tokenizer trained on
+  the train split's captions where the run names none), image_classification's no
+  tokenizer."""
+  kind = data_config.task.kind
   if not data_config.task.path:
-    raise ConfigError(f"data.task.kind='{image_task.KIND}' needs data.task.path: a directory "
+    raise ConfigError(f"data.task.kind='{kind}' needs data.task.path: a directory "
                       f'holding train.jsonl and eval.jsonl, or {digits.SOURCE!r}')
   image_task.processor(data_config)  # a name it does not know: before anything is written
   task = ml_collections.ConfigDict(data_config.task.to_dict())
@@ -214,8 +219,15 @@ def _open_images(data_config, workdir, model_labels):
   records = {split: image_task.verified(task.path, read_numbered(task, split),
                                         split_path(task, split)) for split in SPLITS}
   size = num_labels(task.kind, records, model_labels, task)
-  examples = {split: image_task.examples(records[split], data_config) for split in SPLITS}
-  return Task(task.kind, None, examples['train'], examples['eval'], records, size)
+  tokenizer, texts = None, {split: None for split in SPLITS}
+  if kind == image_task.PAIRS:
+    path = tokenizer_lib.load_or_train(data_config.tokenizer, workdir,
+                                       lambda: [r['text'] for r in records['train']])
+    tokenizer = tokenizer_lib.load(path)
+    texts = {split: tokenizer.encode([r['text'] for r in records[split]]) for split in SPLITS}
+  examples = {split: image_task.examples(records[split], data_config, texts[split])
+              for split in SPLITS}
+  return Task(task.kind, tokenizer, examples['train'], examples['eval'], records, size)
 
 
 def _open_conversations(data_config, workdir, new_tokens):

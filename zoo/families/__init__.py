@@ -39,9 +39,11 @@ from zoo.models import lora
 from zoo.families import decoder
 from zoo.families import encoder
 from zoo.families import encoder_decoder
+from zoo.families import image_text
 from zoo.families import vision
 
-FAMILIES = {module.NAME: module for module in (decoder, encoder, encoder_decoder, vision)}
+FAMILIES = {module.NAME: module for module in (decoder, encoder, encoder_decoder, vision,
+                                               image_text)}
 
 
 def get(model_config):

@@ -47,6 +47,15 @@ def tokens(m, image_size):
 
 def check(config):
   """What the vision fields mean together (zoo/run/checks.py calls it)."""
+  check_images(config)
+  if not config.data.task.kind:
+    raise ConfigError("model.family='vision' trains on labelled images: set data.task.kind="
+                      "'image_classification' and data.task.path")
+
+
+def check_images(config):
+  """The tower's fields and the images a row holds, as they must agree (the image_text
+  family's tower too)."""
   m, d = config.model, config.data
   v = m.vision
   if v.position not in vision.POSITIONS or v.pool not in vision.POOLS:
@@ -61,17 +70,14 @@ def check(config):
                       f'data.image_size={d.image_size} must be positive')
   for size, field in ((v.image_size, 'model.vision.image_size'), (d.image_size,
                                                                    'data.image_size')):
-    if size % v.patch_size:
-      raise ConfigError(f'{field}={size} does not split into patches of model.vision.'
-                        f'patch_size={v.patch_size}; use a multiple of it')
+    if size < v.patch_size:  # past the last whole patch, pixels are dropped (the tower)
+      raise ConfigError(f'{field}={size} is smaller than one patch of model.vision.'
+                        f'patch_size={v.patch_size}; use a multiple of the patch')
   if d.seq_len != tokens(m, d.image_size):
     raise ConfigError(f'data.seq_len={d.seq_len}: a {d.image_size} x {d.image_size} image '
                       f'is {tokens(m, d.image_size)} tokens for this tower (patches of '
                       f'{v.patch_size}{", + the class token" if v.pool == "token" else ""}); '
                       f'set data.seq_len={tokens(m, d.image_size)}')
-  if not d.task.kind:
-    raise ConfigError("model.family='vision' trains on labelled images: set data.task.kind="
-                      "'image_classification' and data.task.path")
 
 
 def smoke(c):

@@ -109,10 +109,13 @@ class VisionTower(nn.Module):
       raise ValueError(f'pool={self.pool!r}, position={self.position!r}: the tower pools by '
                        f'one of {POOLS} with positions one of {POSITIONS}')
     B, Y, X, _ = images_BYXC.shape
-    if Y % self.patch_size or X % self.patch_size:
-      raise ValueError(f'images of {Y} x {X} pixels do not split into patches of '
+    if min(Y, X) < self.patch_size:
+      raise ValueError(f'images of {Y} x {X} pixels are smaller than one patch of '
                        f'{self.patch_size}; resize them to a multiple of it')
     grid = (Y // self.patch_size, X // self.patch_size)
+    # the rows and columns past the last whole patch are dropped, as a convolution whose
+    # stride is its size drops them (SigLIP so400m/14 at 384: 27 patches, 6 pixels left)
+    images_BYXC = images_BYXC[:, :grid[0] * self.patch_size, :grid[1] * self.patch_size]
     x_BLD = layers.DenseGeneral(m.d_model, (None, 'embed'), use_bias=True, name='patch_embed',
                                 **transformer.dtypes(m))(patches(images_BYXC, self.patch_size))
     if self.position == 'sincos2d':  # the patches' fixed positions; a class token has none
