@@ -13,8 +13,9 @@ NORMS = ('layernorm', 'rmsnorm')
 NORM_POSITIONS = ('pre', 'post')
 BLOCKS = ('sequential', 'parallel')
 POSITIONS = ('learned', 'sinusoidal', 'rope', 'alibi', 't5_bias', 'none')
-OBJECTIVES = ('causal_lm', 'mlm', 'span_corruption', 'image_classification',
-              'sigmoid_contrastive', 'softmax_contrastive')
+# image-text pairs' losses (the image_text family): their rows' text is data.text_len tokens
+CONTRASTIVE = ('sigmoid_contrastive', 'softmax_contrastive')
+OBJECTIVES = ('causal_lm', 'mlm', 'span_corruption', 'image_classification') + CONTRASTIVE
 TRAIN_OBJECTIVES = ('lm', 'dpo', 'ipo', 'simpo', 'grpo')  # train.objective (zoo/objectives)
 # fine-tuning tasks (data.task.kind): the eval metrics each reports by default, and the
 # others it can (data.task.metrics)

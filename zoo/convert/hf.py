@@ -9,8 +9,8 @@ scalings), Mistral, Mixtral, Qwen 3 (dense and MoE), Gemma 2, Gemma 3 (ForCausal
 text model of a ForConditionalGeneration: zoo/convert/hf_gemma.py), DeepSeek-V3
 (zoo/convert/hf_deepseek.py), gpt-oss (its MXFP4 experts dequantized on import:
 zoo/convert/hf_gpt_oss.py), Llama 4 (ForCausalLM, and the text model of a
-ForConditionalGeneration: zoo/convert/hf_llama4.py), Qwen3-Next (zoo/convert/hf_qwen3_next.py);
-the
+ForConditionalGeneration: zoo/convert/hf_llama4.py), Qwen3-Next (zoo/convert/hf_qwen3_next.py),
+SigLIP (SiglipModel, both towers: zoo/convert/hf_siglip.py); the
 ForSequenceClassification heads of BERT, GPT-2, Llama and Mistral (model.num_labels,
 model.label_names: a decoder reads each row's last token, as transformers' last non-pad
 token on right-padded rows whose text holds no pad id). Each is a table
@@ -44,6 +44,7 @@ from zoo.convert import hf_gemma
 from zoo.convert import hf_gpt_oss
 from zoo.convert import hf_llama4
 from zoo.convert import hf_qwen3_next
+from zoo.convert import hf_siglip
 from zoo.convert.hf_rules import ConvertError
 from zoo.convert.hf_rules import attention as _attention
 from zoo.convert.hf_rules import dense as _dense
@@ -396,6 +397,8 @@ ARCHITECTURES = {
                             ('T5GemmaForConditionalGeneration',)),
     'gemma3': Architecture(_gemma, hf_gemma.rules, ('Gemma3ForConditionalGeneration',),
                            to_rules=lambda tensors, m: hf_gemma.text_tensors(tensors)),
+    'siglip': Architecture(hf_siglip.config, hf_siglip.rules, ('SiglipModel',),
+                           hf_siglip.to_rules, hf_siglip.from_rules),
 }
 HEAD_TENSORS = ('classifier.weight', 'score.weight')  # BERT's, a decoder's
 
@@ -634,6 +637,8 @@ def _hf_config(config):
     return hf_llama4.hf_config(config)
   if family == 'qwen3_next':
     return hf_qwen3_next.hf_config(config)
+  if family == 'siglip':
+    return hf_siglip.hf_config(config)
   hf = {'model_type': family, 'vocab_size': m.vocab_size, 'hidden_size': m.d_model,
         'num_hidden_layers': m.num_layers, 'num_attention_heads': m.num_heads,
         'num_key_value_heads': dims.kv_heads(m), 'head_dim': dims.head_dim(m),
@@ -859,12 +864,14 @@ def next_command(config, workdir):
   checkpoint does not hold, so its command names the override and what DIR holds."""
   command = (f'python -m zoo.launch --config={os.path.join(workdir, "config.py")} '
              f'--workdir={workdir}')
-  if not config.data.task.kind or config.data.task.path:  # a zoo export names its task
+  kind = config.data.task.kind
+  if not kind or config.data.task.path:  # a zoo export names its task
     return command
-  label = ('a number' if config.data.task.kind == 'regression' else
-           f'0..{config.model.num_labels - 1}')
+  label = ('a number' if kind == 'regression' else f'0..{config.model.num_labels - 1}')
+  line = ('"image": PATH, "text": CAPTION' if kind == 'image_text' else
+          f'"text": ..., "label": {label}')
   return (f'{command} --config.data.task.path=DIR, where DIR holds train.jsonl and '
-          f'eval.jsonl ({{"text": ..., "label": {label}}} a line; docs/contracts.md "A task")')
+          f'eval.jsonl ({{{line}}} a line; docs/contracts.md "A task")')
 
 
 if __name__ == '__main__':
