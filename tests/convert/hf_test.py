@@ -26,7 +26,7 @@ from zoo.train import metrics as metrics_lib
 
 FIXTURES = os.path.join(REPO, 'tests', 'fixtures', 'hf')
 NAMES = ['gpt2', 'bert', 'bert_mlm', 't5_v1_0', 't5_v1_1', 'mt5', 'llama', 'mistral', 'mixtral',
-         'llama3_1', 'gemma2', 'gemma3', 'gemma3_mm', 'qwen3', 'qwen3_moe', 'umt5',
+         'llama3_1', 'gemma2', 'gemma3', 'qwen3', 'qwen3_moe', 'umt5',
          't5gemma', 'deepseek_v3', 'gpt_oss', 'gpt_oss_mxfp4', 'llama4',
          'llama4_mm', 'qwen3_next', 'llama4_scout_rope', 'qwen3_next_wide_shared',
          'kimi_k2']

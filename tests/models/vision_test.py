@@ -135,5 +135,5 @@ def test_pixels_past_the_last_whole_patch_are_dropped_as_a_strided_convolution_d
 def test_an_unknown_pooling_names_the_choices():
   tower = vision.VisionTower(_tower_config(), image_size=16, patch_size=4, pool='cls')
   with pytest.raises(ValueError, match=r"pool='cls', position='learned': the tower pools by "
-                                       r"one of \('token', 'map', 'gap'\)"):
+                                       r"one of \('token', 'map', 'gap', 'none'\)"):
     tower.init(jax.random.key(0), jnp.zeros((1, 16, 16, 3)))

@@ -236,6 +236,14 @@ def _attention_and_matmuls(m):
   # class token's state), 'map' (SigLIP's attention pooling) or 'gap' (the mean)
   m.vision = ml_collections.ConfigDict({'image_size': 224, 'patch_size': 16, 'channels': 3,
                                         'position': 'learned', 'pool': 'token'})
+  # images in a decoder's rows (Gemma 3: zoo/models/multimodal.py): tokens_per_image > 0
+  # puts a SigLIP tower (model.vision's images, its own shape here; no pooling head) before
+  # the decoder, its patch states averaged to tokens_per_image (a square number) per image,
+  # RMS-normed and projected to d_model, in place of the image_token_id tokens of a row;
+  # an image's tokens attend each other both ways. Gemma 3: 256 tokens of so400m/14 at 896
+  m.multimodal = ml_collections.ConfigDict({
+      'tokens_per_image': 0, 'image_token_id': 0, 'd_model': 1152, 'num_layers': 27,
+      'num_heads': 16, 'mlp_dim': 4304, 'norm_eps': 1e-6})
 
 def _moe():
   return ml_collections.ConfigDict({

@@ -41,6 +41,7 @@ from zoo import storage
 from zoo.config import ConfigError
 from zoo.convert import hf_deepseek
 from zoo.convert import hf_gemma
+from zoo.convert import hf_gemma_vision
 from zoo.convert import hf_gpt_oss
 from zoo.convert import hf_llama4
 from zoo.convert import hf_qwen3_next
@@ -395,8 +396,9 @@ ARCHITECTURES = {
                                others=('Qwen3NextModel',)),
     't5gemma': Architecture(_t5gemma, hf_gemma.t5gemma_rules,
                             ('T5GemmaForConditionalGeneration',)),
-    'gemma3': Architecture(_gemma, hf_gemma.rules, ('Gemma3ForConditionalGeneration',),
-                           to_rules=lambda tensors, m: hf_gemma.text_tensors(tensors)),
+    'gemma3': Architecture(hf_gemma_vision.config, hf_gemma_vision.rules,
+                           ('Gemma3ForConditionalGeneration',), hf_gemma_vision.to_rules,
+                           hf_gemma_vision.from_rules),
     'siglip': Architecture(hf_siglip.config, hf_siglip.rules, ('SiglipModel',),
                            hf_siglip.to_rules, hf_siglip.from_rules),
 }
@@ -627,6 +629,8 @@ def _hf_config(config):
             'eos_token_id': 1}
   if family in ('gemma2', 'gemma3_text'):
     return hf_gemma.hf_config(config)
+  if family == 'gemma3':
+    return hf_gemma_vision.hf_config(config)
   if family == 't5gemma':
     return hf_gemma.t5gemma_hf_config(config)
   if family == 'deepseek_v3':

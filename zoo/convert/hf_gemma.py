@@ -51,7 +51,7 @@ def pattern(layer_types):
 
 
 def config(hf, names):
-  """config.json of gemma2 / gemma3_text (or gemma3) -> zoo config."""
+  """config.json of gemma2 / gemma3_text (or gemma3's text model) -> zoo config."""
   hf = text_config(hf)
   kind = hf['model_type']
   if hf.get('hidden_activation', 'gelu_pytorch_tanh') != 'gelu_pytorch_tanh':
@@ -123,7 +123,7 @@ def _stack(m, num_layers, zoo, hf, cross=False):
   period = len(m.attention.pattern)
   repeats = num_layers // period
   names = T5GEMMA_NORMS if hf != 'model' else GEMMA_NORMS
-  out = _norm(f'{zoo}final_norm', f'{hf}.norm')
+  out = norm(f'{zoo}final_norm', f'{hf}.norm')
   for j in range(period):
     out += _layer(m, f'{zoo}layers/block_{j}', f'{hf}.layers.{{i}}',
                   tuple(r * period + j for r in range(repeats)), names, cross)
@@ -144,21 +144,21 @@ def _layer(m, zoo, hf, layers, norms=GEMMA_NORMS, cross=False):
   out = [*hf_rules.attention(f'{zoo}/attention', f'{hf}.self_attn', m, PROJECTIONS),
          *[r for name, hf_name in zip(
              ('attention_norm', 'post_attention_norm', 'mlp_norm', 'post_mlp_norm'), norms)
-           for r in _norm(f'{zoo}/{name}', f'{hf}.{hf_name}')],
+           for r in norm(f'{zoo}/{name}', f'{hf}.{hf_name}')],
          *hf_rules.dense(f'{zoo}/mlp/wi_0', f'{hf}.mlp.gate_proj'),
          *hf_rules.dense(f'{zoo}/mlp/wi_1', f'{hf}.mlp.up_proj'),
          *hf_rules.dense(f'{zoo}/mlp/wo', f'{hf}.mlp.down_proj')]
   if cross:
     out += [*hf_rules.attention(f'{zoo}/cross_attention', f'{hf}.cross_attn', m, PROJECTIONS),
-            *_norm(f'{zoo}/cross_attention_norm', f'{hf}.pre_cross_attn_layernorm'),
-            *_norm(f'{zoo}/post_cross_attention_norm', f'{hf}.post_cross_attn_layernorm')]
+            *norm(f'{zoo}/cross_attention_norm', f'{hf}.pre_cross_attn_layernorm'),
+            *norm(f'{zoo}/post_cross_attention_norm', f'{hf}.post_cross_attn_layernorm')]
   if m.qk_norm:
-    out += [*_norm(f'{zoo}/attention/query_norm', f'{hf}.self_attn.q_norm'),
-            *_norm(f'{zoo}/attention/key_norm', f'{hf}.self_attn.k_norm')]
+    out += [*norm(f'{zoo}/attention/query_norm', f'{hf}.self_attn.q_norm'),
+            *norm(f'{zoo}/attention/key_norm', f'{hf}.self_attn.k_norm')]
   return [dataclasses.replace(r, layers=layers) for r in out]
 
 
-def _norm(zoo, hf):
+def norm(zoo, hf):
   """Gemma's RMSNorm weight w multiplies by (1 + w): the zoo's scale is 1 + w."""
   return [hf_rules.Rule(f'{zoo}/scale', f'{hf}.weight', lambda w: w + 1, lambda w: w - 1)]
 

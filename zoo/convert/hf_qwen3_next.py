@@ -79,7 +79,7 @@ def config(hf, names):
 def rules(m):
   """The zoo leaves: the patterned stack (layers/block_j, layers_tail_t)."""
   out = [hf_rules.rule('token_embed/embedding', 'model.embed_tokens.weight'),
-         *hf_gemma._norm('final_norm', 'model.norm')]  # pylint: disable=protected-access
+         *hf_gemma.norm('final_norm', 'model.norm')]
   pattern = m.attention.pattern
   period = len(pattern)
   repeats = m.num_layers // period
@@ -94,7 +94,7 @@ def rules(m):
 
 
 def _layer(m, zoo, hf, letter, layers):
-  norm = hf_gemma._norm  # pylint: disable=protected-access
+  norm = hf_gemma.norm
   out = [*norm(f'{zoo}/attention_norm', f'{hf}.input_layernorm'),
          *norm(f'{zoo}/mlp_norm', f'{hf}.post_attention_layernorm')]
   if letter == 'D':

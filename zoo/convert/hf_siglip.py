@@ -12,6 +12,8 @@ transformers' default (the hub's configs name only what differs from them).
 Glossary: D d_model, C channels.
 """
 
+import dataclasses
+
 import numpy as np
 
 from zoo import config as config_lib
@@ -68,14 +70,16 @@ def config(hf, names):
 
 
 def _tower(zoo, hf, m):
-  """One tower's stacked blocks."""
+  """One tower's stacked blocks (m.num_layers of them: a decoder's tower has its own)."""
   layer = f'{hf}.encoder.layers.{{i}}'
-  return [*norm(f'{zoo}/layers/attention_norm', f'{layer}.layer_norm1', bias=True),
-          *attention(f'{zoo}/layers/attention', f'{layer}.self_attn', m,
-                     ('q_proj', 'k_proj', 'v_proj', 'out_proj'), bias=True),
-          *norm(f'{zoo}/layers/mlp_norm', f'{layer}.layer_norm2', bias=True),
-          *dense(f'{zoo}/layers/mlp/wi', f'{layer}.mlp.fc1', bias=True),
-          *dense(f'{zoo}/layers/mlp/wo', f'{layer}.mlp.fc2', bias=True)]
+  blocks = tuple(range(m.num_layers))
+  rules = [*norm(f'{zoo}/layers/attention_norm', f'{layer}.layer_norm1', bias=True),
+           *attention(f'{zoo}/layers/attention', f'{layer}.self_attn', m,
+                      ('q_proj', 'k_proj', 'v_proj', 'out_proj'), bias=True),
+           *norm(f'{zoo}/layers/mlp_norm', f'{layer}.layer_norm2', bias=True),
+           *dense(f'{zoo}/layers/mlp/wi', f'{layer}.mlp.fc1', bias=True),
+           *dense(f'{zoo}/layers/mlp/wo', f'{layer}.mlp.fc2', bias=True)]
+  return [dataclasses.replace(r, layers=blocks) for r in rules]
 
 
 def _patch_kernel(m):
@@ -86,15 +90,21 @@ def _patch_kernel(m):
           lambda w: w.reshape(p, p, C, D).transpose(3, 2, 0, 1))
 
 
+def tower_rules(zoo, hf, m):
+  """A SiglipVisionModel's patches, positions, blocks and post_layernorm (no head) under
+  HF prefix `hf`, as the zoo's vision tower under `zoo`; m: the tower's model config."""
+  return [rule(f'{zoo}/patch_embed/kernel', f'{hf}.embeddings.patch_embedding.weight',
+               _patch_kernel(m)),
+          rule(f'{zoo}/patch_embed/bias', f'{hf}.embeddings.patch_embedding.bias'),
+          rule(f'{zoo}/position_embed', f'{hf}.embeddings.position_embedding.weight'),
+          *_tower(zoo, hf, m),
+          *norm(f'{zoo}/final_norm', f'{hf}.post_layernorm', bias=True)]
+
+
 def rules(m):
   scalar = (lambda w: w.reshape(()), lambda w: w.reshape(1))
   v, t = 'vision_model', 'text_model'
-  return [rule('vision/patch_embed/kernel', f'{v}.embeddings.patch_embedding.weight',
-               _patch_kernel(m)),
-          rule('vision/patch_embed/bias', f'{v}.embeddings.patch_embedding.bias'),
-          rule('vision/position_embed', f'{v}.embeddings.position_embedding.weight'),
-          *_tower('vision', v, m),
-          *norm('vision/final_norm', f'{v}.post_layernorm', bias=True),
+  return [*tower_rules('vision', v, m),
           rule('vision/pool/probe', f'{v}.head.probe'),
           *attention('vision/pool/attention', f'{v}.head.attention', m,
                      ('q', 'k', 'v', 'out_proj'), bias=True),

@@ -18,6 +18,7 @@ from zoo.families import loss as loss_lib
 from zoo.families import tasks
 from zoo.models import head as head_lib
 from zoo.models import mtp as mtp_lib
+from zoo.models import multimodal
 from zoo.models import transformer
 
 NAME = 'decoder'
@@ -49,8 +50,27 @@ LABEL_TOKEN = 'last'  # the label head reads each row's last real token
 
 def build(model_config, adapters):
   """Frozen model config, train.lora's lora.Spec -> the Linen module (batch -> float32
-  logits [B, L, V])."""
+  logits [B, L, V]); with model.multimodal, rows may hold images (Gemma 3)."""
+  if multimodal.enabled(model_config):
+    return multimodal.Decoder(model_config, adapters)
   return transformer.Decoder(model_config, adapters)
+
+
+def example_batch(m, batch_size, seq_len):
+  """Token ids; with model.multimodal, an image per row too (so init makes the tower)."""
+  batch = {'inputs': jnp.zeros((batch_size, seq_len), jnp.int32)}
+  if multimodal.enabled(m):
+    v = m.vision
+    batch['pixels'] = jnp.zeros((batch_size, 1, v.image_size, v.image_size, v.channels),
+                                jnp.float32)
+  return batch
+
+
+def check(config):
+  """model.multimodal's fields, as the tower and the mask need them (zoo/run/checks.py)."""
+  m = config.model
+  if multimodal.enabled(m):
+    multimodal.check(m, config.mesh.context)
 
 
 def batch_spec(data_config, batch_size):
@@ -170,7 +190,7 @@ def hf_model_type(m):
   if 'D' in m.attention.pattern or m.attention.output_gate:
     return 'qwen3_next'
   if m.sandwich_norm:
-    return 'gemma3_text' if m.qk_norm else 'gemma2'
+    return ('gemma3' if multimodal.enabled(m) else 'gemma3_text') if m.qk_norm else 'gemma2'
   if m.qk_norm:
     return 'qwen3_moe' if m.moe.num_experts else 'qwen3'
   if m.moe.num_experts:

@@ -58,9 +58,9 @@ def check_images(config):
   family's tower too)."""
   m, d = config.model, config.data
   v = m.vision
-  if v.position not in vision.POSITIONS or v.pool not in vision.POOLS:
+  if v.position not in vision.POSITIONS or v.pool not in vision.POOLED:
     raise ConfigError(f'model.vision.position={v.position!r}, pool={v.pool!r}: positions are '
-                      f'one of {vision.POSITIONS}, pooling one of {vision.POOLS}')
+                      f'one of {vision.POSITIONS}, pooling one of {vision.POOLED}')
   if v.channels not in (1, 3) or d.image_channels != v.channels:
     raise ConfigError(f'model.vision.channels={v.channels}, data.image_channels='
                       f'{d.image_channels}: images are read grey (1) or RGB (3), as the tower '

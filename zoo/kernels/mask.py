@@ -36,6 +36,20 @@ def sliding_window_mask(length, window, kv_length=None, q_start=0):
   return (jnp.arange(kv_length or length)[None, :] > q_slot_L1 - window)[None, None]
 
 
+def block_mask(q_block_ids_BL, kv_block_ids_BS):
+  """[B, 1, L, S]: query and key lie in one block (an image's tokens: ids > 0; 0 = none)."""
+  same_BLS = q_block_ids_BL[:, :, None] == kv_block_ids_BS[:, None, :]
+  return (same_BLS & (q_block_ids_BL[:, :, None] > 0))[:, None]
+
+
+def contiguous_blocks(member_BL):
+  """[B, L] bool -> block ids [B, L]: each run of members 1, 2, ... in its row, 0 elsewhere
+  (an image's tokens, laid out together)."""
+  before_BL = jnp.pad(member_BL, ((0, 0), (1, 0)))[:, :-1]
+  starts_BL = (member_BL & ~before_BL).astype(jnp.int32)
+  return jnp.where(member_BL, jnp.cumsum(starts_BL, axis=1), 0)
+
+
 CHUNKS_PER_SEGMENT = 1 << 16  # chunk indices a segment id is refined into
 
 
@@ -79,7 +93,8 @@ class Mask:
   `causal`, and, when window > 0, within the window: a causal mask's last `window` keys
   (the query's own included; Mistral, Gemma), a bidirectional one's keys at most `window`
   away on either side (|q - k| <= window, T5Gemma's encoder). The window's sides follow
-  `causal`, so a causal stack cannot be given a two-sided window.
+  `causal`, so a causal stack cannot be given a two-sided window. With block ids, a causal
+  query also attends the later keys of its own block (inside the window, Gemma 3's images).
 
   Query i sits at key slot q_start + i (0 when queries and keys are the same tokens; the
   cache index when decoding). `kv_cache`: the keys are the self-attention layer's cache of
@@ -104,6 +119,10 @@ class Mask:
   kv_chunk_ids: jax.Array | None = None
   # serving: the self-attention layer's cache is a paged pool (kv_cache is then True too)
   pages: Pages | None = None
+  # [B, L], [B, S] int: blocks whose tokens attend each other both ways in a causal stack
+  # (a Gemma 3 image's tokens; 0 = no block); the xla kernel's alone
+  q_block_ids: jax.Array | None = None
+  kv_block_ids: jax.Array | None = None
 
   def chunked(self):
     """The mask of a chunked layer: a causal window of the chunk (the keys a chunk can
@@ -135,7 +154,9 @@ class Mask:
       return mask
     lengths = dict(length=self.q_segment_ids.shape[1], kv_length=self.kv_segment_ids.shape[1],
                    q_start=self.q_start)
-    if self.causal:
+    if self.causal and self.q_block_ids is not None:  # earlier keys, or the query's block
+      mask &= causal_mask(**lengths) | block_mask(self.q_block_ids, self.kv_block_ids)
+    elif self.causal:
       mask &= causal_mask(**lengths)
     if self.window and self.causal:
       mask &= sliding_window_mask(window=self.window, **lengths)

@@ -492,6 +492,7 @@ class Decoder(nn.Module):
     if m.embed_scale:  # Gemma: x sqrt(d_model), rounded to the compute dtype as Gemma does
       x_BLD = x_BLD * jnp.asarray(m.d_model ** 0.5, x_BLD.dtype)
     x_BLD = Embeddings(m, name='embeddings')(x_BLD, positions_BL, None, train)
+    x_BLD, blocks_BL = self.images(x_BLD, batch)
 
     kv_segment_ids_BS = batch['kv_segment_ids'] if kv_cache else segment_ids_BL
     kv_positions_BS = batch['kv_positions'] if kv_cache else positions_BL
@@ -499,7 +500,8 @@ class Decoder(nn.Module):
     mask = mask_lib.Mask(segment_ids_BL, kv_segment_ids_BS, causal=True,
                           window=m.attention.window, kv_cache=kv_cache, slots=slots_BL,
                           lookahead=batch.get('lookahead', 0), chunk=chunk,
-                          pages=batch.get('pages'))
+                          pages=batch.get('pages'), q_block_ids=blocks_BL,
+                          kv_block_ids=batch.get('kv_block_ids', blocks_BL))
     if chunk:  # Llama 4: each document's chunks, for the chunked layers (Block)
       mask = mask.replace(
           q_chunk_ids=mask_lib.chunk_segments(segment_ids_BL, positions_BL, chunk),
@@ -536,3 +538,9 @@ class Decoder(nn.Module):
     logits_BLV = head_lib.Head(m, use_bias=m.use_bias, name='logits')(
         x_BLD, embed.embedding if m.tie_embeddings else None)
     return nn.with_logical_constraint(logits_BLV, ('batch', 'length', 'vocab'))
+
+  def images(self, x_BLD, batch):
+    """-> (the token embeddings with a row's images in their place, the attention mask's
+    image blocks [B, L] or None); a text decoder has none (zoo/models/multimodal.py)."""
+    del batch
+    return x_BLD, None

@@ -26,7 +26,10 @@ from zoo.models import layers
 from zoo.models import lora
 from zoo.models import transformer
 
-POOLS = ('token', 'map', 'gap')  # the class token's state, attention pooling, the mean
+# the class token's state, attention pooling, the mean; 'none': the patches' states alone
+# (a decoder's tower: zoo/models/multimodal.py)
+POOLED = ('token', 'map', 'gap')
+POOLS = POOLED + ('none',)
 POSITIONS = ('learned', 'sincos2d')
 
 
@@ -91,9 +94,9 @@ class AttentionPool(nn.Module):
 
 class VisionTower(nn.Module):
   """images [B, Y, X, C] (normalised pixels) -> {'hidden': [B, L, D] after the final norm,
-  'pooled': [B, D]}, and with model.num_labels 'label_logits' [B, num_labels]. `image_size`
-  is the resolution the learned table is made for (with a row for the class token, as
-  ViT's); another size (a multiple of the patch) resizes the table's grid and recomputes
+  'pooled': [B, D] (unless pool 'none')}, and with model.num_labels 'label_logits'
+  [B, num_labels]. `image_size` is the resolution the learned table is made for (with a
+  row for the class token, as ViT's); another size resizes the table's grid and recomputes
   fixed positions."""
   config: Any  # frozen model config: the blocks' fields (d_model, heads, mlp, norm, ...)
   image_size: int = 224
@@ -137,6 +140,8 @@ class VisionTower(nn.Module):
         x_BLD, mask_lib.Mask(everyone_BL, everyone_BL), positions_BL)
     x_BLD = layers.Norm(m.norm, m.norm_eps, use_bias=m.use_bias, name='final_norm',
                         **transformer.dtypes(m))(x_BLD)
+    if self.pool == 'none':
+      return {'hidden': x_BLD}
     pooled_BD = {'token': lambda: x_BLD[:, 0], 'gap': lambda: jnp.mean(x_BLD, axis=1),
                  'map': lambda: AttentionPool(m, name='pool')(x_BLD)}[self.pool]()
     outputs = {'hidden': x_BLD, 'pooled': pooled_BD}
