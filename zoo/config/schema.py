@@ -309,6 +309,9 @@ def _data(m):
   # holds (a tower reads another resolution than its table's by resizing its positions)
   d.image_size = m.vision.get_ref('image_size')
   d.image_channels = m.vision.get_ref('channels')
+  # a decoder's image rows (model.multimodal): the tokens an image takes, and their id
+  d.image_tokens = m.multimodal.get_ref('tokens_per_image')
+  d.image_token_id = m.multimodal.get_ref('image_token_id')
   # image_text: a caption's tokens, EOS and padding included (the text tower's table: SigLIP
   # 64)
   d.text_len = m.get_ref('max_length')

@@ -40,7 +40,7 @@ CONTEXT_CHUNKS = 2
 # data.task.kind values it fine-tunes on (text_to_text: inputs as the prompt, targets as
 # the completion)
 TASKS = ('classification', 'regression', 'prompt_completion', 'text_to_text', 'chat',
-         'preference', 'prompts')
+         'preference', 'prompts', 'image_text')
 PROMPT_JOINT = ''  # printed between a prompt and its generated continuation
 PENALTIES_COUNT_PROMPT = True  # generation penalties count the prompt: it is the text continued
 INPUT_SPECIALS = ('bos',)  # around a text it reads: [BOS] text
@@ -71,6 +71,10 @@ def check(config):
   m = config.model
   if multimodal.enabled(m):
     multimodal.check(m, config.mesh.context)
+  elif config.data.task.kind == 'image_text':
+    raise ConfigError("data.task.kind='image_text' puts an image in each row, which a text "
+                      'decoder cannot read; set model.multimodal.tokens_per_image (a tower: '
+                      'docs/vision.md)')
 
 
 def batch_spec(data_config, batch_size):
@@ -83,8 +87,12 @@ def batch_spec(data_config, batch_size):
     return tasks.pair_spec(data_config, batch_size)
   rows = (batch_size, data_config.seq_len)
   int32, float32 = np.dtype(np.int32), np.dtype(np.float32)
-  return {'inputs': (rows, int32), 'targets': (rows, int32), 'segment_ids': (rows, int32),
+  spec = {'inputs': (rows, int32), 'targets': (rows, int32), 'segment_ids': (rows, int32),
           'positions': (rows, int32), 'loss_weights': (rows, float32)}
+  if data_config.task.kind == 'image_text':  # an image and its caption per row
+    size = data_config.image_size
+    spec['pixels'] = ((batch_size, 1, size, size, data_config.image_channels), float32)
+  return spec
 
 
 def counts(batch):
@@ -114,9 +122,21 @@ def loss(model, config, variables, batch, rng=None, whole=None, step=None, teach
   if applied.mtp:
     total = _with_mtp(total, applied.mtp, batch, config, variables, whole['tokens'], chunk,
                       step)
+  if 'pixels' in batch and not chunk:
+    total = total._replace(eval_sums=_captions_right(applied.outputs, batch))
   total = loss_lib.with_max_logits(total, applied.max_logits)
   return loss_lib.with_moe(total, applied.moe, applied.state, config.model.moe,
                            batch['targets'].shape[0] / whole['rows'])
+
+
+def _captions_right(logits_BLV, batch):
+  """Image rows whose every weighted target is the most likely token: greedy decoding
+  after the image writes exactly that caption (and how many rows there are)."""
+  weighted_BL = batch['loss_weights'] > 0
+  right_BL = (jnp.argmax(logits_BLV, axis=-1) == batch['targets']) | ~weighted_BL
+  rows_B = jnp.any(weighted_BL, axis=1)
+  return {'caption_accuracy': jnp.sum(jnp.all(right_BL, axis=1) & rows_B),
+          'caption_accuracy_count': jnp.sum(rows_B)}
 
 
 def mtp_weight(config, step):
@@ -153,6 +173,8 @@ def task_example(kind, example, tokenizer, data_config):
     return tasks.chat_row(example['ids'], example['mask'])
   if kind == 'preference':
     return tasks.pair_row(example, data_config.seq_len)
+  if kind == 'image_text':
+    return _image_row(example, tokenizer, data_config)
   if kind in ('classification', 'regression'):
     pair = 'text_pair' in example
     head = [] if tokenizer.bos_id is None else [tokenizer.bos_id]
@@ -163,6 +185,23 @@ def task_example(kind, example, tokenizer, data_config):
   prompt, completion = ((example['inputs'], example['targets']) if kind == 'text_to_text'
                         else (example['prompt'], example['completion']))
   return tasks.completion_row(prompt, completion, tokenizer, data_config.seq_len)
+
+
+def _image_row(example, tokenizer, data_config):
+  """[BOS] the image's tokens, then its caption and [EOS], the loss on the caption and EOS,
+  padded to data.seq_len (the caption cut to fit); the pixels [1, Y, X, C] beside."""
+  L, T = data_config.seq_len, data_config.image_tokens
+  head = [] if tokenizer.bos_id is None else [tokenizer.bos_id]
+  caption = list(example['text'])[:L + 1 - len(head) - T - 1]
+  ids = np.asarray([*head, *[data_config.image_token_id] * T, *caption, tokenizer.eos_id],
+                   np.int32)
+  weights = np.zeros(len(ids) - 1, np.float32)
+  weights[len(head) + T - 1:] = 1.0
+  pad = lambda x: np.pad(x, (0, L - len(x)))
+  return {'inputs': pad(ids[:-1]), 'targets': pad(ids[1:]), 'loss_weights': pad(weights),
+          'segment_ids': pad(np.ones(len(ids) - 1, np.int32)),
+          'positions': pad(np.arange(len(ids) - 1, dtype=np.int32)),
+          'pixels': example['pixels'][None]}
 
 
 def kv_cache_layers(m):

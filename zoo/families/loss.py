@@ -34,8 +34,8 @@ class Loss(NamedTuple):
   # model.attention.log_max_logit: the 'logits' collection, each attention's max logit
   # per head (a scanned stack's [layers, H]); microbatches take the max, not the sum
   max_logits: dict | None = None
-  # sums an eval pass adds over its batches and divides by weight_sum, logged as eval_NAME
-  # (a preference objective's accuracy)
+  # sums an eval pass adds over its batches and divides by weight_sum (or by the sum
+  # NAME_count, where given), logged as eval_NAME (a preference objective's accuracy)
   eval_sums: dict | None = None
 
 

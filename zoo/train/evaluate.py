@@ -18,7 +18,8 @@ from zoo.train import teacher as teacher_lib
 def evaluator(config, place, streams, corpus, state, task_eval=None, reference=None):
   """-> evaluate(model variables) -> the eval row: 'eval_loss', the mean loss over the first
   train.eval_batches batches of the held-out split (the same batches every call), an
-  objective's eval sums as 'eval_NAME' (a preference accuracy), and with `task_eval` (a
+  objective's eval sums as 'eval_NAME' (a preference accuracy; each over the eval sum
+  NAME_count where the loss gives one, else over the loss's weight), and with `task_eval` (a
   factory, zoo/infer/task_eval.make) the task's metrics as 'eval_NAME'. reference: the
   variables of an objective's frozen reference (state.teacher's), read once."""
   teacher = state.teacher if config.train.objective != 'lm' else None
@@ -52,7 +53,8 @@ def evaluator(config, place, streams, corpus, state, task_eval=None, reference=N
         predicted.append(out['predictions'][out['real']])
         labels.append(out['labels'][out['real']])
     row = {'eval_loss': float(loss_sum / max(weight_sum, 1.0)),
-           **{f'eval_{k}': float(v / max(weight_sum, 1.0)) for k, v in sums.items()}}
+           **{f'eval_{k}': float(v / max(sums.get(f'{k}_count', weight_sum), 1.0))
+              for k, v in sums.items() if not k.endswith('_count')}}
     if metrics:
       scores = metrics.headed(np.concatenate(predicted) if predicted else None,
                               np.concatenate(labels) if labels else None)
