@@ -14,7 +14,9 @@ W (W + 1) / seq_len), a chunked layer (Llama 4) half its chunk C < seq_len (C / 
 cross-attention all S input tokens for each of the T target
 queries (over S). Two towers (image_text) count per image token of data.seq_len = S: the
 text tower's parameters at T / S of themselves (T = data.text_len), each tower's attention
-over its own tokens. Multi-token prediction's modules (model.mtp) count their blocks as layers
+over its own tokens. A decoder's image tower (model.multimodal) counts
+apart, per image its rows hold (_image_flops). Multi-token prediction's modules (model.mtp)
+count their blocks as layers
 and the shared output head once more each. Remat recompute is not counted (MFU, not HFU);
 remat_flops_per_token counts it apart (what a compiler reports is the sum).
 """
@@ -101,7 +103,9 @@ def _matmul_params(config, boxed):
     if 'token_embed' in boxed and (not m.tie_embeddings or m.num_labels):
       n -= m.vocab_size * m.d_model
     for path, leaf in jax.tree_util.tree_flatten_with_path(nn.unbox(boxed))[0]:
-      if {k.key for k in path} & {'position_embed', 'type_embed', 'class_token'}:
+      if path[0].key == 'vision':  # a decoder's tower counts per image (_image_flops)
+        n -= leaf.size
+      elif {k.key for k in path} & {'position_embed', 'type_embed', 'class_token'}:
         n -= leaf.size
     return n, head
   targets = config.data.target_seq_len / config.data.seq_len
@@ -195,7 +199,25 @@ def flops_per_token(config, boxed=None):
   `boxed`: abstract_params(config), if already made."""
   boxed = abstract_params(config) if boxed is None else boxed
   mtp_heads = config.model.mtp.depth * config.model.vocab_size * config.model.d_model
-  return round(6 * (_matmul_params(config, boxed)[0] + mtp_heads)) + _attention_flops(config)
+  return (round(6 * (_matmul_params(config, boxed)[0] + mtp_heads)) + _attention_flops(config)
+          + _image_flops(config, boxed))
+
+
+def _image_flops(config, boxed):
+  """Per token of data.seq_len, a decoder's tower (model.multimodal) over the image each row
+  of an image_text task holds: 6 x its matmul parameters (the position table is added) x
+  the image's P patches, its bidirectional attention over them, and 6 x the projection x
+  the image's tokens; 0 where rows hold no image (text)."""
+  vision = nn.unbox(boxed).get('vision') if families.get(config.model).ATTENTION == 'causal' \
+      else None
+  if vision is None or config.data.task.kind != 'image_text':
+    return 0
+  mm, v = config.model.multimodal, config.model.vision
+  P = (v.image_size // v.patch_size) ** 2
+  tower = param_count(vision['tower']) - P * mm.d_model  # less the position table
+  per_row = (6 * (tower * P + param_count(vision['projection']) * mm.tokens_per_image) +
+             12 * mm.d_model * P * P * mm.num_layers)
+  return round(per_row / config.data.seq_len)
 
 
 def quantized_flops_per_token(config, boxed=None):

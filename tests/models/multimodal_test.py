@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tests import helpers
+from zoo import counting
 from zoo import families
 from zoo.errors import ConfigError
 from zoo.families import decoder
@@ -109,3 +110,20 @@ def test_a_multimodal_step_on_a_mesh_gives_one_devices_losses():
   mesh = {'data': 4, 'fsdp': 1, 'tensor': 2}
   got = [float(r['loss']) for r in helpers.train_steps(config, mesh, steps=3)[0]]
   np.testing.assert_allclose(got, want, rtol=2e-5)
+
+
+def test_the_tower_counts_flops_per_image_apart_from_the_decoders_tokens():
+  config = helpers.load(helpers.config_file('gemma3_digits', None))
+  boxed = counting.abstract_params(config)
+  text = counting.flops_per_token(helpers.load(helpers.config_file('gemma3_digits', None),
+                                               ['data.task.kind=', 'data.task.path=',
+                                                'model.multimodal.tokens_per_image=0']))
+  # the tower: 2 blocks of d_model 64 (4 x 64 x 64 + 4 x 64 attention, 2 x 64 x 128 + 128 +
+  # 64 MLP, two norms), patches of 16 pixels, 16 patches; 4 tokens of the 64 -> 128 projection
+  block = (4 * 64 * 64 + 4 * 64) + (2 * 64 * 128 + 128 + 64) + 4 * 64
+  tower = 16 * 64 + 64 + 2 * block + 2 * 64  # patch matmul, the blocks, the final norm
+  per_row = 6 * (tower * 16 + 64 * 128 * 4) + 12 * 64 * 16 * 16 * 2
+  assert counting.param_count(jax.tree.map(lambda x: x.value, boxed['vision']['tower'],
+                                           is_leaf=lambda x: hasattr(x, 'value'))) == (
+                                               tower + 16 * 64)
+  assert counting.flops_per_token(config, boxed) == text + round(per_row / 16)
