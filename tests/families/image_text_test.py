@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 from tests import helpers
+from zoo import config as config_lib
 from zoo import counting
 from zoo import families
 from zoo.data import digits
@@ -147,3 +148,11 @@ def test_a_siglip_step_on_a_mesh_gives_one_devices_losses():
   mesh = {'data': 4, 'fsdp': 1, 'tensor': 2}
   got = [float(r['loss']) for r in helpers.train_steps(config, mesh, steps=3)[0]]
   np.testing.assert_allclose(got, want, rtol=2e-5)
+
+
+def test_a_rows_text_is_its_caption_for_pairs_and_its_sequence_otherwise():
+  # what the learned-table check and an export's model_max_length read
+  assert config_lib.text_length(helpers.smoke('siglip_digits').data) == 16  # seq_len is 16 too
+  pairs = helpers.smoke('siglip_digits', 'model.max_length=12')
+  assert (config_lib.text_length(pairs.data), pairs.data.seq_len) == (12, 16)
+  assert config_lib.text_length(helpers.smoke('gpt_shakespeare').data) == 64

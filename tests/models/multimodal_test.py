@@ -127,3 +127,14 @@ def test_the_tower_counts_flops_per_image_apart_from_the_decoders_tokens():
                                            is_leaf=lambda x: hasattr(x, 'value'))) == (
                                                tower + 16 * 64)
   assert counting.flops_per_token(config, boxed) == text + round(per_row / 16)
+
+
+def test_a_cached_step_given_images_says_it_is_not_built():
+  config = _config()
+  model = families.build(config.model)
+  batch = {'inputs': jnp.zeros((1, 8), jnp.int32), 'pixels': jnp.zeros((1, 1, 16, 16, 1))}
+  variables = model.init(jax.random.key(0), batch)
+  cached = {**batch, 'kv_segment_ids': jnp.ones((1, 8), jnp.int32),
+            'kv_positions': jnp.zeros((1, 8), jnp.int32)}
+  with pytest.raises(ValueError, match=r'^image prompts in cached decoding are not built yet'):
+    model.apply(variables, cached, mutable=['cache'])

@@ -18,13 +18,14 @@ import ml_collections
 from zoo import storage
 from zoo.config import checks
 from zoo.config.checks import check, data_skips
-from zoo.config.schema import (CONTRASTIVE, DEFAULT_RULES, DEFAULT_TASK_METRICS,  # the values
-                               DIGITS, OPTIMIZERS, SPIKE_SIGNALS, TASK_METRICS,  # others read
-                               base)
+from zoo.config.schema import (DEFAULT_RULES, DEFAULT_TASK_METRICS, DIGITS,  # the values
+                               OPTIMIZERS, SPIKE_SIGNALS, TASK_METRICS,  # others read
+                               base, text_length)
 from zoo.errors import ConfigError  # the error of every layer, raised here the most
 
-__all__ = ['CONTRASTIVE', 'ConfigError', 'DEFAULT_RULES', 'DEFAULT_TASK_METRICS', 'OPTIMIZERS', 'SPIKE_SIGNALS',
-           'TASK_METRICS', 'apply_override', 'base', 'check', 'data_skips', 'load']
+__all__ = ['ConfigError', 'DEFAULT_RULES', 'DEFAULT_TASK_METRICS', 'OPTIMIZERS', 'SPIKE_SIGNALS',
+           'TASK_METRICS', 'apply_override', 'base', 'check', 'data_skips', 'load',
+           'text_length']
 
 
 def load(spec, overrides=()):

@@ -8,7 +8,7 @@ from zoo import sharding
 from zoo import storage
 from zoo.config import schema
 from zoo.config.schema import ACTIVATIONS, BLOCKS, DTYPES, NORM_POSITIONS, NORMS
-from zoo.config.schema import CONTRASTIVE
+from zoo.config.schema import text_length
 from zoo.config.schema import OBJECTIVES, OPTIMIZERS, POSITIONS, SCHEDULES, TOKENIZERS
 from zoo.config.schema import SPIKE_ACTIONS, SPIKE_SIGNALS, TASK_METRICS, TRAIN_OBJECTIVES
 from zoo.errors import ConfigError
@@ -375,10 +375,7 @@ def _validate_data(d, m, t):
     raise ConfigError(f'data.short_pair_rate={d.short_pair_rate} must be in [0, 1]')
   _one_of('data.tokenizer.type', d.tokenizer.type, TOKENIZERS)
   _positive('data.seq_len', d.seq_len)
-  # image-text pairs read data.text_len caption tokens through the table (the image_text
-  # family checks those); their data.seq_len counts an image's tokens
-  if (m.position == 'learned' and d.seq_len > m.max_length and
-      d.objective not in CONTRASTIVE):
+  if m.position == 'learned' and text_length(d) > m.max_length:
     raise ConfigError(f'data.seq_len={d.seq_len} exceeds model.max_length={m.max_length} '
                       'of the learned position table; lower seq_len')
   if not 0 < d.eval_fraction < 1:

@@ -15,6 +15,13 @@ BLOCKS = ('sequential', 'parallel')
 POSITIONS = ('learned', 'sinusoidal', 'rope', 'alibi', 't5_bias', 'none')
 # image-text pairs' losses (the image_text family): their rows' text is data.text_len tokens
 CONTRASTIVE = ('sigmoid_contrastive', 'softmax_contrastive')
+
+
+def text_length(data_config):
+  """The text tokens a row holds: an image-text pair's caption (data.text_len; its
+  data.seq_len counts the image's tokens), else data.seq_len."""
+  d = data_config
+  return d.text_len if d.objective in CONTRASTIVE else d.seq_len
 OBJECTIVES = ('causal_lm', 'mlm', 'span_corruption', 'image_classification') + CONTRASTIVE
 TRAIN_OBJECTIVES = ('lm', 'dpo', 'ipo', 'simpo', 'grpo')  # train.objective (zoo/objectives)
 # fine-tuning tasks (data.task.kind): the eval metrics each reports by default, and the

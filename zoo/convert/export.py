@@ -64,10 +64,10 @@ def export(run, workdir, out):
   files = storage.Mirror(out)  # written locally, then copied when --out is in a bucket
   hf.save(config, params, files.local)
   d, family = config.data, run.family
-  text_len = d.text_len if d.objective in config_lib.CONTRASTIVE else d.seq_len  # captions'
   special = hf_tokenizer.write(
       tokenizer_path, files.local,
-      family.LABEL_SPECIALS if config.model.num_labels else family.INPUT_SPECIALS, text_len,
+      family.LABEL_SPECIALS if config.model.num_labels else family.INPUT_SPECIALS,
+      config_lib.text_length(d),
       d.num_sentinels if d.objective == 'span_corruption' else 0,
       token_types=config.model.type_vocab_size > 0)
   hf.set_token_ids(files.local, special)

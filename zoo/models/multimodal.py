@@ -95,9 +95,9 @@ class Decoder(transformer.Decoder):
   def images(self, x_BLD, batch):
     if 'pixels' not in batch:
       return x_BLD, None
-    if 'kv_segment_ids' in batch and 'kv_block_ids' not in batch:
-      raise ValueError('a cached decoder step with images needs the cache slots\' image '
-                       "blocks, batch['kv_block_ids']")
+    if 'kv_segment_ids' in batch:  # the cache would need each slot's image block
+      raise ValueError('image prompts in cached decoding are not built yet; a cached step '
+                       'takes text alone (docs/vision.md)')
     ids_BL = batch['inputs']
     x_BLD = ImageInput(self.config, name='vision')(x_BLD, ids_BL, batch['pixels'])
     return x_BLD, blocks(ids_BL, self.config)

@@ -501,7 +501,7 @@ class Decoder(nn.Module):
                           window=m.attention.window, kv_cache=kv_cache, slots=slots_BL,
                           lookahead=batch.get('lookahead', 0), chunk=chunk,
                           pages=batch.get('pages'), q_block_ids=blocks_BL,
-                          kv_block_ids=batch.get('kv_block_ids', blocks_BL))
+                          kv_block_ids=blocks_BL)
     if chunk:  # Llama 4: each document's chunks, for the chunked layers (Block)
       mask = mask.replace(
           q_chunk_ids=mask_lib.chunk_segments(segment_ids_BL, positions_BL, chunk),
