@@ -54,11 +54,13 @@ PUBLISHED = {
     'umt5_base': 592_043_520, 'umt5_xl': 3_768_356_864, 't5gemma_2b_2b': 5_596_853_760,
     'deepseek_v3': 671_026_404_352, 'deepseek_v2_lite': 15_706_484_224,
     'kimi_k2': 1_026_408_209_408,  # DeepseekV3ForCausalLM on its config.json, on meta
+    'deepseek_v3_2': 671_877_929_216,  # DeepseekV32ForCausalLM on its config.json, on meta
 }
 # total less the routed experts a token does not use (Qwen 3 report, Table 2: 3.3B, 22B)
 ACTIVE = {'mixtral_8x7b': 12_879_925_248, 'qwen3_30b_a3b': 3_353_032_704,
           'qwen3_235b_a22b': 22_190_763_520, 'deepseek_v3': 37_552_282_624,
-          'deepseek_v2_lite': 2_661_150_208, 'kimi_k2': 32_861_477_888}
+          'deepseek_v2_lite': 2_661_150_208, 'kimi_k2': 32_861_477_888,
+          'deepseek_v3_2': 38_403_807_488}
 
 
 def test_deepseek_counts_round_to_the_reports_and_its_cache_holds_the_latent():

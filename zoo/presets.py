@@ -297,6 +297,8 @@ def smoke(c):
   if m.mla.kv_lora_rank:  # latent attention kept, narrower
     m.mla.update(kv_lora_rank=32, q_lora_rank=24 if m.mla.q_lora_rank else 0,
                  qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16)
+    if m.mla.index_heads:  # the indexer kept, keeping a quarter of the smoke's 64 keys
+      m.mla.update(index_heads=4, index_head_dim=16, index_top_k=16, index_block=16)
   c.data.seq_len = 64
   shrink = getattr(families.get(m), 'smoke', None)  # a family's own inputs shrink there
   if shrink:

@@ -186,6 +186,29 @@ def deepseek_v3(c):
   return c
 
 
+def deepseek_v3_2(c, stage):
+  """DeepSeek-AI 2025, "DeepSeek-V3.2", sec. 2.1 (continued pre-training from
+  DeepSeek-V3.1-Terminus at 128K tokens): `stage` 'warmup', the dense warm-up (the indexer
+  alone trains, by KL to the main attention), or 'sparse', DSA's training (every parameter;
+  the indexer by its KL over the kept keys, its input detached)."""
+  c.data.seq_len = 131_072  # 2.1: both stages train at 128K tokens
+  c.model.mla.index_stage = stage
+  if stage == 'warmup':
+    c.train.batch_size = 16  # 2.1: 16 sequences of 128K tokens a step, ...
+    c.train.steps = 1000  # ... for 1000 steps (2.1B tokens)
+    learning_rate = 1e-3  # 2.1
+  else:
+    c.model.mla.index_top_k = 2048  # 2.1: 2048 keys per query
+    c.train.batch_size = 480  # 2.1: 480 sequences of 128K tokens a step, ...
+    c.train.steps = 15_000  # ... for 15,000 steps (943.7B tokens)
+    learning_rate = 7.3e-6  # 2.1
+  # not stated: DeepSeek-V3's AdamW (sec. 4.2) held at the stage's rate, no warm-up
+  _adamw(c, learning_rate=learning_rate, warmup_steps=0, b2=0.95, eps=1e-8, weight_decay=0.1,
+         schedule='constant')
+  c.optim.clip_norm = 1.0
+  return c
+
+
 def deepseek_v2_lite(c):
   """DeepSeek-AI 2024, "DeepSeek-V2", appendix B (DeepSeek-V2-Lite's pre-training)."""
   c.data.seq_len = 4096

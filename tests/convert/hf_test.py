@@ -29,7 +29,7 @@ NAMES = ['gpt2', 'bert', 'bert_mlm', 't5_v1_0', 't5_v1_1', 'mt5', 'llama', 'mist
          'llama3_1', 'gemma2', 'gemma3', 'qwen3', 'qwen3_moe', 'umt5',
          't5gemma', 'deepseek_v3', 'gpt_oss', 'gpt_oss_mxfp4', 'llama4',
          'llama4_mm', 'qwen3_next', 'llama4_scout_rope', 'qwen3_next_wide_shared',
-         'kimi_k2']
+         'kimi_k2', 'deepseek_v32']
 
 
 CLASSIFIERS = ['bert_cls', 'gpt2_cls', 'llama_cls', 'mistral_cls']  # 3 labels, padded rows
@@ -195,6 +195,15 @@ def test_bad_checkpoints_name_the_tensor_or_field(tmp_path):
   safetensors_np.save_file(tensors, str(path / 'model.safetensors'))
   with pytest.raises(hf.ConvertError, match="'model.layers.2.mlp.gate.e_score_correction_bias' "
                                             'is missing'):
+    hf.load(str(path))
+
+  path = _copy('deepseek_v32', tmp_path / 'no_indexer')  # a V3 checkpoint under V3.2's config
+  tensors = safetensors_np.load_file(str(path / 'model.safetensors'))
+  del tensors['model.layers.1.self_attn.indexer.wk.weight']
+  safetensors_np.save_file(tensors, str(path / 'model.safetensors'))
+  with pytest.raises(hf.ConvertError, match=r"tensor 'model.layers.1.self_attn.indexer.wk."
+                                            r"weight' is missing: deepseek_v32 reads each "
+                                            r"layer's indexer"):
     hf.load(str(path))
 
   path = _copy('gpt2_cls', tmp_path / 'no_pad')

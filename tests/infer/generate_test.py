@@ -53,6 +53,10 @@ def _decoder(moe=None, window=0, attention=None, mla=None, delta=None, **overrid
     # DeepSeek's latent attention: the cache holds the latent and the rotary key
     dict(position='rope', mla=dict(kv_lora_rank=16, q_lora_rank=12, qk_nope_head_dim=8,
                                    qk_rope_head_dim=4, v_head_dim=6)),
+    # DeepSeek-V3.2's sparse attention: the indexer's keys cached beside the latent, 3 kept
+    dict(position='rope', mla=dict(kv_lora_rank=16, q_lora_rank=12, qk_nope_head_dim=8,
+                                   qk_rope_head_dim=4, v_head_dim=6, index_heads=2,
+                                   index_head_dim=8, index_top_k=3, index_block=4)),
     # gpt-oss and Llama 4 in one stack: sinks (in a local layer's ring and the global ones'
     # caches), biased projections, the clamped SwiGLU; a chunked layer's ring over each
     # row's own chunks (the second prompt is left-padded), a NoPE layer with temperature
@@ -69,7 +73,7 @@ def _decoder(moe=None, window=0, attention=None, mla=None, delta=None, **overrid
          delta=dict(key_heads=2, value_heads=4, key_dim=8, value_dim=8, chunk=4),
          moe=dict(num_experts=4, top_k=2, num_shared_experts=1, shared_gate=True)),
 ], ids=['rope_gqa', 'learned', 'sinusoidal_mqa', 'alibi', 'window', 'parallel', 'moe',
-        'gemma_pattern', 'mla', 'gpt_oss_llama4', 'qwen3_next'])
+        'gemma_pattern', 'mla', 'dsa', 'gpt_oss_llama4', 'qwen3_next'])
 def test_cached_decoding_gives_the_full_forward_logits(overrides):
   model, variables = _decoder(**overrides)
   ids, segments = decoding.left_pad(PROMPTS, pad_id=0)

@@ -68,6 +68,24 @@ def test_speculative_greedy_is_plain_greedy_for_any_draft(window, chunk):
       assert 0 < accepted < rounds * k
 
 
+def test_speculative_greedy_through_sparse_attention_is_plain_greedy():
+  # DeepSeek-V3.2's indexer keeps 3 keys a query: a rolled-back draft must leave the
+  # indexer's cached keys as a cache never written
+  mla = dict(kv_lora_rank=16, q_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4,
+             v_head_dim=6, index_heads=2, index_head_dim=8, index_top_k=3, index_block=4)
+  target, variables = _decoder(mla=mla)
+  noisy = jax.tree.map(lambda x: x + 0.05 * jax.random.normal(jax.random.PRNGKey(1), x.shape),
+                       variables)
+  ids, segments = decoding.left_pad(PROMPT, pad_id=0)
+  rng = jax.random.PRNGKey(0)
+  plain = np.asarray(jax.jit(generate.make(target, NEW, {'temperature': 0.0}, -1, 0))(
+      variables, ids, segments, rng))
+  fn = jax.jit(speculative.make(target, target, NEW, 3, {'temperature': 0.0}, -1, 0))
+  tokens, stats = fn(variables, noisy, ids, segments, rng)
+  np.testing.assert_array_equal(tokens, plain)
+  assert 0 < int(stats['accepted']) < int(stats['rounds']) * 3  # rollbacks happened
+
+
 def test_the_prediction_module_drafts_from_a_cache_equal_to_the_whole_text(window=4):
   # window 4: its block's cache and the target's are rings
   # greedy with the target's own MTP module as draft gives plain greedy's tokens; and the

@@ -60,10 +60,17 @@ def _validate_sections(m):
                       '(0 = none)')
 
 
+INDEX_STAGES = ('sparse', 'warmup')  # model.mla.index_stage
+
+
 def _validate_mla(m):
   """model.mla: ranks within the width, rotary dims that pair up."""
   a = m.mla
   if not a.kv_lora_rank:
+    if a.index_heads:
+      raise ConfigError('model.mla.index_heads > 0 needs multi-head latent attention: set '
+                        'model.mla.kv_lora_rank > 0 (the indexer selects keys for MLA) or '
+                        'index_heads=0')
     return
   for name in ('kv_lora_rank', 'q_lora_rank'):
     if not 0 <= a[name] <= m.d_model:
@@ -78,6 +85,24 @@ def _validate_mla(m):
     raise ConfigError(f'model.mla.v_head_dim={a.v_head_dim} must be at most qk_nope_head_dim + '
                       f'qk_rope_head_dim = {a.qk_nope_head_dim + a.qk_rope_head_dim} (the '
                       'kernels pad values to the query and key head dim)')
+  _validate_indexer(a)
+
+
+def _validate_indexer(a):
+  """model.mla's DeepSeek Sparse Attention fields."""
+  if not a.index_heads:
+    return
+  if not a.q_lora_rank:
+    raise ConfigError('model.mla.index_heads > 0 needs model.mla.q_lora_rank > 0: the indexer '
+                      'reads the query latent (DeepSeek-V3.2: 1536)')
+  for name in ('index_head_dim', 'index_top_k', 'index_block'):
+    _positive(f'model.mla.{name}', a[name])
+  if a.index_head_dim < a.qk_rope_head_dim:
+    raise ConfigError(f'model.mla.index_head_dim={a.index_head_dim} must be at least '
+                      f'qk_rope_head_dim={a.qk_rope_head_dim}: the indexer rotates that many '
+                      'of its dims (DeepSeek-V3.2: 128 and 64)')
+  if a.index_stage not in INDEX_STAGES:
+    raise ConfigError(f'model.mla.index_stage={a.index_stage!r} must be one of {INDEX_STAGES}')
 
 
 def _validate_teacher(teacher, m):
@@ -375,6 +400,10 @@ def _validate_data(d, m, t):
     raise ConfigError(f'data.short_pair_rate={d.short_pair_rate} must be in [0, 1]')
   _one_of('data.tokenizer.type', d.tokenizer.type, TOKENIZERS)
   _positive('data.seq_len', d.seq_len)
+  if m.mla.index_heads and m.mla.index_top_k > d.seq_len:
+    raise ConfigError(f'model.mla.index_top_k={m.mla.index_top_k} exceeds data.seq_len='
+                      f'{d.seq_len}: every key would be kept (dense MLA at the indexer\'s '
+                      'cost); lower index_top_k, or set model.mla.index_heads=0')
   if m.position == 'learned' and text_length(d) > m.max_length:
     raise ConfigError(f'data.seq_len={d.seq_len} exceeds model.max_length={m.max_length} '
                       'of the learned position table; lower seq_len')

@@ -175,6 +175,25 @@ def _model():
   _attention_and_matmuls(m)
   m.moe = _moe()
   return m
+def _mla():
+  """model.mla."""
+  # multi-head latent attention (DeepSeek-V2/V3, zoo/models/mla.py): kv_lora_rank > 0 turns
+  # it on; keys and values from a kv_lora_rank latent, queries through a q_lora_rank one
+  # (0 = a plain projection), head dims qk_nope + qk_rope (one rotary key for all heads) and
+  # v_head_dim; model.head_dim and num_kv_heads are unused
+  # DeepSeek Sparse Attention (DeepSeek-V3.2, zoo/models/indexer.py, zoo/kernels/sparse.py):
+  # index_heads > 0 gives each MLA layer a lightning indexer (index_heads heads of
+  # index_head_dim, its queries from the query latent) that keeps index_top_k keys per query;
+  # index_block queries are scored and attended at a time (memory: one block's scores [block,
+  # S] and kept latents [block, top_k, C + R]). index_stage 'sparse' attends the kept keys
+  # and trains the indexer by KL to the main attention over them; 'warmup' attends every key
+  # (dense MLA) and trains the indexer alone, by KL to the main attention's distribution
+  return ml_collections.ConfigDict({'kv_lora_rank': 0, 'q_lora_rank': 0,
+                                    'qk_nope_head_dim': 128, 'qk_rope_head_dim': 64,
+                                    'v_head_dim': 128, 'index_heads': 0,
+                                    'index_head_dim': 128, 'index_top_k': 2048,
+                                    'index_block': 256, 'index_stage': 'sparse'})
+
 
 def _attention_and_matmuls(m):
   """model.attention, model.mla, model.mtp and model.quant."""
@@ -212,13 +231,7 @@ def _attention_and_matmuls(m):
       # one more logits pass per layer; MuonClip (optim.muon.qk_clip) reads it
       'log_max_logit': False,
   })
-  # multi-head latent attention (DeepSeek-V2/V3, zoo/models/mla.py): kv_lora_rank > 0 turns
-  # it on; keys and values from a kv_lora_rank latent, queries through a q_lora_rank one
-  # (0 = a plain projection), head dims qk_nope + qk_rope (one rotary key for all heads) and
-  # v_head_dim; model.head_dim and num_kv_heads are unused
-  m.mla = ml_collections.ConfigDict({'kv_lora_rank': 0, 'q_lora_rank': 0,
-                                     'qk_nope_head_dim': 128, 'qk_rope_head_dim': 64,
-                                     'v_head_dim': 128})
+  m.mla = _mla()
   # the 'D' layers of model.attention.pattern (Gated DeltaNet, zoo/models/delta_net.py):
   # key_heads q/k heads of key_dim, value_heads v heads of value_dim (each key head serves
   # value_heads / key_heads), a causal depthwise convolution of conv_width tokens, the

@@ -377,6 +377,12 @@ ARCHITECTURES = {
                                 hf_deepseek.from_rules, state=hf_deepseek.routing_bias,
                                 state_tensors=hf_deepseek.routing_bias_tensors,
                                 others=('DeepseekV3Model',)),
+    # DeepSeek-V3.2: DeepSeek-V3 with each attention layer's lightning indexer
+    'deepseek_v32': Architecture(_deepseek, hf_deepseek.rules,
+                                 ('DeepseekV32ForCausalLM',), hf_deepseek.to_rules,
+                                 hf_deepseek.from_rules, state=hf_deepseek.routing_bias,
+                                 state_tensors=hf_deepseek.routing_bias_tensors,
+                                 others=('DeepseekV32Model',)),
     # Kimi K2 (and K2.5's language model): DeepSeek-V3's classes under its own model_type
     'kimi_k2': Architecture(_deepseek, hf_deepseek.rules,
                             ('DeepseekV3ForCausalLM',), hf_deepseek.to_rules,
@@ -633,7 +639,7 @@ def _hf_config(config):
     return hf_gemma_vision.hf_config(config)
   if family == 't5gemma':
     return hf_gemma.t5gemma_hf_config(config)
-  if family == 'deepseek_v3':
+  if family in ('deepseek_v3', 'deepseek_v32'):
     return hf_deepseek.hf_config(config)
   if family == 'gpt_oss':
     return hf_gpt_oss.hf_config(config)
@@ -692,7 +698,8 @@ def save(config, params, path, moe_bias=None):
   family = _model_type(config)
   arch = ARCHITECTURES[family]
   m = config.model
-  if m.moe.num_experts and family not in ('deepseek_v3', 'llama4_text', 'qwen3_next') and (
+  own_layout = ('deepseek_v3', 'deepseek_v32', 'llama4_text', 'qwen3_next')
+  if m.moe.num_experts and family not in own_layout and (
       m.moe.every != 1 or m.moe.num_shared_experts or m.moe.capacity_factor):
     raise ConvertError('save: only Mixtral-style experts (every layer, dropless, no shared '
                        'experts; gpt-oss\'s too) and DeepSeek-V3\'s have a Hugging Face layout')

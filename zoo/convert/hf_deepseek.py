@@ -1,5 +1,6 @@
-"""DeepSeek-V3 checkpoints (DeepseekV3ForCausalLM) <-> zoo: config.json fields, tensor rules
-and the routing biases.
+"""DeepSeek-V3 checkpoints (DeepseekV3ForCausalLM; DeepSeek-V3.2's DeepseekV32ForCausalLM with
+each attention layer's indexer) <-> zoo: config.json fields, tensor rules and the routing
+biases.
 
 Latent attention (zoo/models/mla.py): q_a_proj / q_a_layernorm / q_b_proj (or q_proj
 without a query latent), kv_a_proj_with_mqa (the latent and the rotary key), kv_a_layernorm,
@@ -73,6 +74,10 @@ def config(hf, names):
   moe.first_dense = hf.get('first_k_dense_replace', 0)
   moe.bias_update_rate, moe.balance_scope = 0.001, 'sequence'  # the report's gamma and loss
   moe.balance_loss = hf.get('aux_loss_alpha', 0.0001)
+  if 'index_n_heads' in hf or hf.get('model_type') == 'deepseek_v32':  # DeepSeek-V3.2's DSA
+    m.mla.update(index_heads=hf.get('index_n_heads', 64),
+                 index_head_dim=hf.get('index_head_dim', 128),
+                 index_top_k=hf.get('index_topk', 2048))
   first = mtp_layer(m.num_layers, 1)
   if hf.get('num_nextn_predict_layers') and any(
       n.startswith((first, first[len('model.'):])) for n in names):
@@ -140,6 +145,8 @@ def rules(m):
     else:
       rs.append(hf_rules.rule(f'{zoo}/attention/query/kernel', f'{attn}.q_proj.weight',
                               query))
+    if a.index_heads:
+      rs += indexer_rules(f'{zoo}/attention/indexer', f'{attn}.indexer', m)
     mlp = f'{hf}.mlp'
     if dense:
       rs += [r for zoo_name, name in (('wi_0', 'gate_proj'), ('wi_1', 'up_proj'),
@@ -173,10 +180,29 @@ def rules(m):
   return out
 
 
+def indexer_rules(zoo, hf, m):
+  """DeepSeek-V3.2's lightning indexer (zoo/models/indexer.py): wq_b [I * J, Q], wk, the
+  key's LayerNorm k_norm, weights_proj."""
+  I, J = m.mla.index_heads, m.mla.index_head_dim
+  query = (lambda w: w.T.reshape(-1, I, J), lambda w: w.reshape(w.shape[0], -1).T)
+  return [hf_rules.rule(f'{zoo}/query/kernel', f'{hf}.wq_b.weight', query),
+          *hf_rules.dense(f'{zoo}/key', f'{hf}.wk'),
+          *hf_rules.norm(f'{zoo}/key_norm', f'{hf}.k_norm', bias=True),
+          *hf_rules.dense(f'{zoo}/weights', f'{hf}.weights_proj')]
+
+
 def to_rules(tensors, m):
   """The checkpoint's tensors as the rules name them: kv_b_proj split (split_kv_up), the
   prediction modules' copies of the embedding and head checked and set aside."""
   tensors = dict(tensors)
+  if m.mla.index_heads:
+    for i in range(m.num_layers):
+      for hf_name in ('wq_b.weight', 'wk.weight', 'k_norm.weight', 'weights_proj.weight'):
+        if f'model.layers.{i}.self_attn.indexer.{hf_name}' not in tensors:
+          raise ConvertError(f"tensor 'model.layers.{i}.self_attn.indexer.{hf_name}' is "
+                             'missing: deepseek_v32 reads each layer\'s indexer (a DeepSeek-V3 '
+                             "checkpoint imports as model_type 'deepseek_v3', without "
+                             'index_n_heads)')
   for depth in range(1, m.mtp.depth + 1):
     for copy, own in COPIES:
       name = mtp_layer(m.num_layers, depth) + copy
@@ -275,7 +301,7 @@ def hf_config(config):
                        'layout here')
   rope = {'rope_type': 'default', 'rope_theta': m.rope_theta,
           **hf_rules.rope_scaling_to_hf(m)}
-  return {'model_type': 'deepseek_v3', 'vocab_size': m.vocab_size, 'hidden_size': m.d_model,
+  hf = {'model_type': 'deepseek_v3', 'vocab_size': m.vocab_size, 'hidden_size': m.d_model,
           'intermediate_size': m.mlp_dim, 'moe_intermediate_size': moe.expert_mlp_dim,
           'num_hidden_layers': m.num_layers, 'num_attention_heads': m.num_heads,
           'num_key_value_heads': m.num_heads, 'n_shared_experts': moe.num_shared_experts,
@@ -289,3 +315,8 @@ def hf_config(config):
           'rms_norm_eps': m.norm_eps, 'rope_interleave': True, 'rope_parameters': rope,
           'attention_bias': False, 'tie_word_embeddings': m.tie_embeddings,
           'num_nextn_predict_layers': m.mtp.depth}
+  if a.index_heads:  # DeepSeek-V3.2: its class rotates MLA's pairs always (no rope_interleave)
+    del hf['rope_interleave']
+    hf.update(model_type='deepseek_v32', index_n_heads=a.index_heads,
+              index_head_dim=a.index_head_dim, index_topk=a.index_top_k)
+  return hf

@@ -124,9 +124,10 @@ def loss(model, config, variables, batch, rng=None, whole=None, step=None, teach
                       step)
   if 'pixels' in batch and not chunk:
     total = total._replace(eval_sums=_captions_right(applied.outputs, batch))
-  total = loss_lib.with_max_logits(total, applied.max_logits)
-  return loss_lib.with_moe(total, applied.moe, applied.state, config.model.moe,
-                           batch['targets'].shape[0] / whole['rows'])
+  share = batch['targets'].shape[0] / whole['rows']
+  total = loss_lib.with_indexer(loss_lib.with_max_logits(total, applied.max_logits),
+                                applied.indexer, share)
+  return loss_lib.with_moe(total, applied.moe, applied.state, config.model.moe, share)
 
 
 def _captions_right(logits_BLV, batch):
@@ -221,7 +222,7 @@ def hf_model_type(m):
   if m.position == 'learned':
     return 'gpt2'
   if m.mla.kv_lora_rank:
-    return 'deepseek_v3'
+    return 'deepseek_v32' if m.mla.index_heads else 'deepseek_v3'
   if m.attention.sinks:
     return 'gpt_oss'
   if m.moe.gate_input:

@@ -68,8 +68,9 @@ def loss(model, config, variables, batch, rng=None, whole=None, step=None):
   if 'labels' in batch:
     return tasks.label_loss(model, config, variables, batch, rng, whole)
   chunk = loss_lib.chunk_len(config, batch['targets'].shape[1])
-  outputs, moe, state, _, max_logits = loss_lib.apply(model, variables, batch, rng,
-                                                       head=not chunk)
+  applied = loss_lib.apply(model, variables, batch, rng, head=not chunk)
+  outputs, moe, state, max_logits = (applied.outputs, applied.moe, applied.state,
+                                     applied.max_logits)
   total = loss_lib.token_loss(outputs['hidden' if chunk else 'logits'], batch['targets'],
                               batch['loss_weights'], config, variables, whole['tokens'], chunk)
   if 'nsp_logits' in outputs:

@@ -63,8 +63,9 @@ def loss(model, config, variables, batch, rng=None, whole=None, step=None):
   whole = whole or counts(batch)
   targets_BL = batch['decoder_targets']
   chunk = loss_lib.chunk_len(config, targets_BL.shape[1])
-  outputs, moe, state, _, max_logits = loss_lib.apply(model, variables, batch, rng,
-                                                       head=not chunk)
+  applied = loss_lib.apply(model, variables, batch, rng, head=not chunk)
+  outputs, moe, state, max_logits = (applied.outputs, applied.moe, applied.state,
+                                     applied.max_logits)
   total = loss_lib.token_loss(outputs, targets_BL, batch['decoder_loss_weights'], config,
                               variables, whole['tokens'], chunk)
   total = loss_lib.with_max_logits(total, max_logits)

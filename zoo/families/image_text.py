@@ -100,7 +100,8 @@ def loss(model, config, variables, batch, rng=None, whole=None, step=None):
   """The objective's contrastive loss over the batch's real pairs; the learned temperature
   and bias ride along in the metrics, retrieval accuracy in the eval sums."""
   del whole, step  # one microbatch (check)
-  outputs, _, state, _, _ = loss_lib.apply(model, variables, batch, rng)
+  applied = loss_lib.apply(model, variables, batch, rng)
+  outputs, state = applied.outputs, applied.state
   real_B = (batch['segment_ids'][:, 0] > 0).astype(jnp.float32)
   image_BD, text_BD = outputs['image_embeds'], outputs['text_embeds']
   t, b = outputs['log_temperature'], outputs['bias']

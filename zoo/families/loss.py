@@ -112,6 +112,7 @@ class Applied(NamedTuple):
   state: dict  # the state collections it moved
   mtp: list  # multi-token prediction's hidden states [B, L, D], one per depth
   max_logits: dict | None  # the 'logits' collection (model.attention.log_max_logit)
+  indexer: dict | None = None  # the 'indexer' collection (model.mla.index_heads)
 
 
 def apply(model, variables, batch, rng=None, head=True):
@@ -122,7 +123,8 @@ def apply(model, variables, batch, rng=None, head=True):
   rngs = {'dropout': rng} if train else None
   m = model.config
   sown = (['moe'] * bool(m.moe.num_experts) + ['mtp'] * bool(m.mtp.depth) +
-          ['logits'] * (m.attention.log_max_logit and train))
+          ['logits'] * (m.attention.log_max_logit and train) +
+          ['indexer'] * bool(m.mla.kv_lora_rank and m.mla.index_heads))
   if not sown:
     return Applied(model.apply(variables, batch, train=train, head=head, rngs=rngs), None, {},
                    [], None)
@@ -133,7 +135,7 @@ def apply(model, variables, batch, rng=None, head=True):
   return Applied(outputs, moe_stats(collections['moe']) if 'moe' in collections else None,
                  {k: collections[k] for k in moved},
                  [mtp[f'depth_{k}'][0] for k in range(1, len(mtp) + 1)],
-                 collections.get('logits'))
+                 collections.get('logits'), collections.get('indexer'))
 
 
 def token_loss(outputs, targets_BL, weights_BL, config, variables, tokens, chunk=0):
@@ -157,6 +159,19 @@ def token_loss(outputs, targets_BL, weights_BL, config, variables, tokens, chunk
 def add(loss, name, value):
   """`loss` with `value` added to the total and logged as `name`."""
   return loss._replace(total=loss.total + value, metrics={**loss.metrics, name: value})
+
+
+def with_indexer(loss, sown, share=1.0):
+  """Adds DeepSeek Sparse Attention's indexer loss (zoo/kernels/sparse.py), its KL per real
+  query over the layers, to the total (it trains the indexer alone) and logs it as
+  'indexer_kl'; `loss` unchanged without an indexer. share: as with_moe's."""
+  if not sown:
+    return loss
+  sums = {'kl': 0.0, 'queries': 0.0}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(sown)[0]:
+    name = next(k.key for k in reversed(path) if hasattr(k, 'key'))
+    sums[name] = sums[name] + jnp.sum(leaf)
+  return add(loss, 'indexer_kl', share * sums['kl'] / jnp.maximum(sums['queries'], 1.0))
 
 
 def with_max_logits(loss, max_logits):

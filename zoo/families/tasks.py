@@ -92,7 +92,8 @@ def label_loss(model, config, variables, batch, rng, whole):
   """Cross-entropy of the class logits (classification) or squared error of the one
   predicted value (regression) over the real rows, + MoE terms; the predictions ride along
   for the eval metrics."""
-  outputs, moe, state, _, _ = loss_lib.apply(model, variables, batch, rng)
+  applied = loss_lib.apply(model, variables, batch, rng)
+  outputs, moe, state = applied.outputs, applied.moe, applied.state
   logits_BK = outputs['label_logits']
   real_B = (batch['segment_ids'][:, 0] > 0).astype(jnp.float32)
   if config.data.task.kind == 'regression':

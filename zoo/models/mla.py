@@ -3,7 +3,8 @@ compressed latent per token, so a decoding cache holds the latent, not the heads
 
 Glossary: B batch, L query length, S key length, D d_model, H heads, C kv_lora_rank (the
 latent), Q q_lora_rank, N qk_nope_head_dim, R qk_rope_head_dim, V v_head_dim, K head dim,
-E the key down-projection's width (C + R).
+E the key down-projection's width (C + R), I the indexer's
+heads, J its head dim, T keys it keeps per query.
 
 - queries: x -> [Q] -> RMSNorm -> [H, N + R] (q_lora_rank 0: x -> [H, N + R] directly);
 - keys and values: x -> [C + R]; the C part RMSNormed is the latent c, the R part the rotary
@@ -17,6 +18,10 @@ kernels take one head dim; v_head_dim <= N + R). Decoding keeps the latent and t
 'cache' collection (C + R values per token and layer) and absorbs the up-projections: the
 query's N part times W_key_up gives its latent query, the attention output over the latents
 times W_value_up gives the heads' values, so a step reads only the cache.
+
+With an indexer (model.mla.index_heads, DeepSeek-V3.2) training and prefill attend in the
+absorbed form to the keys the indexer keeps (zoo/kernels/sparse.py), and decoding caches the
+indexer's keys beside the latent and attends only the kept slots.
 """
 
 import math
@@ -28,7 +33,9 @@ import jax.numpy as jnp
 from zoo import kernels
 from zoo.kernels import paged as paged_lib
 from zoo.kernels import reference
+from zoo.kernels import sparse
 from zoo.models import attention
+from zoo.models import indexer as indexer_lib
 from zoo.models import layers
 from zoo.models import lora as lora_lib
 from zoo.models import rope
@@ -65,11 +72,15 @@ class LatentAttention(nn.Module):
         lora=self.lora, name=name)
     norm = lambda name, axis: layers.Norm(m.norm, m.norm_eps, axis=axis, name=name,
                                           dtype=self.dtype, param_dtype=self.param_dtype)
+    index = None
     if a.q_lora_rank:
       # the down-projections' latent dim unsplit: their embed dim takes fsdp
       latent_q = norm('query_norm', 'q_lora')(
           dense('query_down', a.q_lora_rank, ('embed', None))(x_BLD))
       q_BLHK = dense('query_up', (H, N + R), ('q_lora', 'heads', 'head_dim'))(latent_q)
+      if a.index_heads:
+        index = indexer_lib.Indexer(m, self.rope_scaling, self.dtype, self.param_dtype,
+                                    name='indexer')(x_BLD, latent_q, q_positions_BL)
     else:
       q_BLHK = dense('query', (H, N + R), ('embed', 'heads', 'head_dim'))(x_BLD)
     down_BLE = dense('kv_down', C + R, ('embed', None))(x_BLD)
@@ -87,7 +98,10 @@ class LatentAttention(nn.Module):
     scale = softmax_scale(m)
     if mask.kv_cache:
       out_BLHV = self._decode(q_nope_BLHN, q_rope_BLHR, c_BLC, k_rope_BL1R[:, :, 0], mask,
-                              key_up_CHN, value_up_CHV, scale)
+                              key_up_CHN, value_up_CHV, scale, index)
+    elif index:
+      out_BLHV = self._sparse(q_nope_BLHN, q_rope_BLHR, c_BLC, k_rope_BL1R[:, :, 0], mask,
+                              key_up_CHN, value_up_CHV, scale, index)
     else:
       out_BLHV = self._attend(q_nope_BLHN, q_rope_BLHR, c_BLC, k_rope_BL1R, mask, key_up_CHN,
                               value_up_CHV, scale)
@@ -117,16 +131,44 @@ class LatentAttention(nn.Module):
                             block_sizes=(m.attention.block_q, m.attention.block_kv))
     return out[..., :V]
 
+  def _sparse(self, q_nope_BLHN, q_rope_BLHR, c_BLC, k_rope_BLR, mask, key_up_CHN,
+              value_up_CHV, scale, index):
+    """DeepSeek Sparse Attention (zoo/kernels/sparse.py) in the absorbed form; the
+    indexer's KL summed over the real queries, and their count, sown in 'indexer'."""
+    a = self.config.mla
+    index_q_BLIJ, index_k_BLJ, weights_BLI = index
+    q_latent_BLHC = jnp.einsum('BLHN,CHN->BLHC', q_nope_BLHN, key_up_CHN,
+                               preferred_element_type=jnp.float32)
+    out_BLHC, _, kl = sparse.attention(
+        (q_latent_BLHC, q_rope_BLHR), (c_BLC, k_rope_BLR), (index_q_BLIJ, index_k_BLJ,
+                                                              weights_BLI),
+        mask, a.index_top_k, a.index_block, scale, dense=a.index_stage == 'warmup')
+    self.sow('indexer', 'kl', kl)
+    self.sow('indexer', 'queries', jnp.sum(mask.q_segment_ids > 0).astype(jnp.float32))
+    out_BLHV = jnp.einsum('BLHC,CHV->BLHV', out_BLHC, value_up_CHV.astype(jnp.float32))
+    return out_BLHV.astype(self.dtype)
+
   def _decode(self, q_nope_BLHN, q_rope_BLHR, c_BLC, k_rope_BLR, mask, key_up_CHN,
-              value_up_CHV, scale):
+              value_up_CHV, scale, index=None):
     """The latent cache (contiguous, or serving's pages): the new latents and rotary keys
-    written, then attention over all S slots with the up-projections absorbed."""
+    (and the indexer's keys) written, then attention over all S slots with the
+    up-projections absorbed, only to the keys the indexer keeps where it has one."""
+    news = {'latent': c_BLC, 'rope_key': k_rope_BLR}
+    if index:
+      news['index_key'] = index[1]
     if mask.pages is not None:  # serving: the latents in a pool of pages
-      latent_BSC, rope_key_BSR = (self._paged(name, new, mask) for name, new in
-                                  (('latent', c_BLC), ('rope_key', k_rope_BLR)))
+      cached = {name: self._paged(name, new, mask) for name, new in news.items()}
       visible_B1LS = mask.dense()
     else:
-      latent_BSC, rope_key_BSR, visible_B1LS = self._cached(c_BLC, k_rope_BLR, mask)
+      cached, visible_B1LS = self._cached(news, mask)
+    latent_BSC, rope_key_BSR = cached['latent'], cached['rope_key']
+    if index:
+      scores_BLS = sparse.index_scores(index[0], cached['index_key'], index[2])
+      keys_BLT, kept_BLT = sparse.select(scores_BLS, visible_B1LS[:, 0],
+                                         self.config.mla.index_top_k)
+      chosen_BLS = jax.vmap(jax.vmap(lambda keys_T, kept_T, row_S: row_S.at[keys_T].set(
+          kept_T)))(keys_BLT, kept_BLT, jnp.zeros_like(visible_B1LS[:, 0]))
+      visible_B1LS = visible_B1LS & chosen_BLS[:, None]
     f32 = jnp.float32
     q_latent_BLHC = jnp.einsum('BLHN,CHN->BLHC', q_nope_BLHN, key_up_CHN,
                                preferred_element_type=f32)
@@ -148,25 +190,28 @@ class LatentAttention(nn.Module):
     pool.value = pool.value.at[slots_BL].set(new.astype(pool.value.dtype))
     return pool.value[paged_lib.row_slots(pages.table, pages.size)]
 
-  def _cached(self, c_BLC, k_rope_BLR, mask):
-    """The new latents and rotary keys written at the cache index -> (all S cached latents,
-    rotary keys, the mask with the queries at their slots)."""
-    B, L, C = c_BLC.shape
+  def _cached(self, news, mask):
+    """Each new [B, L, width] (the latents, rotary keys, the indexer's keys) written at the
+    cache index -> ({name: all S cached}, the mask with the queries at their slots)."""
+    B, L, _ = news['latent'].shape
     S = mask.kv_segment_ids.shape[1]
-    slot = lambda name, width: self.variable('cache', name, jnp.zeros, (B, S, width),
-                                             c_BLC.dtype)
-    latent, rope_key = slot('cached_latent', C), slot('cached_rope_key', k_rope_BLR.shape[-1])
     index = self.variable('cache', 'cache_index', jnp.zeros, (), jnp.int32)
     start = index.value
-    write = lambda cache, new: nn.with_logical_constraint(
-        jax.lax.dynamic_update_slice(cache, new.astype(cache.dtype), (0, start, 0)),
-        ('batch', 'length', None))
-    latent.value, rope_key.value = write(latent.value, c_BLC), write(rope_key.value, k_rope_BLR)
+    cached = {}
+    for name, new in news.items():
+      cache = self.variable('cache', f'cached_{name}', jnp.zeros, (B, S, new.shape[-1]),
+                            news['latent'].dtype)
+      cache.value = nn.with_logical_constraint(
+          jax.lax.dynamic_update_slice(cache.value, new.astype(cache.value.dtype),
+                                       (0, start, 0)), ('batch', 'length', None))
+      cached[name] = cache.value
     index.value = start + L
-    return latent.value, rope_key.value, mask.replace(q_start=start).dense()
+    return cached, mask.replace(q_start=start).dense()
 
 
 def cache_values_per_token(m):
-  """Values a token adds to one layer's cache: the latent and the rotary key."""
-  return m.mla.kv_lora_rank + m.mla.qk_rope_head_dim
+  """Values a token adds to one layer's cache: the latent and the rotary key (and the
+  indexer's key, DeepSeek Sparse Attention's)."""
+  a = m.mla
+  return a.kv_lora_rank + a.qk_rope_head_dim + (a.index_head_dim if a.index_heads else 0)
 

@@ -259,7 +259,8 @@ def _body(m, train, unit, length, name, owner, adapters):
   if unit is Block:  # a group remats its layers itself
     unit = rematted(unit, m, scan_body=True)
   if m.scan_layers:
-    scanned = nn.scan(unit, variable_axes={'params': 0, 'moe': 0, 'moe_bias': 0, 'cache': 0, 'logits': 0},
+    axes = {k: 0 for k in ('params', 'moe', 'moe_bias', 'cache', 'logits', 'indexer')}
+    scanned = nn.scan(unit, variable_axes=axes,
                       split_rngs={'params': True, 'dropout': True},
                       in_axes=(nn.broadcast,) * 5, length=length, unroll=m.scan_unroll,
                       metadata_params={nn.PARTITION_NAME: 'layers'})

@@ -286,7 +286,7 @@ def plan(run, num_devices=None, mesh_sizes=None, boxed=None):
   num_devices = jax.device_count() if num_devices is None else num_devices
   sizes = mesh_sizes or mesh_sizes_for(config.mesh, num_devices)
   boxed = counting.abstract_params(config) if boxed is None else boxed
-  trainable = state_lib.trainable(config.train.lora.rank, nn.unbox(boxed))
+  trainable = state_lib.trainable(config, nn.unbox(boxed))
   total, per_device, not_divisible, by_optimizer = state_bytes(
       boxed, sharding.rules(config), sizes, config.optim, trainable)
   active = counting.active_params(boxed, m.moe)

@@ -170,7 +170,7 @@ class Layout:
     c = self.config
     return self._once('held', sizes, lambda: analytic.state_bytes(
         self.boxed, sharding.rules(c), sizes, c.optim,
-        state_lib.trainable(c.train.lora.rank, nn.unbox(self.boxed)))[1])
+        state_lib.trainable(c, nn.unbox(self.boxed)))[1])
 
   def stacked(self, sizes):
     """analytic.stacked_param_bytes on the mesh `sizes`."""

@@ -71,11 +71,10 @@ def _optional_fields(run, params, init):
   """The header's fields for what only some runs have: LoRA, quantized matmuls, a task or
   span corruption, phases, pretrained weights."""
   config, fields = run.config, {}
-  lora = config.train.lora
-  if lora.rank:
-    trains = jax.tree.leaves(state_lib.trainable(lora.rank, params))
-    fields['params_trainable'] = sum(x.size for x, t in zip(jax.tree.leaves(params), trains)
-                                     if t)
+  trains = state_lib.trainable(config, params)  # LoRA, or an indexer's warm-up
+  if trains is not None:
+    fields['params_trainable'] = sum(x.size for x, t in zip(jax.tree.leaves(params),
+                                                            jax.tree.leaves(trains)) if t)
   if config.model.quant.mode != 'none':
     fields['quant'] = config.model.quant.mode
   if config.data.task.kind:
@@ -240,7 +239,8 @@ def _build(run, workdir, place):
   init = runtime.init_plan(config, parts)
   saved, local = runtime.checkpointer(config, workdir), runtime.local_tier(config)
   rollbacks = spikes_lib.read(workdir)
-  data_iter = runtime.train_batches(run, streams, corpus, spikes_lib.skips(run.data_skips, rollbacks))
+  data_iter = runtime.train_batches(run, streams, corpus,
+                                    spikes_lib.skips(run.data_skips, rollbacks))
   step, state = _start(config, place, parts, saved, local, data_iter)
   run_config.write(config, workdir)
   return _Built(place, cache, streams, corpus, parts, init, saved, local,

@@ -336,8 +336,7 @@ class ModelState:
                                     self.learning_rate_fn, config.train.microbatches,
                                     objectives.counts_fn(config),
                                     tuple(config.train.fault.nonfinite),
-                                    state_lib.trainable(config.train.lora.rank,
-                                                        self.abstract['params']),
+                                    state_lib.trainable(config, self.abstract['params']),
                                     config.optim.muon.qk_clip,
                                     teacher and teacher.model)
 
@@ -427,7 +426,20 @@ def init_plan(config, state):
                       f'does not use ({", ".join(dropped[:4])}{", ..." if len(dropped) > 4 else ""}'
                       '); set train.drop_unused_params=True to drop them, or match the model '
                       'config to the checkpoint')
+  check_index_stage(config, path, new)
   return InitPlan(held, new, dropped)
+
+
+def check_index_stage(config, path, new):
+  """DeepSeek-V3.2's stages in order: the sparse stage starts from weights whose indexer the
+  dense warm-up trained, not from a checkpoint without one."""
+  a = config.model.mla
+  untrained = [name for name in new if 'indexer' in name.split('/')]
+  if a.kv_lora_rank and a.index_heads and a.index_stage == 'sparse' and untrained:
+    raise ConfigError(f"model.mla.index_stage='sparse' starts from train.init_params={path!r}, "
+                      f'which holds no indexer ({untrained[0]}): run the dense warm-up first '
+                      "(model.mla.index_stage='warmup'; configs/deepseek_v3_2.py:warmup) and "
+                      'start the sparse stage from that run')
 
 
 def initial_params(config, state, fresh_params=None):

@@ -23,10 +23,17 @@ def model_variables(state):
   return {k: state[k] for k in ('params', *models.STATE_COLLECTIONS) if k in state}
 
 
-def trainable(lora_rank, params):
-  """Which parameters train under train.lora.rank=`lora_rank`: a tree of bools (the
-  adapters and a label head), or None for all (rank 0)."""
-  return lora.trainable(params) if lora_rank else None
+def trainable(config, params):
+  """Which parameters train: a tree of bools (train.lora: the adapters and a label head;
+  model.mla.index_stage='warmup': the indexers, DeepSeek-V3.2's dense warm-up), or None for
+  all."""
+  if config.train.lora.rank:
+    return lora.trainable(params)
+  a = config.model.mla
+  if a.kv_lora_rank and a.index_heads and a.index_stage == 'warmup':
+    return jax.tree_util.tree_map_with_path(
+        lambda path, _: 'indexer' in (getattr(k, 'key', None) for k in path), params)
+  return None
 
 
 def make(model, config, mesh, learning_rate):
@@ -42,7 +49,7 @@ def make(model, config, mesh, learning_rate):
       lambda s, x: sharding.fit(s, x.shape),
       sharding.logical_to_shardings(param_specs, mesh, axis_rules), params)
   optimizer = optim.make(config.optim, learning_rate, param_specs,
-                         trainable(config.train.lora.rank, params), param_shardings)
+                         trainable(config, params), param_shardings)
 
   def assemble(variables, state_rng):
     params = nn.unbox(variables['params'])
