@@ -73,12 +73,18 @@ def test_experts_on_a_circular_pipeline_over_a_split_sequence_give_the_data_loss
     # gated-attention one, experts beside a gated shared expert over the expert axis
     ('qwen3_next_80b_a3b', {'data': 2, 'tensor': 2, 'expert': 2},
      ['model.attention.pattern=DG', 'model.num_layers=2']),
+    # DeepSeek-V3.2: each layer's indexer keeps 16 of 64 keys, the latents and the indexer's
+    # heads over fsdp and tensor, experts over the expert axis, its prediction module's
+    # indexer too
+    ('deepseek_v3_2', {'fsdp': 2, 'tensor': 2, 'expert': 2}, []),
 ])
 def test_moe_smokes_on_a_mesh_give_one_devices_losses(name, mesh, overrides):
   """Four steps on the mesh against the same steps on one device, in float32 (the batches
   generated: helpers.family_batch)."""
   config = helpers.smoke(name, *overrides)
   sizes = lambda **s: {'data': 1, 'fsdp': 1, 'tensor': 1, 'expert': 1, 'context': 1, **s}
-  want = [float(r['loss']) for r in helpers.train_steps(config, sizes(), steps=4)[0]]
-  got = [float(r['loss']) for r in helpers.train_steps(config, sizes(**mesh), steps=4)[0]]
+  keys = ['loss'] + ['indexer_kl'] * bool(config.model.mla.index_heads)
+  losses = lambda sizes: [float(r[k]) for r in helpers.train_steps(config, sizes, steps=4)[0]
+                          for k in keys]
+  want, got = losses(sizes()), losses(sizes(**mesh))
   assert got == pytest.approx(want, rel=2e-5, abs=2e-5)  # (their losses fall: configs_test)

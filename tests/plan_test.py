@@ -91,6 +91,22 @@ def test_plan_counts_equal_the_published_architecture(name):
   assert result['params_active'] == ACTIVE.get(name, PUBLISHED[name])
 
 
+def test_sparse_attention_counts_its_kept_keys_and_the_indexers_scores_by_hand():
+  def attention(stage, length):
+    config = helpers.load(helpers.config_file('deepseek_v3_2', arg=None), [
+        f'model.mla.index_stage={stage}', f'data.seq_len={length}', 'model.mtp.depth=0',
+        'model.remat=none'])
+    return counting.attention_flops_per_token(config)
+  # 61 layers, forward and backward: each kept key's absorbed q.k (512 + 64) and p.v (512)
+  # for 128 heads; the indexer's 64 heads of 128 over every earlier key (half the length)
+  kept = 2048 - 2048 * 2047 / (2 * 131_072)  # a causal query keeps min(i + 1, 2048)
+  assert attention('sparse', 131_072) == round(
+      6 * 61 * (128 * 1088 * kept + 64 * 128 * 65_536))
+  # the warm-up attends every earlier key
+  assert attention('warmup', 131_072) == round(6 * 61 * (128 * 1088 + 64 * 128) * 65_536)
+  assert attention('sparse', 131_072) < attention('warmup', 131_072) / 10  # 11.8x
+
+
 def test_mixtral_active_parameters_and_expert_traffic_by_hand():
   config = helpers.load(helpers.config_file('mixtral_8x7b', arg=None),
                            ['mesh.data=1', 'mesh.expert=8'])

@@ -168,18 +168,36 @@ def _delta_flops(m, length):
   return 6 * layers * d.value_heads * per_head
 
 
+def _sparse_flops(m, length):
+  """Per token, DeepSeek Sparse Attention's layers (model.mla.index_*, zoo/kernels/sparse.py),
+  forward and backward (x 3) of their multiply-adds (x 2): the absorbed attention's q.k over
+  C + R and p.v over C for each kept key (a causal query keeps min(i + 1, T) of T: a
+  window's mean; the warm-up every earlier key, length / 2), and the indexer's scores, I x J
+  for every earlier key."""
+  a = m.mla
+  T, visible = a.index_top_k, length / 2
+  kept = (visible if a.index_stage == 'warmup' or T >= length else
+          T - T * (T - 1) / (2 * length))
+  per_kept = m.num_heads * (2 * a.kv_lora_rank + a.qk_rope_head_dim)
+  return 6 * (m.num_layers + m.mtp.depth) * (per_kept * kept +
+                                              a.index_heads * a.index_head_dim * visible)
+
+
 def _attention_flops(config):
   """Per token of data.seq_len: 12 x H x K (q.k and p.v, forward and backward; latent
   attention's dims for DeepSeek-V3) x the keys its queries see, layer by layer: a decoder's
   causal (windowed where local), an encoder's bidirectional, an encoder-decoder's S-token
   encoder (two-sided windows where local) plus, per T-token decoder row, its causal
-  self-attention and its cross-attention over all S input tokens, over S."""
+  self-attention and its cross-attention over all S input tokens, over S. DeepSeek Sparse
+  Attention: _sparse_flops."""
   m, L = config.model, config.data.seq_len
   per_key = 12 * m.num_heads * dims.head_dim(m)
   if m.mla.kv_lora_rank:  # latent attention: q.k over N + R dims, p.v over V
     per_key = 6 * m.num_heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim +
                                  m.mla.v_head_dim)
   kind = families.get(m).ATTENTION
+  if kind == 'causal' and m.mla.kv_lora_rank and m.mla.index_heads:
+    return round(_sparse_flops(m, L))
   if kind == 'causal':  # a prediction module's block is a layer, with the window
     return round(per_key * _mean_keys(m, L, m.num_layers, True, m.mtp.depth) +
                  _delta_flops(m, L))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests import helpers
+from zoo import config as config_lib
 from zoo import families
 from zoo.errors import ConfigError
 from zoo.families import decoder
@@ -71,8 +72,9 @@ def test_speculative_greedy_is_plain_greedy_for_any_draft(window, chunk):
 def test_speculative_greedy_through_sparse_attention_is_plain_greedy():
   # DeepSeek-V3.2's indexer keeps 3 keys a query: a rolled-back draft must leave the
   # indexer's cached keys as a cache never written
-  mla = dict(kv_lora_rank=16, q_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4,
-             v_head_dim=6, index_heads=2, index_head_dim=8, index_top_k=3, index_block=4)
+  mla = dict(config_lib.base().model.mla, kv_lora_rank=16, q_lora_rank=12,
+             qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, index_heads=2,
+             index_head_dim=8, index_top_k=3, index_block=4)
   target, variables = _decoder(mla=mla)
   noisy = jax.tree.map(lambda x: x + 0.05 * jax.random.normal(jax.random.PRNGKey(1), x.shape),
                        variables)

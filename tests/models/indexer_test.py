@@ -108,9 +108,14 @@ def test_the_indexer_trains_by_its_kl_alone_and_the_warmup_trains_nothing_else()
     ({**INDEX, 'index_top_k': 32}, r'model.mla.index_top_k=32 exceeds data.seq_len=16'),
     ({**INDEX, 'index_stage': 'dense'}, r"model.mla.index_stage='dense' must be one of"),
     ({**INDEX, 'index_head_dim': 2}, r'index_head_dim=2 must be at least qk_rope_head_dim=4'),
+    ({**INDEX, 'index_top_k': 4, 'mesh': {'context': 2}},
+     r'model.mla.index_heads > 0 with mesh.context=2, mesh.stage=1: DeepSeek Sparse Attention '
+     r'is built for whole sequences'),
 ])
 def test_bad_sparse_attention_configs_are_one_line(changes, message):
   config = helpers.tiny_config(position='rope')
+  changes = dict(changes)
+  config.mesh.update(changes.pop('mesh', {}))
   config.model.mla.update({**MLA, **changes})
   config.data.seq_len = 16
   with pytest.raises(config_lib.ConfigError, match=message):

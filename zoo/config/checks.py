@@ -185,6 +185,11 @@ def _validate_pipeline(mesh, m):
   if mesh.stage == 1 and m.pipeline_repeats != 1:
     raise ConfigError(f'model.pipeline_repeats={m.pipeline_repeats} needs a pipeline; set '
                       'mesh.stage > 1 or model.pipeline_repeats=1')
+  if m.mla.kv_lora_rank and m.mla.index_heads and (mesh.context != 1 or mesh.stage != 1):
+    raise ConfigError(f'model.mla.index_heads > 0 with mesh.context={mesh.context}, mesh.stage='
+                      f'{mesh.stage}: DeepSeek Sparse Attention is built for whole sequences '
+                      'and unpipelined stacks; set mesh.context=1 and mesh.stage=1 (shard over '
+                      'data, fsdp, tensor and expert)')
 
 
 def _one_of(name, value, allowed):

@@ -41,12 +41,12 @@ class Indexer(nn.Module):
     dense = lambda name, f, axes: layers.DenseGeneral(
         f, axes, dtype=self.dtype, param_dtype=self.param_dtype, init_std=m.kernel_init_std,
         quant=m.quant, name=name)
-    q_BLIJ = dense('query', (I, J), ('q_lora', None, None))(latent_q_BLQ)
+    q_BLIJ = dense('query', (I, J), ('q_lora', 'heads', None))(latent_q_BLQ)  # heads: tensor
     k_BLJ = layers.Norm('layernorm', 1e-6, axis=None, dtype=self.dtype,
                         param_dtype=self.param_dtype, name='key_norm')(
                             dense('key', J, ('embed', None))(x_BLD))
     fraction = R / J
     rotate = lambda x: rope.apply(x, positions_BL, m.rope_theta, self.rope_scaling, fraction)
     q_BLIJ, k_BLJ = rotate(q_BLIJ), rotate(k_BLJ[:, :, None])[:, :, 0]
-    weights_BLI = dense('weights', I, ('embed', None))(x_BLD)
+    weights_BLI = dense('weights', I, ('embed', 'heads'))(x_BLD)
     return q_BLIJ, k_BLJ, weights_BLI.astype(jnp.float32) * (I ** -0.5 * J ** -0.5)
