@@ -92,12 +92,13 @@ def test_dsa_attends_the_indexers_top_keys_alone_as_the_float64_reference(block)
 
 def test_with_every_key_kept_dsa_is_dense_mla():
   queries, keys, index = _inputs(seed=1)
-  want, kept, _ = _reference(queries, keys, index, top=L, dense=True)
+  want, kept, want_kl = _reference(queries, keys, index, top=L, dense=True)
   real = SEGMENTS > 0
   for top, dense in ((L, False), (3, True)):  # top-k past every key, or the warm-up's all
-    out, _, _ = sparse.attention(queries, keys, index, _mask(), top=top, block=4, scale=SCALE,
-                                 dense=dense)
+    out, _, kl = sparse.attention(queries, keys, index, _mask(), top=top, block=4, scale=SCALE,
+                                  dense=dense)
     np.testing.assert_allclose(np.asarray(out)[real], want[real], atol=2e-5, rtol=0)
+    np.testing.assert_allclose(float(kl), want_kl, rtol=1e-5)  # the KL over every key
   assert np.array_equal(kept, _visible())
 
 

@@ -12,8 +12,8 @@ dense attention's logits are L x S.
 The indexer's loss (the report's L_I) comes out of the same blocks: per query, the KL
 divergence from the main attention's distribution (summed over heads, normalised; no
 gradient) to the softmax of the indexer's scores, over the kept keys (`dense=False`), or over
-every visible key (`dense=True`, the warm-up: the kept set is every key, so the output is
-dense MLA's).
+every visible key (`dense=True`, the warm-up: every visible key attended, so the output is
+dense MLA's; a block holds its logits [H, Z, S] and gathers nothing).
 
 Glossary: B batch, L query length, S key length, Z queries in a block, N blocks, H heads,
 C latent, R rotary dim, I index heads, J index head dim, T keys kept per query, X a
@@ -62,6 +62,18 @@ def attend_kept(q_latent_BLHC, q_rope_BLHR, latent_BSC, rope_key_BSR, keys_BLT, 
   return jnp.einsum('BHLT,BLTC->BLHC', probs_BHLT, latent_BLTC), probs_BHLT
 
 
+def attend_visible(q_latent_BLHC, q_rope_BLHR, latent_BSC, rope_key_BSR, visible_BLS, scale):
+  """Absorbed MLA over every visible key (the warm-up: dense attention, no gather) -> (output
+  latent [B, L, H, C] float32, the heads' probabilities [B, H, L, S])."""
+  f32 = jnp.float32
+  logits_BHLS = (jnp.einsum('BLHC,BSC->BHLS', q_latent_BLHC.astype(f32), latent_BSC.astype(f32))
+                 + jnp.einsum('BLHR,BSR->BHLS', q_rope_BLHR.astype(f32),
+                              rope_key_BSR.astype(f32))) * scale
+  logits_BHLS = jnp.where(visible_BLS[:, None], logits_BHLS, reference.MASKED)
+  probs_BHLS = jax.nn.softmax(logits_BHLS, axis=-1)
+  return jnp.einsum('BHLS,BSC->BLHC', probs_BHLS, latent_BSC.astype(f32)), probs_BHLS
+
+
 def index_kl(probs_BHLT, scores_BLT, kept_BLT, real_BL):
   """The indexer's loss summed over real queries: KL(main || softmax(scores)) over the kept
   keys, the main distribution the heads' probabilities summed and normalised (a target: no
@@ -86,14 +98,14 @@ def attention(queries, keys, index, mask, top, block, scale, dense=False):
   queries: (q_latent [B, L, H, C], q_rope [B, L, H, R]); keys: (latent [B, S, C], rotary
   key [B, S, R]); index: the indexer's (q [B, L, I, J], k [B, S, J], weights [B, L, I]);
   mask: zoo.kernels.mask.Mask of the queries against the keys (segments, causal).
-  dense: keep every visible key (the warm-up) instead of the `top` best.
-  -> (output latent [B, L, H, C] float32, kept slots [B, L, T], the indexer's KL summed
-  over real queries)."""
+  dense: attend every visible key (the warm-up) instead of the `top` best; a block then
+  holds its logits [H, Z, S], no gather.
+  -> (output latent [B, L, H, C] float32, kept slots [B, L, T] (None when dense), the
+  indexer's KL summed over real queries)."""
   q_latent_BLHC, q_rope_BLHR = queries
   latent_BSC, rope_key_BSR = keys
   index_q_BLIJ, index_k_BSJ, weights_BLI = index
   B, L = q_latent_BLHC.shape[:2]
-  S = latent_BSC.shape[1]
   Z = block_len(L, block)
   split = lambda x: x.reshape(B, L // Z, Z, *x.shape[2:]).swapaxes(0, 1)  # [N, B, Z, ...]
 
@@ -104,10 +116,11 @@ def attention(queries, keys, index, mask, top, block, scale, dense=False):
                                q_start=mask.q_start + start).dense()[:, 0]
     scores_BZS = index_scores(index_q_BZIJ, index_k_BSJ, weights_BZI)
     if dense:
-      keys_BZT = jnp.broadcast_to(jnp.arange(S, dtype=jnp.int32), (B, Z, S))
-      kept_BZT = visible_BZS
-    else:
-      keys_BZT, kept_BZT = select(jax.lax.stop_gradient(scores_BZS), visible_BZS, top)
+      out_BZHC, probs_BHZS = attend_visible(q_latent_BZHC, q_rope_BZHR, latent_BSC,
+                                            rope_key_BSR, visible_BZS, scale)
+      kl = kl + index_kl(probs_BHZS, scores_BZS, visible_BZS, segments_BZ > 0)
+      return kl, (out_BZHC,)
+    keys_BZT, kept_BZT = select(jax.lax.stop_gradient(scores_BZS), visible_BZS, top)
     out_BZHC, probs_BHZT = attend_kept(q_latent_BZHC, q_rope_BZHR, latent_BSC, rope_key_BSR,
                                        keys_BZT, kept_BZT, scale)
     scores_BZT = jnp.take_along_axis(scores_BZS, keys_BZT, axis=-1)
@@ -115,9 +128,9 @@ def attention(queries, keys, index, mask, top, block, scale, dense=False):
     return kl, (out_BZHC, keys_BZT)
 
   starts = jnp.arange(L // Z, dtype=jnp.int32) * Z
-  kl, (out_NBZHC, keys_NBZT) = jax.lax.scan(
+  kl, outs = jax.lax.scan(
       body, jnp.zeros((), jnp.float32),
       (starts, *map(split, (q_latent_BLHC, q_rope_BLHR, index_q_BLIJ, weights_BLI,
                             mask.q_segment_ids))))
   merge = lambda x: x.swapaxes(0, 1).reshape(B, L, *x.shape[3:])
-  return merge(out_NBZHC), merge(keys_NBZT), kl
+  return merge(outs[0]), None if dense else merge(outs[1]), kl
