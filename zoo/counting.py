@@ -222,20 +222,30 @@ def flops_per_token(config, boxed=None):
 
 
 def _image_flops(config, boxed):
-  """Per token of data.seq_len, a decoder's tower (model.multimodal) over the image each row
-  of an image_text task holds: 6 x its matmul parameters (the position table is added) x
+  """Per token of data.seq_len, a decoder's tower over the image each row of an image_text
+  task holds (image_counts); 0 where rows hold no image (text)."""
+  counts = image_counts(config, boxed)
+  if counts is None or config.data.task.kind != 'image_text':
+    return 0
+  return round(counts['flops_per_image'] / config.data.seq_len)
+
+
+def image_counts(config, boxed):
+  """A decoder's image tower (model.multimodal) apart: {'params': the tower, its norm and
+  projection, 'flops_per_image': 6 x its matmul parameters (the position table is added) x
   the image's P patches, its bidirectional attention over them, and 6 x the projection x
-  the image's tokens; 0 where rows hold no image (text)."""
+  the image's tokens}; None for a decoder without images, or another family."""
   vision = nn.unbox(boxed).get('vision') if families.get(config.model).ATTENTION == 'causal' \
       else None
-  if vision is None or config.data.task.kind != 'image_text':
-    return 0
+  if vision is None:
+    return None
   mm, v = config.model.multimodal, config.model.vision
   P = (v.image_size // v.patch_size) ** 2
   tower = param_count(vision['tower']) - P * mm.d_model  # less the position table
-  per_row = (6 * (tower * P + param_count(vision['projection']) * mm.tokens_per_image) +
-             12 * mm.d_model * P * P * mm.num_layers)
-  return round(per_row / config.data.seq_len)
+  return {'params': param_count(vision),
+          'flops_per_image': (6 * (tower * P + param_count(vision['projection']) *
+                                   mm.tokens_per_image) +
+                              12 * mm.d_model * P * P * mm.num_layers)}
 
 
 def quantized_flops_per_token(config, boxed=None):

@@ -10,9 +10,11 @@ import pytest
 from tests import helpers
 from zoo import counting
 from zoo import families
+from zoo import run as run_lib
 from zoo.errors import ConfigError
 from zoo.families import decoder
 from zoo.kernels import mask as mask_lib
+from zoo.plan import analytic
 from zoo.train import runtime
 
 
@@ -127,6 +129,13 @@ def test_the_tower_counts_flops_per_image_apart_from_the_decoders_tokens():
                                            is_leaf=lambda x: hasattr(x, 'value'))) == (
                                                tower + 16 * 64)
   assert counting.flops_per_token(config, boxed) == text + round(per_row / 16)
+  # plan mode names the tower apart: its parameters (with the norm and projection) and the
+  # FLOPs of one image
+  plan = analytic.plan(run_lib.resolve(config), 1)
+  projection = 64 + 64 * 128  # the RMSNorm's scale, the projection
+  assert plan['vision'] == {'params': tower + 16 * 64 + projection, 'flops_per_image': per_row}
+  assert f'image tower: {tower + 16 * 64 + projection:,} of the parameters' in (
+      analytic.report(plan))
 
 
 def test_a_cached_step_given_images_says_it_is_not_built():

@@ -300,6 +300,8 @@ def plan(run, num_devices=None, mesh_sizes=None, boxed=None):
       **({'params_active_without_input_embedding': active - m.vocab_size * m.d_model}
          if m.moe.num_experts and not m.tie_embeddings else {}),
       **({'params_mtp': counting.mtp_params(boxed)} if m.mtp.depth else {}),
+      **({'vision': counting.image_counts(config, boxed)}
+         if counting.image_counts(config, boxed) else {}),
       'flops_per_token': counting.flops_per_token(config, boxed),
       'remat_flops_per_token': counting.remat_flops_per_token(config, boxed),
       'flops_convention': counting.convention(config),
@@ -425,6 +427,9 @@ def _model_lines(result):
       f"training FLOPs/token: {result['flops_per_token']:.4g} ({result['flops_convention']})" +
       (f"; {result['quantized_flops_per_token']:.4g} of them (with remat's) in "
        f"{result['quant']}" if 'quant' in result else ''),
+      *([f"image tower: {result['vision']['params']:,} of the parameters, "
+         f"{result['vision']['flops_per_image']:.4g} training FLOPs per image (in the "
+         "FLOPs/token where the task's rows hold images)"] if 'vision' in result else []),
       *([f"LoRA: {result['lora']['params_trainable']:,} parameters train; optimizer state "
          f"and gradients {_gib(result['lora']['bytes_saved_per_device'])} per device less than "
          'full fine-tuning'] if 'lora' in result else []),
