@@ -55,6 +55,9 @@ def convention(config):
   text += ', '.join(words[k] for k in ('global', 'local', 'chunked') if k in kinds)
   if 'delta' in kinds:
     text += "; + the delta rule's chunk matmuls on Gated DeltaNet layers"
+  if m.mla.kv_lora_rank and m.mla.index_heads:
+    text = ("6*N_matmul + DeepSeek Sparse Attention's 6*heads*(2*latent+rotary) per kept key "
+            "and its indexer's 6*index_heads*index_head_dim per earlier key (seq_len/2)")
   return text
 
 

@@ -53,14 +53,18 @@ def _compiled(run, result, devices, tpu_slice):
   sizes = sharding.mesh_shape(config.mesh, len(devices))
   sharding.check_divisible(config, sizes, run.family)
   # with stages the cost compiles (layers unrolled) would run no pipeline: the step time
-  # takes the analytic FLOPs over 1 - the bubble, the memory is the compiler's
+  # takes the analytic FLOPs over 1 - the bubble, the memory is the compiler's; DeepSeek
+  # Sparse Attention's blocks of queries are a loop whose body the compiler's cost counts
+  # once: its step time takes the analytic FLOPs too
   pipelined = 'pipeline' in result
+  sparse = bool(config.model.mla.kv_lora_rank and config.model.mla.index_heads)
   # the memory model's figure (zoo/plan/memory.py, the sweep's and the preflight's) for this
   # mesh, shown beside the compiler's
   platform = 'tpu' if tpu_slice else devices[0].platform
   result['estimated_bytes_per_device'] = int(preflight.estimate(run, sizes, platform)['total'])
   try:
-    out = compiled_lib.compile_step(run, devices, scan_corrected_cost=not pipelined)
+    out = compiled_lib.compile_step(run, devices,
+                                    scan_corrected_cost=not (pipelined or sparse))
   except compiled_lib.DoesNotFit as e:  # the answer plan mode is asked for
     result.update(mesh=sizes, fits=False, compile_error=str(e))
     return
@@ -68,7 +72,7 @@ def _compiled(run, result, devices, tpu_slice):
     result.update(mesh=sizes, compile_failed=str(e))
     return
   result.update(compiled=True, mesh=sizes, compile_seconds=out['compile_seconds'],
-                compiled_flops_per_step=None if pipelined else
+                compiled_flops_per_step=None if pipelined or sparse else
                 out['flops_per_step_per_device'] * len(devices),
                 compiled_hbm_bytes_per_step_per_device=out['hbm_bytes_per_step_per_device'],
                 compiled_narrow_dots=out['narrow_dots'])
@@ -86,7 +90,7 @@ def _compiled(run, result, devices, tpu_slice):
     m = config.model
     buffered = bool(m.moe.num_experts and not m.moe.capacity_factor and
                     sizes.get('expert', 1) > 1)
-    if pipelined or buffered:
+    if pipelined or buffered or sparse:
       result['ragged_buffers'] = buffered
       flops = ((result['flops_per_token'] + result['remat_flops_per_token']) *
                result['run']['tokens_per_step'] / len(devices))

@@ -515,7 +515,9 @@ def _compiled_lines(result):
   if result.get('compiled'):
     analytic = ((result['flops_per_token'] + result['remat_flops_per_token']) *
                 result['run']['tokens_per_step'])
-    flops = ('FLOPs not counted by the compiler (a pipeline: the analytic count is used)'
+    uncounted = ('a pipeline' if 'pipeline' in result else
+                 'sparse attention\'s blocks of queries, a loop counted once')
+    flops = (f'FLOPs not counted by the compiler ({uncounted}: the analytic count is used)'
              if result['compiled_flops_per_step'] is None else
              f"{result['compiled_flops_per_step']:.4g} FLOPs/step "
              f"({result['compiled_flops_per_step'] / analytic:.3f} x the analytic count "
@@ -545,6 +547,9 @@ def _compiled_lines(result):
     if result.get('ragged_buffers') and 'pipeline' not in result:
       how = ("analytic FLOPs at peak: the compiler counts every row of the ragged dots' "
              'receive buffers, sized for the worst routing')
+    elif result.get('compiled') and result['compiled_flops_per_step'] is None and (
+        'pipeline' not in result):
+      how = "analytic FLOPs at peak: the compiler counts sparse attention's loop once"
     if result.get('estimated_by') == 'sweep':
       how = ("the sweep's: analytic FLOPs at peak plus the mesh's collectives at the links' "
              f"bandwidth; memory {_gib(result['estimated_bytes_per_device'])} by its model")

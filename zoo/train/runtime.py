@@ -154,6 +154,11 @@ def attention_kernel(config, context, on=None):
   """-> (kernel that runs on platform `on` (default: here) with `context` devices on the
   mesh's context axis (mesh.context resolved), why), or a ConfigError."""
   m = config.model
+  if m.mla.kv_lora_rank and m.mla.index_heads:
+    return 'sparse', ("model.mla.index_heads: DeepSeek Sparse Attention in XLA, "
+                      + ('every visible key (the warm-up)' if m.mla.index_stage == 'warmup'
+                         else f"the indexer's top {m.mla.index_top_k} keys per query")
+                      + ' (zoo/kernels/sparse.py)')
   try:
     if context != 1:  # config.validate allows only what the ring runs
       blocks = 'splash' if _ring_blocks(config, context, on) == 'splash' else 'XLA'
