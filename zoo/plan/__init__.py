@@ -71,8 +71,9 @@ def _compiled(run, result, devices, tpu_slice):
   except compiled_lib.CompilerFailed as e:
     result.update(mesh=sizes, compile_failed=str(e))
     return
+  analytic_flops = pipelined or sparse or out['flops_per_step_per_device'] is None
   result.update(compiled=True, mesh=sizes, compile_seconds=out['compile_seconds'],
-                compiled_flops_per_step=None if pipelined or sparse else
+                compiled_flops_per_step=None if analytic_flops else
                 out['flops_per_step_per_device'] * len(devices),
                 compiled_hbm_bytes_per_step_per_device=out['hbm_bytes_per_step_per_device'],
                 compiled_narrow_dots=out['narrow_dots'])
@@ -90,7 +91,7 @@ def _compiled(run, result, devices, tpu_slice):
     m = config.model
     buffered = bool(m.moe.num_experts and not m.moe.capacity_factor and
                     sizes.get('expert', 1) > 1)
-    if pipelined or buffered or sparse:
+    if pipelined or buffered or analytic_flops:
       result['ragged_buffers'] = buffered
       flops = ((result['flops_per_token'] + result['remat_flops_per_token']) *
                result['run']['tokens_per_step'] / len(devices))

@@ -516,7 +516,8 @@ def _compiled_lines(result):
     analytic = ((result['flops_per_token'] + result['remat_flops_per_token']) *
                 result['run']['tokens_per_step'])
     uncounted = ('a pipeline' if 'pipeline' in result else
-                 'sparse attention\'s blocks of queries, a loop counted once')
+                 'sparse attention\'s blocks of queries, a loop counted once, or unrolled '
+                 'steps that do not fit')
     flops = (f'FLOPs not counted by the compiler ({uncounted}: the analytic count is used)'
              if result['compiled_flops_per_step'] is None else
              f"{result['compiled_flops_per_step']:.4g} FLOPs/step "
@@ -549,7 +550,8 @@ def _compiled_lines(result):
              'receive buffers, sized for the worst routing')
     elif result.get('compiled') and result['compiled_flops_per_step'] is None and (
         'pipeline' not in result):
-      how = "analytic FLOPs at peak: the compiler counts sparse attention's loop once"
+      how = ("analytic FLOPs at peak: the compiler counts sparse attention's loop once, or "
+             'the unrolled steps that count every layer do not fit')
     if result.get('estimated_by') == 'sweep':
       how = ("the sweep's: analytic FLOPs at peak plus the mesh's collectives at the links' "
              f"bandwidth; memory {_gib(result['estimated_bytes_per_device'])} by its model")

@@ -160,7 +160,7 @@ def narrow_dots(hlo_text):
 def compile_step(run, devices, scan_corrected_cost=True):
   """The resolved run's train step compiled -> dict: per-device memory from the compiler,
   FLOPs and HBM bytes per step, timings. scan_corrected_cost=False skips the two extra
-  compiles (the cost then counts one layer)."""
+  compiles (the cost then counts one layer); FLOPs None when those do not fit the chip."""
   config = run.config
   mesh = sharding.make_mesh(config.mesh, devices)
   device = mesh.devices.flat[0]
@@ -191,14 +191,22 @@ def compile_step(run, devices, scan_corrected_cost=True):
     unit = len(config.model.attention.pattern) or 1
     print(f'compiling {len(run.family.LAYER_FIELDS) + 1} more steps with {unit} '
           f'and {2 * unit} layers unrolled, to count the FLOPs of every layer', flush=True)
-  with progress.heartbeat('compiling the unrolled steps'):
-    flops, bytes_accessed = _unrolled_cost(run, mesh) if corrected else _cost(compiled)
+  flops, bytes_accessed = _cost(compiled)
   if corrected:
-    print(f'compiled in {time.time() - start:.0f} s', flush=True)
+    try:
+      with progress.heartbeat('compiling the unrolled steps'):
+        flops, bytes_accessed = _unrolled_cost(run, mesh)
+      print(f'compiled in {time.time() - start:.0f} s', flush=True)
+    except jax.errors.JaxRuntimeError as e:  # unrolled layers can hold more than the scan
+      if _exhausted(e) is None:
+        raise
+      print('the unrolled steps do not fit the chip: the step time takes the analytic FLOPs',
+            flush=True)
+      flops = None
   return {
       'narrow_dots': narrow_dots(compiled.as_text()),
       'per_device_bytes': memory_bytes(memory, placed),
-      'flops_per_step_per_device': float(flops),
+      'flops_per_step_per_device': None if flops is None else float(flops),
       'hbm_bytes_per_step_per_device': float(bytes_accessed),
       'compile_seconds': round(compile_seconds, 1),
       'mesh_devices': int(mesh.size),
