@@ -317,6 +317,18 @@ def test_the_compiled_hlo_count_of_int8_dots():
   assert out['narrow_dots'] == {'s8': 21}
 
 
+def test_unrolled_cost_steps_that_do_not_fit_leave_the_flops_to_the_analytic_count(
+    monkeypatch):
+  # DeepSeek-V3 at 128K on v5p-128: the scanned step fits, the unrolled ones do not
+  def out_of_hbm(run, mesh):
+    raise jax.errors.JaxRuntimeError(
+        'RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO '
+        'temporaries (132.21G) exceeds available HBM (95.74G).')
+  monkeypatch.setattr(compiled, '_unrolled_cost', out_of_hbm)
+  out = compiled.compile_step(run_lib.resolve(helpers.tiny_config()), jax.devices()[:1])
+  assert out['flops_per_step_per_device'] is None and out['per_device_bytes']['total'] > 0
+
+
 def test_t5_11b_plans_adafactor_state_beside_adamw_and_the_whole_run():
   config = helpers.load(helpers.config_file('t5_11b', arg=None), ['mesh.data=1',
                                                                     'mesh.fsdp=8'])
