@@ -1,7 +1,7 @@
 """Writes tests/slow.txt, the tests left out of the fast tier, from a full run's timings.
 
     python -m pytest tests --durations=0 > durations.log
-    python -m tests.tiers durations.log [--seconds=2.5]
+    python -m tests.tiers durations.log [--seconds=2]
 
 A test is slow when its setup, call and teardown took `--seconds` or more together in that
 run (module fixtures are charged to the first test that builds them). tests/conftest.py
@@ -39,7 +39,7 @@ def read():
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('log', help='the output of python -m pytest tests --durations=0')
-  parser.add_argument('--seconds', type=float, default=2.5)  # the fast tier under 5 min
+  parser.add_argument('--seconds', type=float, default=2.0)  # the fast tier under 5 min
   args = parser.parse_args()
   with open(args.log, encoding='utf-8') as f:
     timed = seconds_per_test(f.read())
